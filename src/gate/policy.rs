@@ -1,0 +1,90 @@
+//! Slow-consumer policies: what the gate does when its consumer does not drain it.
+
+use std::time::Duration;
+
+/// What the gate does when the consumer falls behind and the buffer is full.
+///
+/// Every policy keeps the buffer within its bounds; they differ in what the generator does
+/// meanwhile and in when the stream is given up.
+///
+/// The deadlines are measured with tokio's timer, so a runtime with time enabled is needed when
+/// one is set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Policy {
+    /// The generator's [`send`](crate::Sender::send) waits for room: it produces nothing while
+    /// the consumer is stalled. With `max_pause`, a single send that has waited that long ends
+    /// the stream as [`SlowConsumer`](crate::EndReason::SlowConsumer).
+    Backpressure {
+        /// How long one send may wait for room; `None` waits as long as the consumer lives.
+        max_pause: Option<Duration>,
+    },
+    /// When the buffer is full by events, the new chunk is merged into the newest waiting one
+    /// with [`Chunk::merge`](crate::Chunk::merge), as long as the merged bytes fit: a slow
+    /// reader gets fewer, larger events and loses nothing. A chunk that cannot merge (or would
+    /// exceed the byte bound) waits as under `Backpressure`, with the same optional `max_pause`.
+    Coalesce {
+        /// How long one send may wait for room; `None` waits as long as the consumer lives.
+        max_pause: Option<Duration>,
+    },
+    /// The generator waits for room, and once the consumer has taken nothing for `after` while
+    /// the buffer is full, the stream ends as [`SlowConsumer`](crate::EndReason::SlowConsumer)
+    /// and the generator is stopped. Unlike `max_pause`, the clock restarts whenever the
+    /// consumer takes an event, so a reader that trickles along is not cut off.
+    Disconnect {
+        /// How long the consumer may take nothing while the buffer is full.
+        after: Duration,
+    },
+}
+
+impl Policy {
+    /// `Backpressure` with no limit on the pause: the default.
+    pub const fn backpressure() -> Self {
+        Policy::Backpressure { max_pause: None }
+    }
+
+    /// `Coalesce` with no limit on the pause.
+    pub const fn coalesce() -> Self {
+        Policy::Coalesce { max_pause: None }
+    }
+
+    /// `Disconnect` after the consumer took nothing from a full buffer for `after`.
+    pub const fn disconnect(after: Duration) -> Self {
+        Policy::Disconnect { after }
+    }
+
+    /// Whether a chunk that finds the buffer full is merged into the newest waiting one.
+    pub(crate) fn coalesces(&self) -> bool {
+        matches!(self, Policy::Coalesce { .. })
+    }
+
+    /// How long the generator may be held up by a full buffer before the stream ends, and
+    /// whether that clock restarts when the consumer takes an event.
+    pub(crate) fn deadline(&self) -> Option<Deadline> {
+        match *self {
+            Policy::Backpressure { max_pause } | Policy::Coalesce { max_pause } => {
+                max_pause.map(|limit| Deadline {
+                    limit,
+                    restarts_on_take: false,
+                })
+            }
+            Policy::Disconnect { after } => Some(Deadline {
+                limit: after,
+                restarts_on_take: true,
+            }),
+        }
+    }
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::backpressure()
+    }
+}
+
+/// When a full buffer ends the stream.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    pub(crate) limit: Duration,
+    pub(crate) restarts_on_take: bool,
+}

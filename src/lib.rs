@@ -1,0 +1,83 @@
+//! Streaming LLM output without mid-response freezes.
+//!
+//! An LLM response is a long stream of small events crossing several hops (model worker,
+//! gateway, edge, client), and a user sees a freeze whenever any hop holds an event back, while
+//! averages such as tokens per second stay healthy. `streamgate` is the layer between a token
+//! generator and the transport that prevents and explains those freezes:
+//!
+//! - a **gate** ([`Gate`]) owns the generator and hands the transport a [`Consumer`] stream
+//!   through a buffer bounded by events *and* bytes, delivering each event the moment it exists
+//!   (flush per event);
+//! - a **slow-consumer policy** ([`Policy`]) decides what happens when the consumer does not
+//!   drain: pause the generator, coalesce waiting text deltas losslessly, or end the stream with
+//!   a visible reason after a deadline;
+//! - **cancellation reaches the generator**: dropping the consumer (hyper drops the body when
+//!   the client disconnects) drops the generator at its next await point and runs a release
+//!   hook (where an engine frees KV blocks) exactly once, on every end, panics included; the
+//!   chunks produced after the end are counted as wasted.
+//!
+//! # Quick start
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use streamgate::{EndReason, Gate};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! // A generator: here a decode loop producing three token deltas.
+//! let mut consumer = Gate::new()
+//!     .max_events(64)
+//!     .on_release(|reason: EndReason| {
+//!         // Free the stream's KV blocks here: runs once, however the stream ended.
+//!         assert_eq!(reason, EndReason::Completed);
+//!     })
+//!     .spawn(|_cancel, mut tx| async move {
+//!         for i in 0..3 {
+//!             if tx.send(format!("t{i} ")).await.is_err() {
+//!                 break; // the consumer is gone
+//!             }
+//!         }
+//!         Ok::<(), std::io::Error>(())
+//!     });
+//! let handle = consumer.handle();
+//!
+//! let mut text = String::new();
+//! while let Some(event) = consumer.next().await {
+//!     // An `Err` would say why the stream ended early; everything before it is intact.
+//!     let event = event.expect("the generator completes");
+//!     text.push_str(event.chunk());
+//! }
+//! assert_eq!(text, "t0 t1 t2 ");
+//! handle.released().await;
+//! assert_eq!(handle.end_reason(), Some(EndReason::Completed));
+//! # }
+//! ```
+//!
+//! # Feature flags
+//!
+//! The core needs only tokio, tokio-util, futures-core, pin-project-lite and bytes; it has no
+//! optional features yet.
+//!
+//! # Cancel safety
+//!
+//! [`Consumer`] is a plain [`Stream`](futures_core::Stream): dropping a pending `next()` loses
+//! nothing, and the next poll yields the same event. Dropping the consumer itself cancels the
+//! stream. [`Sender::send`] drops its chunk if its future is dropped before completing.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![forbid(unsafe_code)]
+#![warn(
+    missing_docs,
+    missing_debug_implementations,
+    unreachable_pub,
+    rust_2018_idioms
+)]
+
+mod chunk;
+mod gate;
+mod sync;
+
+pub use chunk::{Chunk, Kind};
+pub use gate::{
+    BoxError, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, EndReason, Event, Gate, GateError,
+    GateHandle, GateStats, Policy, SendError, Sender,
+};
