@@ -12,5 +12,7 @@ pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 /// locks is [`Chunk::merge`](crate::Chunk::merge); if it panics, the panic ends the stream as a
 /// generator panic, and the state left behind is still memory-safe and bounded.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }

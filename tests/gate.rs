@@ -92,7 +92,10 @@ async fn flush_per_event_by_handshake() {
                 .expect("event i must arrive while the generator waits")
                 .expect("the stream is not over")
                 .expect("no error");
-            assert_eq!((event.seq(), event.chunk().as_str()), (i, token(i as usize).as_str()));
+            assert_eq!(
+                (event.seq(), event.chunk().as_str()),
+                (i, token(i as usize).as_str())
+            );
             go_tx.send(()).unwrap();
         }
         assert!(timeout(HANG, consumer.next()).await.unwrap().is_none());
@@ -149,7 +152,10 @@ async fn random_schedule(seed: u64, policy: Policy) {
             tokio::task::yield_now().await;
         }
         let stats = handle.stats();
-        assert!(stats.buffered_events <= max_events, "seed {seed}: {stats:?}");
+        assert!(
+            stats.buffered_events <= max_events,
+            "seed {seed}: {stats:?}"
+        );
         assert!(
             stats.buffered_bytes <= max_bytes || stats.buffered_events == 1,
             "seed {seed}: {stats:?} over {max_bytes} bytes"
@@ -241,15 +247,16 @@ async fn backpressure_max_pause_ends_a_stalled_stream() {
 
 #[tokio::test(start_paused = true)]
 async fn coalesce_merges_waiting_deltas_losslessly() {
-    let mut consumer = Gate::new()
-        .max_events(4)
-        .policy(Policy::coalesce())
-        .spawn(|_, mut tx| async move {
-            for i in 0..1000 {
-                tx.send(token(i)).await?;
-            }
-            Ok::<_, streamgate::SendError<String>>(())
-        });
+    let mut consumer =
+        Gate::new()
+            .max_events(4)
+            .policy(Policy::coalesce())
+            .spawn(|_, mut tx| async move {
+                for i in 0..1000 {
+                    tx.send(token(i)).await?;
+                }
+                Ok::<_, streamgate::SendError<String>>(())
+            });
     let handle = consumer.handle();
     // Nobody reads: the generator still finishes, merging into the newest waiting event.
     handle.released().await;
@@ -265,15 +272,25 @@ async fn coalesce_merges_waiting_deltas_losslessly() {
 
 #[tokio::test(start_paused = true)]
 async fn coalesce_is_bounded_by_bytes_and_then_pauses() {
-    let (consumer, produced) =
-        counting_gate(Gate::new().max_events(4).max_bytes(100).policy(Policy::coalesce()));
+    let (consumer, produced) = counting_gate(
+        Gate::new()
+            .max_events(4)
+            .max_bytes(100)
+            .policy(Policy::coalesce()),
+    );
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     let stats = handle.stats();
     assert!(stats.buffered_bytes <= 100, "{stats:?}");
     assert_eq!(stats.buffered_events, 4);
-    assert!(stats.buffered_bytes > 90, "merging stopped only at the byte bound: {stats:?}");
-    assert_eq!(produced.load(Ordering::SeqCst), stats.chunks_sent + stats.chunks_merged);
+    assert!(
+        stats.buffered_bytes > 90,
+        "merging stopped only at the byte bound: {stats:?}"
+    );
+    assert_eq!(
+        produced.load(Ordering::SeqCst),
+        stats.chunks_sent + stats.chunks_merged
+    );
     assert_eq!(handle.end_reason(), None);
 }
 
@@ -289,15 +306,16 @@ impl Chunk for Opaque {
 
 #[tokio::test(start_paused = true)]
 async fn coalesce_without_merge_is_backpressure() {
-    let mut consumer = Gate::new()
-        .max_events(2)
-        .policy(Policy::coalesce())
-        .spawn(|_, mut tx| async move {
-            for _ in 0..10 {
-                tx.send(Opaque).await?;
-            }
-            Ok::<_, streamgate::SendError<Opaque>>(())
-        });
+    let mut consumer =
+        Gate::new()
+            .max_events(2)
+            .policy(Policy::coalesce())
+            .spawn(|_, mut tx| async move {
+                for _ in 0..10 {
+                    tx.send(Opaque).await?;
+                }
+                Ok::<_, streamgate::SendError<Opaque>>(())
+            });
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(60)).await;
     assert_eq!(handle.stats().chunks_sent, 2);

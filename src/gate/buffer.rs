@@ -172,22 +172,9 @@ impl<T: Chunk> Buffer<T> {
     /// stands. The consumer still receives every waiting chunk before the end.
     pub(crate) fn end(&self, reason: EndReason, source: Option<BoxError>) -> EndReason {
         let mut state = lock(&self.state);
-        if let Some((first, _)) = &state.end {
-            return *first;
-        }
-        // A consumer that is gone cannot be told the generator completed: that stream was
-        // cancelled, whatever the generator did next.
-        let reason = if state.consumer_gone && reason == EndReason::Completed {
-            EndReason::Cancelled
-        } else {
-            reason
-        };
-        let error = (reason != EndReason::Completed).then(|| GateError::new(reason, source));
-        state.end = Some((reason, error));
-        state.ended_at = Some(Instant::now());
-        let (rx, tx) = (state.rx_waker.take(), state.tx_waker.take());
+        let (reason, wakers) = state.end(reason, source);
         drop(state);
-        wake_all([rx, tx]);
+        wakers.into_iter().flatten().for_each(Waker::wake);
         reason
     }
 
@@ -197,13 +184,16 @@ impl<T: Chunk> Buffer<T> {
         let mut state = lock(&self.state);
         state.consumer_gone = true;
         state.end_seen = true;
+        // Ended under the same lock that empties the queue, so no chunk can slip in between.
+        let (reason, wakers) = state.end(EndReason::Cancelled, None);
         state.stats.events_undelivered += state.queue.len() as u64;
         let undelivered = mem::take(&mut state.queue);
         state.bytes = 0;
         drop(state);
         // Dropping chunks runs their destructors: never under the lock.
         drop(undelivered);
-        self.end(EndReason::Cancelled, None)
+        wakers.into_iter().flatten().for_each(Waker::wake);
+        reason
     }
 
     /// Records that the release hook has run and wakes everyone waiting for it.
@@ -257,6 +247,31 @@ impl<T: Chunk> Buffer<T> {
     }
 }
 
+impl<T> State<T> {
+    /// Sets the end unless one stands; returns the reason that stands and the wakers to wake
+    /// once the lock is released.
+    fn end(
+        &mut self,
+        reason: EndReason,
+        source: Option<BoxError>,
+    ) -> (EndReason, [Option<Waker>; 2]) {
+        if let Some((first, _)) = &self.end {
+            return (*first, [None, None]);
+        }
+        // A consumer that is gone cannot be told the generator completed: that stream was
+        // cancelled, whatever the generator did next.
+        let reason = if self.consumer_gone && reason == EndReason::Completed {
+            EndReason::Cancelled
+        } else {
+            reason
+        };
+        let error = (reason != EndReason::Completed).then(|| GateError::new(reason, source));
+        self.end = Some((reason, error));
+        self.ended_at = Some(Instant::now());
+        (reason, [self.rx_waker.take(), self.tx_waker.take()])
+    }
+}
+
 /// Counts `len` admitted bytes and the buffer's new high-water marks.
 fn chunk_admitted<T>(state: &mut State<T>, len: usize) {
     state.bytes += len;
@@ -271,8 +286,4 @@ fn register(slot: &mut Option<Waker>, waker: &Waker) {
         Some(stored) if stored.will_wake(waker) => {}
         _ => *slot = Some(waker.clone()),
     }
-}
-
-fn wake_all<const N: usize>(wakers: [Option<Waker>; N]) {
-    wakers.into_iter().flatten().for_each(Waker::wake);
 }

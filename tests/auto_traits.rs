@@ -1,0 +1,49 @@
+//! Send, Sync and Unpin of every public type, asserted so a change cannot silently lose them.
+
+use streamgate::{
+    Consumer, EndReason, Event, Gate, GateError, GateHandle, GateStats, Kind, Policy, SendError,
+    Sender,
+};
+
+fn send<T: Send>() {}
+fn sync<T: Sync>() {}
+fn unpin<T: Unpin>() {}
+
+/// A chunk type that is `Send` but not `Sync`.
+struct NotSync(std::cell::Cell<u8>);
+
+impl streamgate::Chunk for NotSync {
+    fn byte_len(&self) -> usize {
+        1
+    }
+}
+
+#[test]
+fn public_types_are_send_sync_unpin() {
+    send::<Consumer<String>>();
+    sync::<Consumer<String>>();
+    unpin::<Consumer<String>>();
+    // A `Send` chunk is enough for both halves to cross threads and be shared.
+    send::<Consumer<NotSync>>();
+    sync::<Consumer<NotSync>>();
+    send::<Sender<NotSync>>();
+    sync::<Sender<NotSync>>();
+    unpin::<Sender<String>>();
+
+    send::<GateHandle>();
+    sync::<GateHandle>();
+    unpin::<GateHandle>();
+    send::<GateError>();
+    sync::<GateError>();
+    send::<Gate>();
+    unpin::<Gate>();
+    send::<Event<String>>();
+    sync::<Event<String>>();
+    send::<SendError<String>>();
+    send::<GateStats>();
+    sync::<GateStats>();
+    send::<EndReason>();
+    send::<Policy>();
+    send::<Kind>();
+    let _ = NotSync(std::cell::Cell::new(0)).0;
+}
