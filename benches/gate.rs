@@ -1,1 +1,95 @@
-fn main() {}
+//! One producer task and one consumer task moving 8-byte chunks: through the gate, and through
+//! `tokio::sync::mpsc::channel(64)` as the baseline, in the same run.
+//!
+//! `cargo bench --bench gate`
+
+use std::hint::black_box;
+
+use bytes::Bytes;
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use futures_util::StreamExt;
+use streamgate::{Gate, Policy};
+use tokio::runtime::Runtime;
+
+const EVENTS: u64 = 10_000;
+const CHUNK: Bytes = Bytes::from_static(b"t1234567");
+
+/// Moves `EVENTS` chunks through a tokio mpsc channel of 64; returns the bytes received.
+async fn tokio_mpsc() -> usize {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        for _ in 0..EVENTS {
+            if tx.send(CHUNK).await.is_err() {
+                break;
+            }
+        }
+    });
+    let consumer = tokio::spawn(async move {
+        let mut bytes = 0;
+        while let Some(chunk) = rx.recv().await {
+            bytes += chunk.len();
+        }
+        bytes
+    });
+    consumer.await.unwrap()
+}
+
+/// Moves `EVENTS` chunks through a gate of 64 events; returns the bytes received.
+async fn gate(policy: Policy) -> usize {
+    let mut events = Gate::new()
+        .max_events(64)
+        .policy(policy)
+        .spawn(|_, mut tx| async move {
+            for _ in 0..EVENTS {
+                tx.send(CHUNK).await?;
+            }
+            Ok::<_, streamgate::SendError<Bytes>>(())
+        });
+    let consumer = tokio::spawn(async move {
+        let mut bytes = 0;
+        while let Some(event) = events.next().await {
+            bytes += event.expect("completes").chunk().len();
+        }
+        bytes
+    });
+    consumer.await.unwrap()
+}
+
+fn runtimes() -> [(&'static str, Runtime); 2] {
+    let current = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let multi = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    [("current_thread", current), ("multi_thread", multi)]
+}
+
+fn per_event(c: &mut Criterion) {
+    let expected = (EVENTS as usize) * CHUNK.len();
+    for (flavor, rt) in runtimes() {
+        let mut group = c.benchmark_group(format!("per_event/{flavor}"));
+        group.throughput(Throughput::Elements(EVENTS));
+        group.bench_function("tokio_mpsc_64", |b| {
+            b.iter(|| assert_eq!(black_box(rt.block_on(tokio_mpsc())), expected))
+        });
+        group.bench_function("gate_64_backpressure", |b| {
+            b.iter(|| {
+                assert_eq!(
+                    black_box(rt.block_on(gate(Policy::backpressure()))),
+                    expected
+                )
+            })
+        });
+        group.bench_function("gate_64_coalesce", |b| {
+            b.iter(|| assert_eq!(black_box(rt.block_on(gate(Policy::coalesce()))), expected))
+        });
+        group.finish();
+    }
+}
+
+criterion_group!(benches, per_event);
+criterion_main!(benches);

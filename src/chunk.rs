@@ -102,13 +102,19 @@ impl Chunk for Bytes {
         self.len()
     }
 
-    /// Concatenates the two buffers.
+    /// Concatenates the two buffers, in place when `self` is the only handle to its memory, so
+    /// merging a run of chunks one by one costs time linear in their total length.
     fn merge(&mut self, next: Self) -> Result<(), Self> {
         if self.is_empty() {
             *self = next;
         } else if !next.is_empty() {
-            let mut joined = BytesMut::with_capacity(self.len() + next.len());
-            joined.extend_from_slice(self);
+            let mut joined = std::mem::take(self)
+                .try_into_mut()
+                .unwrap_or_else(|shared| {
+                    let mut copy = BytesMut::with_capacity(shared.len() + next.len());
+                    copy.extend_from_slice(&shared);
+                    copy
+                });
             joined.extend_from_slice(&next);
             *self = joined.freeze();
         }

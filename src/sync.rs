@@ -4,9 +4,15 @@
 //! same code runs under `RUSTFLAGS="--cfg loom" cargo test --lib`.
 
 #[cfg(all(test, loom))]
-pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use loom::sync::{
+    Arc, Mutex, MutexGuard,
+    atomic::{AtomicU64, Ordering},
+};
 #[cfg(not(all(test, loom)))]
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+pub(crate) use std::sync::{
+    Arc, Mutex, MutexGuard,
+    atomic::{AtomicU64, Ordering},
+};
 
 /// Locks `mutex`, ignoring poisoning. The only foreign code that runs under one of the crate's
 /// locks is [`Chunk::merge`](crate::Chunk::merge); if it panics, the panic ends the stream as a

@@ -1,10 +1,17 @@
 //! The bounded buffer between a generator and its consumer.
 //!
 //! A single-producer, single-consumer queue bounded by events *and* bytes, with in-place merging
-//! for the `Coalesce` policy and a set-once end. One mutex guards the queue, the wakers, the end
-//! and the per-stream counters, so every send and every receive takes the lock exactly once and
-//! a counter costs an add, not an atomic. No foreign code runs under the lock except
-//! [`Chunk::merge`]. Built on [`crate::sync`] so the same code is model-checked under loom.
+//! for the `Coalesce` policy and a set-once end.
+//!
+//! One mutex guards the queue, the wakers, the end and the per-stream counters: a send takes it
+//! once. The consumer takes it only when its own batch is empty, and then swaps *every* waiting
+//! chunk into its batch at once, so a consumer that is behind drains a run of events per lock.
+//! The batch stays counted against the bounds until the consumer has yielded it, so what the
+//! gate holds never exceeds them; the consumer publishes its progress through two counters it
+//! alone writes, which keeps the stats and the slow-consumer clock exact per event.
+//!
+//! No foreign code runs under the lock except [`Chunk::merge`]. Built on [`crate::sync`] so the
+//! same code is model-checked under loom.
 
 use std::collections::VecDeque;
 use std::mem;
@@ -14,7 +21,7 @@ use std::time::Instant;
 use super::end::{BoxError, EndReason, GateError};
 use super::stats::GateStats;
 use crate::chunk::Chunk;
-use crate::sync::{Mutex, lock};
+use crate::sync::{AtomicU64, Mutex, Ordering, lock};
 
 /// Why [`Buffer::try_push`] handed a chunk back.
 pub(crate) enum Refused<T> {
@@ -25,18 +32,33 @@ pub(crate) enum Refused<T> {
     Ended(T),
 }
 
+/// Chunks with the byte length each was counted at: the waiting queue, and the consumer's batch.
+pub(crate) type Batch<T> = VecDeque<(T, usize)>;
+
 /// Shared by the generator's sender, the consumer, the gate's task and every handle.
 pub(crate) struct Buffer<T> {
     max_events: usize,
     max_bytes: usize,
     state: Mutex<State<T>>,
+    delivered: Delivered,
+}
+
+/// What the consumer has yielded, in total. Written only by the consumer, read by anyone: an
+/// out-of-date read sees less delivered, which only makes the bounds stricter.
+#[derive(Default)]
+struct Delivered {
+    events: AtomicU64,
+    bytes: AtomicU64,
 }
 
 struct State<T> {
-    /// Waiting chunks with the byte length each was counted at.
-    queue: VecDeque<(T, usize)>,
+    /// Chunks waiting for the consumer.
+    queue: Batch<T>,
     /// Sum of the lengths in `queue`.
     bytes: usize,
+    /// The `delivered` totals once the consumer has yielded its current batch: what is lent to
+    /// the consumer and still counts against the bounds is the difference.
+    lent_until: (u64, u64),
     /// The first end, set once.
     end: Option<(EndReason, Option<GateError>)>,
     /// The consumer has been given the end (or was dropped): the stream yields nothing more.
@@ -60,6 +82,7 @@ impl<T: Chunk> Buffer<T> {
             state: Mutex::new(State {
                 queue: VecDeque::with_capacity(max_events.min(1024)),
                 bytes: 0,
+                lent_until: (0, 0),
                 end: None,
                 end_seen: false,
                 consumer_gone: false,
@@ -69,6 +92,7 @@ impl<T: Chunk> Buffer<T> {
                 stats: GateStats::default(),
                 ended_at: None,
             }),
+            delivered: Delivered::default(),
         }
     }
 
@@ -87,15 +111,21 @@ impl<T: Chunk> Buffer<T> {
             state.stats.chunks_after_end += 1;
             return Err(Refused::Ended(chunk));
         }
-        let fits_bytes = state.bytes.saturating_add(len) <= self.max_bytes;
-        let chunk = if state.queue.is_empty() || (state.queue.len() < self.max_events && fits_bytes)
-        {
+        let (events, bytes) = self.held(&state);
+        let fits_bytes = bytes.saturating_add(len) <= self.max_bytes;
+        let refused = if events == 0 || (events < self.max_events && fits_bytes) {
             state.queue.push_back((chunk, len));
+            state.bytes += len;
             state.stats.chunks_sent += 1;
-            chunk_admitted(&mut state, len);
+            state.stats.bytes_sent += len as u64;
+            state.stats.peak_buffered_events = state.stats.peak_buffered_events.max(events + 1);
+            state.stats.peak_buffered_bytes = state.stats.peak_buffered_bytes.max(bytes + len);
             None
-        } else if coalesce && fits_bytes {
-            let (newest, newest_len) = state.queue.back_mut().expect("a full buffer is not empty");
+        } else if let Some((newest, newest_len)) =
+            state.queue.back_mut().filter(|_| coalesce && fits_bytes)
+        {
+            // Only a chunk still in the queue can absorb more: the consumer's batch is already
+            // on its way out.
             match newest.merge(chunk) {
                 Ok(()) => {
                     let merged_len = newest.byte_len();
@@ -110,7 +140,7 @@ impl<T: Chunk> Buffer<T> {
         } else {
             Some(chunk)
         };
-        match chunk {
+        match refused {
             None => {
                 let rx = state.rx_waker.take();
                 drop(state);
@@ -125,47 +155,83 @@ impl<T: Chunk> Buffer<T> {
                 }
                 Err(Refused::Full {
                     chunk,
-                    takes: state.stats.events_delivered,
+                    takes: self.delivered.events.load(Ordering::Relaxed),
                 })
             }
         }
     }
 
-    /// Takes the oldest waiting chunk; at the end, the end (as an error unless the stream
-    /// completed) once, then `None` for ever.
-    pub(crate) fn poll_recv(&self, cx: &mut Context<'_>) -> Poll<Option<Result<T, GateError>>> {
-        let mut state = lock(&self.state);
-        if let Some((chunk, len)) = state.queue.pop_front() {
-            state.bytes -= len;
-            state.stats.events_delivered += 1;
-            state.stats.bytes_delivered += len as u64;
-            let tx = state.tx_waker.take();
-            drop(state);
-            if let Some(tx) = tx {
-                tx.wake();
-            }
+    /// Hands the consumer its next chunk: from `batch` without a lock while it lasts, otherwise
+    /// by swapping every waiting chunk into `batch` under one lock. At the end it yields the
+    /// end (as an error unless the stream completed) once, then `None` for ever.
+    pub(crate) fn poll_recv(
+        &self,
+        cx: &mut Context<'_>,
+        batch: &mut Batch<T>,
+    ) -> Poll<Option<Result<T, GateError>>> {
+        if let Some(chunk) = self.yield_from(batch) {
             return Poll::Ready(Some(Ok(chunk)));
         }
-        if state.end_seen {
-            return Poll::Ready(None);
+        let mut state = lock(&self.state);
+        // The previous batch is all yielded: the room it held is free, and the generator may
+        // be waiting for it.
+        let tx = state.tx_waker.take();
+        mem::swap(&mut state.queue, batch);
+        let (events, bytes) = self.delivered();
+        state.lent_until = (
+            events + batch.len() as u64,
+            bytes + mem::take(&mut state.bytes) as u64,
+        );
+        // What to yield, decided under the lock; the chunk itself is popped after it.
+        let end = if !batch.is_empty() {
+            None
+        } else if state.end_seen {
+            Some(Poll::Ready(None))
+        } else if let Some((reason, error)) = &state.end {
+            debug_assert!(error.is_some() || *reason == EndReason::Completed);
+            let error = error.clone();
+            state.end_seen = true;
+            Some(Poll::Ready(error.map(Err)))
+        } else {
+            register(&mut state.rx_waker, cx.waker());
+            Some(Poll::Pending)
+        };
+        drop(state);
+        if let Some(tx) = tx {
+            tx.wake();
         }
-        match &state.end {
-            Some((reason, error)) => {
-                let item = match error {
-                    Some(error) => Some(Err(error.clone())),
-                    None => {
-                        debug_assert_eq!(*reason, EndReason::Completed);
-                        None
-                    }
-                };
-                state.end_seen = true;
-                Poll::Ready(item)
-            }
-            None => {
-                register(&mut state.rx_waker, cx.waker());
-                Poll::Pending
-            }
-        }
+        end.unwrap_or_else(|| Poll::Ready(self.yield_from(batch).map(Ok)))
+    }
+
+    /// Pops the batch's next chunk and publishes the consumer's progress.
+    fn yield_from(&self, batch: &mut Batch<T>) -> Option<T> {
+        let (chunk, len) = batch.pop_front()?;
+        // Only the consumer writes these, so a load and a store (not a read-modify-write) will
+        // do; `Relaxed`, because they order no other memory.
+        let delivered = &self.delivered;
+        let events = delivered.events.load(Ordering::Relaxed);
+        delivered.events.store(events + 1, Ordering::Relaxed);
+        let bytes = delivered.bytes.load(Ordering::Relaxed);
+        delivered.bytes.store(bytes + len as u64, Ordering::Relaxed);
+        Some(chunk)
+    }
+
+    /// The consumer's totals: events and bytes yielded.
+    fn delivered(&self) -> (u64, u64) {
+        (
+            self.delivered.events.load(Ordering::Relaxed),
+            self.delivered.bytes.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Events and bytes the gate holds: waiting, plus lent to the consumer and not yet yielded.
+    fn held(&self, state: &State<T>) -> (usize, usize) {
+        let (events, bytes) = self.delivered();
+        let (lent_events, lent_bytes) = state.lent_until;
+        (
+            state.queue.len() + lent_events.saturating_sub(events) as usize,
+            state.bytes + lent_bytes.saturating_sub(bytes) as usize,
+        )
     }
 
     /// Ends the stream for `reason` unless it has already ended, and returns the reason that
@@ -178,20 +244,21 @@ impl<T: Chunk> Buffer<T> {
         reason
     }
 
-    /// The consumer is gone: drops what it will never read and ends the stream as cancelled
-    /// (unless it had already ended). Returns the reason that stands.
-    pub(crate) fn close_consumer(&self) -> EndReason {
+    /// The consumer is gone, leaving `batch` unread: drops what it will never read and ends the
+    /// stream as cancelled (unless it had already ended). Returns the reason that stands.
+    pub(crate) fn close_consumer(&self, batch: Batch<T>) -> EndReason {
         let mut state = lock(&self.state);
         state.consumer_gone = true;
         state.end_seen = true;
         // Ended under the same lock that empties the queue, so no chunk can slip in between.
         let (reason, wakers) = state.end(EndReason::Cancelled, None);
-        state.stats.events_undelivered += state.queue.len() as u64;
+        state.stats.events_undelivered += (state.queue.len() + batch.len()) as u64;
         let undelivered = mem::take(&mut state.queue);
         state.bytes = 0;
+        state.lent_until = self.delivered();
         drop(state);
         // Dropping chunks runs their destructors: never under the lock.
-        drop(undelivered);
+        drop((undelivered, batch));
         wakers.into_iter().flatten().for_each(Waker::wake);
         reason
     }
@@ -219,15 +286,10 @@ impl<T: Chunk> Buffer<T> {
         Poll::Pending
     }
 
-    /// How many events are waiting.
-    pub(crate) fn buffered_events(&self) -> usize {
-        lock(&self.state).queue.len()
-    }
-
-    /// Whether the consumer has seen the end (or is gone): it will yield nothing more.
+    /// Whether the consumer has seen the end (or is gone): it will yield nothing more once its
+    /// batch is empty.
     pub(crate) fn is_terminated(&self) -> bool {
-        let state = lock(&self.state);
-        state.end_seen && state.queue.is_empty()
+        lock(&self.state).end_seen
     }
 
     /// The reason the stream ended, once it has.
@@ -238,9 +300,13 @@ impl<T: Chunk> Buffer<T> {
     /// A snapshot of the counters.
     pub(crate) fn stats(&self) -> GateStats {
         let state = lock(&self.state);
+        let (buffered_events, buffered_bytes) = self.held(&state);
+        let (events_delivered, bytes_delivered) = self.delivered();
         GateStats {
-            buffered_events: state.queue.len(),
-            buffered_bytes: state.bytes,
+            events_delivered,
+            bytes_delivered,
+            buffered_events,
+            buffered_bytes,
             end_reason: state.end.as_ref().map(|(reason, _)| *reason),
             ..state.stats.clone()
         }
@@ -270,14 +336,6 @@ impl<T> State<T> {
         self.ended_at = Some(Instant::now());
         (reason, [self.rx_waker.take(), self.tx_waker.take()])
     }
-}
-
-/// Counts `len` admitted bytes and the buffer's new high-water marks.
-fn chunk_admitted<T>(state: &mut State<T>, len: usize) {
-    state.bytes += len;
-    state.stats.bytes_sent += len as u64;
-    state.stats.peak_buffered_events = state.stats.peak_buffered_events.max(state.queue.len());
-    state.stats.peak_buffered_bytes = state.stats.peak_buffered_bytes.max(state.bytes);
 }
 
 /// Stores `waker` in `slot` unless the stored one would already wake the same task.

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 use futures_core::{FusedStream, Stream};
 use tokio_util::sync::CancellationToken;
 
-use super::buffer::Buffer;
+use super::buffer::{Batch, Buffer};
 use super::end::GateError;
 use super::handle::GateHandle;
 use crate::chunk::Chunk;
@@ -51,6 +51,7 @@ impl<T> Event<T> {
 pub struct Consumer<T: Chunk> {
     buffer: Arc<Buffer<T>>,
     token: CancellationToken,
+    batch: Batch<T>,
     next_seq: u64,
 }
 
@@ -59,6 +60,7 @@ impl<T: Chunk + Send + 'static> Consumer<T> {
         Consumer {
             buffer,
             token,
+            batch: Batch::new(),
             next_seq: 0,
         }
     }
@@ -69,12 +71,15 @@ impl<T: Chunk + Send + 'static> Consumer<T> {
     }
 }
 
+// Chunks are moved, never pinned, so the consumer is `Unpin` whatever the chunk type.
+impl<T: Chunk> Unpin for Consumer<T> {}
+
 impl<T: Chunk> Stream for Consumer<T> {
     type Item = Result<Event<T>, GateError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        this.buffer.poll_recv(cx).map(|item| {
+        this.buffer.poll_recv(cx, &mut this.batch).map(|item| {
             item.map(|result| {
                 result.map(|chunk| {
                     let seq = this.next_seq;
@@ -86,15 +91,14 @@ impl<T: Chunk> Stream for Consumer<T> {
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        // Events already waiting will be delivered; how many more the generator makes is
-        // unknown.
-        (self.buffer.buffered_events(), None)
+        // The batch in hand will be yielded; how many more the generator makes is unknown.
+        (self.batch.len(), None)
     }
 }
 
 impl<T: Chunk> FusedStream for Consumer<T> {
     fn is_terminated(&self) -> bool {
-        self.buffer.is_terminated()
+        self.batch.is_empty() && self.buffer.is_terminated()
     }
 }
 
@@ -102,7 +106,7 @@ impl<T: Chunk> Drop for Consumer<T> {
     fn drop(&mut self) {
         // Record the end first, so the generator's task reports the cancel rather than a
         // completion it could race to.
-        self.buffer.close_consumer();
+        self.buffer.close_consumer(std::mem::take(&mut self.batch));
         self.token.cancel();
     }
 }
@@ -111,7 +115,7 @@ impl<T: Chunk> fmt::Debug for Consumer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer")
             .field("next_seq", &self.next_seq)
-            .field("buffered_events", &self.buffer.buffered_events())
+            .field("batch", &self.batch.len())
             .field("end_reason", &self.buffer.end_reason())
             .finish()
     }

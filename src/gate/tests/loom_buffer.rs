@@ -164,3 +164,36 @@ fn end_wakes_a_parked_consumer() {
         assert_eq!(end, Some(EndReason::SlowConsumer));
     });
 }
+
+/// A batch lent to the consumer counts against the bounds until it is yielded: whatever the
+/// interleaving, the gate never holds more than its bound, and the consumer's progress frees
+/// room event by event.
+#[test]
+fn a_lent_batch_counts_against_the_bounds() {
+    model(|| {
+        let (buffer, mut sender, mut consumer) = parts(2, 64, Policy::backpressure());
+        let done = buffer.clone();
+        let producer = thread::spawn(move || {
+            block_on(async {
+                for text in ["a", "b", "c", "d"] {
+                    sender.send(text.to_owned()).await.unwrap();
+                }
+            });
+            done.end(EndReason::Completed, None);
+        });
+        let mut received = Vec::new();
+        block_on(async {
+            while let Some(item) = poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)).await {
+                let stats = buffer.stats();
+                assert!(stats.buffered_events <= 2, "{stats:?}");
+                assert!(stats.peak_buffered_events <= 2, "{stats:?}");
+                received.push(item.unwrap().into_chunk());
+            }
+        });
+        producer.join().unwrap();
+        assert_eq!(received, ["a", "b", "c", "d"]);
+        let stats = buffer.stats();
+        assert_eq!((stats.events_delivered, stats.bytes_delivered), (4, 4));
+        assert_eq!(stats.buffered_events, 0);
+    });
+}
