@@ -72,6 +72,11 @@
     rust_2018_idioms
 )]
 
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 mod chunk;
 mod gate;
 mod sync;
