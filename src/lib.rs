@@ -78,10 +78,13 @@
 pub struct ReadmeDoctests;
 
 mod chunk;
+mod ext;
 mod gate;
+pub mod sse;
 mod sync;
 
 pub use chunk::{Chunk, Kind};
+pub use ext::GateExt;
 pub use gate::{
     BoxError, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, EndReason, Event, Gate, GateError,
     GateHandle, GateStats, Policy, SendError, Sender,

@@ -1,0 +1,75 @@
+//! `GateExt`: the crate's stream combinators as methods.
+
+use std::time::Duration;
+
+use futures_core::Stream;
+
+use crate::gate::BoxError;
+use crate::sse::{DecodeSse, EncodeSse, Frame, Heartbeat, SseDecoder};
+
+/// Combinators for the streams along the data path, as methods on any [`Stream`].
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use futures_util::StreamExt;
+/// use streamgate::sse::SseEvent;
+/// use streamgate::{Gate, GateExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let consumer = Gate::new().spawn(|_, mut tx| async move {
+///     tx.send(SseEvent::data("hello")).await?;
+///     Ok::<_, streamgate::SendError<SseEvent>>(())
+/// });
+/// let frames: Vec<_> = consumer.sse().heartbeat(Duration::from_secs(15)).collect().await;
+/// assert_eq!(&frames[0].bytes()[..], b"data: hello\n\n");
+/// # }
+/// ```
+pub trait GateExt: Stream {
+    /// Encodes a gated stream (a [`Consumer`](crate::Consumer) of chunks that convert into
+    /// [`SseEvent`](crate::sse::SseEvent)s) as SSE frames, one per event, ending an early end
+    /// with a terminal `event: error` frame.
+    fn sse(self) -> EncodeSse<Self>
+    where
+        Self: Sized,
+    {
+        EncodeSse::new(self)
+    }
+
+    /// Inserts a heartbeat comment whenever no frame has passed for `interval`.
+    ///
+    /// # Panics
+    ///
+    /// If `interval` is zero.
+    fn heartbeat(self, interval: Duration) -> Heartbeat<Self>
+    where
+        Self: Stream<Item = Frame> + Sized,
+    {
+        Heartbeat::new(self, interval)
+    }
+
+    /// Decodes a stream of byte chunks (an upstream SSE body) into events, with the default
+    /// limits.
+    fn sse_events<B, E>(self) -> DecodeSse<Self>
+    where
+        Self: Stream<Item = Result<B, E>> + Sized,
+        B: AsRef<[u8]>,
+        E: Into<BoxError>,
+    {
+        DecodeSse::new(self, SseDecoder::new())
+    }
+
+    /// Like [`sse_events`](GateExt::sse_events), with a decoder configured by the caller.
+    fn sse_events_with<B, E>(self, decoder: SseDecoder) -> DecodeSse<Self>
+    where
+        Self: Stream<Item = Result<B, E>> + Sized,
+        B: AsRef<[u8]>,
+        E: Into<BoxError>,
+    {
+        DecodeSse::new(self, decoder)
+    }
+}
+
+impl<S: Stream> GateExt for S {}

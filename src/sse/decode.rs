@@ -1,0 +1,106 @@
+//! Decoding a stream of byte chunks (an upstream HTTP body) into SSE events.
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::BytesMut;
+use futures_core::{FusedStream, Stream};
+use pin_project_lite::pin_project;
+use tokio_util::codec::Decoder;
+
+use super::decoder::{DecodeError, SseDecoder};
+use super::event::SseEvent;
+use crate::gate::BoxError;
+
+pin_project! {
+    /// Decodes a stream of byte chunks as SSE; built by
+    /// [`GateExt::sse_events`](crate::GateExt::sse_events).
+    ///
+    /// A limit error is yielded and decoding goes on with the next event; an error of the
+    /// underlying stream is yielded as [`DecodeError::Upstream`] and ends the stream.
+    #[must_use = "streams do nothing unless polled"]
+    pub struct DecodeSse<S> {
+        #[pin]
+        bytes: S,
+        decoder: SseDecoder,
+        buffer: BytesMut,
+        state: State,
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Reading,
+    /// The bytes ended (or failed): what is left in the buffer is decoded, then nothing.
+    Draining,
+    Done,
+}
+
+impl<S> DecodeSse<S> {
+    pub(crate) fn new(bytes: S, decoder: SseDecoder) -> Self {
+        DecodeSse {
+            bytes,
+            decoder,
+            buffer: BytesMut::new(),
+            state: State::Reading,
+        }
+    }
+
+    /// The parser, for its last event id.
+    pub fn decoder(&self) -> &SseDecoder {
+        &self.decoder
+    }
+}
+
+impl<S, B, E> Stream for DecodeSse<S>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: Into<BoxError>,
+{
+    type Item = Result<SseEvent, DecodeError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut this = self.project();
+        loop {
+            match *this.state {
+                State::Done => return Poll::Ready(None),
+                State::Draining => {
+                    *this.state = State::Done;
+                    return Poll::Ready(this.decoder.decode_eof(this.buffer).transpose());
+                }
+                State::Reading => {}
+            }
+            if let Some(item) = this.decoder.decode(this.buffer).transpose() {
+                return Poll::Ready(Some(item));
+            }
+            match ready!(this.bytes.as_mut().poll_next(cx)) {
+                Some(Ok(bytes)) => this.buffer.extend_from_slice(bytes.as_ref()),
+                Some(Err(error)) => {
+                    *this.state = State::Done;
+                    return Poll::Ready(Some(Err(DecodeError::Upstream(error.into()))));
+                }
+                None => *this.state = State::Draining,
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        // Any number of events can hide in one chunk, and none in many.
+        match self.state {
+            State::Done => (0, Some(0)),
+            _ => (0, None),
+        }
+    }
+}
+
+impl<S, B, E> FusedStream for DecodeSse<S>
+where
+    S: Stream<Item = Result<B, E>>,
+    B: AsRef<[u8]>,
+    E: Into<BoxError>,
+{
+    fn is_terminated(&self) -> bool {
+        self.state == State::Done
+    }
+}

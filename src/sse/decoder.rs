@@ -1,0 +1,343 @@
+//! An incremental SSE parser following the WHATWG "parsing an event stream" rules.
+
+use std::fmt;
+use std::io;
+use std::mem;
+
+use bytes::{Buf, BytesMut};
+use tokio_util::codec::Decoder;
+
+use super::event::SseEvent;
+use crate::gate::BoxError;
+
+/// The default longest line: 256 KiB.
+pub const DEFAULT_MAX_LINE: usize = 256 * 1024;
+/// The default largest event (its data): 1 MiB.
+pub const DEFAULT_MAX_EVENT: usize = 1024 * 1024;
+
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// An incremental parser of an SSE byte stream, as a WHATWG client parses it.
+///
+/// It yields each dispatched event as an [`SseEvent`] (its data, its type when not the default
+/// `message`, and the last event id when one was ever set) and each valid `retry:` as an event
+/// carrying only [`retry_ms`](SseEvent::retry_ms). The rules it follows: one leading BOM is
+/// skipped (even split across reads); lines end at CR, LF or CRLF (a CRLF split across reads
+/// too); a field without a colon has an empty value; one space after the colon is stripped; an
+/// `id` containing NUL is ignored; `retry` is accepted only as ASCII digits (and ignored if it
+/// does not fit in a `u64`); the last event id persists across events; the type is reset after
+/// each dispatch; data pending at the end of the stream is discarded; invalid UTF-8 is decoded
+/// with U+FFFD.
+///
+/// Time is linear in the input however it is split: the parser remembers how far it scanned.
+/// Memory is bounded: a line longer than [`max_line`](SseDecoder::max_line) or an event
+/// larger than [`max_event`](SseDecoder::max_event) is a [`DecodeError`]; the parser then skips
+/// the rest of that event and goes on with the next.
+///
+/// # Examples
+///
+/// ```
+/// use bytes::BytesMut;
+/// use streamgate::sse::SseDecoder;
+/// use tokio_util::codec::Decoder;
+///
+/// let mut decoder = SseDecoder::new();
+/// let mut input = BytesMut::from("id: 7\r\ndata: hel");
+/// assert!(decoder.decode(&mut input)?.is_none());
+/// input.extend_from_slice(b"lo\r\n\r\n");
+/// let event = decoder.decode(&mut input)?.expect("one event");
+/// assert_eq!((event.data_str(), event.id()), (Some("hello"), Some("7")));
+/// # Ok::<(), streamgate::sse::DecodeError>(())
+/// ```
+#[derive(Clone)]
+pub struct SseDecoder {
+    max_line: usize,
+    max_event: usize,
+    /// How many bytes at the front of the input were scanned without finding a line end.
+    next_index: usize,
+    /// Whether the stream start was passed (a BOM can only be there).
+    started: bool,
+    /// The last line ended with CR at the end of the input: an LF first thing next belongs to it.
+    skip_lf: bool,
+    /// Skipping the rest of a line that was too long.
+    discarding_line: bool,
+    /// Skipping the rest of an event that broke a limit, up to its blank line.
+    dropping_event: bool,
+    data: String,
+    event_type: String,
+    last_event_id: Option<String>,
+}
+
+impl SseDecoder {
+    /// A parser with the default limits ([`DEFAULT_MAX_LINE`], [`DEFAULT_MAX_EVENT`]).
+    pub fn new() -> Self {
+        SseDecoder {
+            max_line: DEFAULT_MAX_LINE,
+            max_event: DEFAULT_MAX_EVENT,
+            next_index: 0,
+            started: false,
+            skip_lf: false,
+            discarding_line: false,
+            dropping_event: false,
+            data: String::new(),
+            event_type: String::new(),
+            last_event_id: None,
+        }
+    }
+
+    /// The longest line accepted, in bytes (without its line end).
+    pub fn max_line(mut self, max_line: usize) -> Self {
+        self.max_line = max_line;
+        self
+    }
+
+    /// The largest event accepted: the bytes of its data.
+    pub fn max_event(mut self, max_event: usize) -> Self {
+        self.max_event = max_event;
+        self
+    }
+
+    /// The last event id seen, as a reconnecting client would send it in `Last-Event-ID`.
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_event_id.as_deref()
+    }
+
+    /// Bytes of data held for the event being parsed (at most [`max_event`](SseDecoder::max_event)).
+    pub fn buffered_data(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Processes lines from the front of `src` until one yields an item or `src` holds no
+    /// complete line.
+    fn next_item(&mut self, src: &mut BytesMut) -> Result<Option<SseEvent>, DecodeError> {
+        loop {
+            if !self.started {
+                let n = src.len().min(BOM.len());
+                if src[..n] != BOM[..n] {
+                    self.started = true;
+                } else if n == BOM.len() {
+                    src.advance(n);
+                    self.started = true;
+                } else {
+                    return Ok(None);
+                }
+            }
+            if self.skip_lf && !src.is_empty() {
+                self.skip_lf = false;
+                if src[0] == b'\n' {
+                    src.advance(1);
+                }
+            }
+            let scanned = self.next_index;
+            let Some(at) = src[scanned..]
+                .iter()
+                .position(|&b| b == b'\r' || b == b'\n')
+                .map(|at| scanned + at)
+            else {
+                self.next_index = src.len();
+                if self.discarding_line {
+                    src.clear();
+                    self.next_index = 0;
+                } else if src.len() > self.max_line {
+                    src.clear();
+                    self.next_index = 0;
+                    self.discarding_line = true;
+                    return Err(self.broke_limit(DecodeError::LineTooLong {
+                        limit: self.max_line,
+                    }));
+                }
+                return Ok(None);
+            };
+            let mut end = at + 1;
+            if src[at] == b'\r' {
+                match src.get(end) {
+                    Some(b'\n') => end += 1,
+                    Some(_) => {}
+                    None => self.skip_lf = true,
+                }
+            }
+            let line = src.split_to(end);
+            let line = &line[..at];
+            self.next_index = 0;
+            if mem::take(&mut self.discarding_line) {
+                continue;
+            }
+            if line.len() > self.max_line {
+                return Err(self.broke_limit(DecodeError::LineTooLong {
+                    limit: self.max_line,
+                }));
+            }
+            if let Some(item) = self.process_line(line)? {
+                return Ok(Some(item));
+            }
+        }
+    }
+
+    /// One complete line, per the WHATWG rules.
+    fn process_line(&mut self, line: &[u8]) -> Result<Option<SseEvent>, DecodeError> {
+        if line.is_empty() {
+            if mem::take(&mut self.dropping_event) {
+                self.data.clear();
+                self.event_type.clear();
+                return Ok(None);
+            }
+            return Ok(self.dispatch());
+        }
+        if self.dropping_event || line[0] == b':' {
+            return Ok(None);
+        }
+        let (name, value) = match line.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let value = &line[colon + 1..];
+                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (line, &b""[..]),
+        };
+        match name {
+            b"event" => self.event_type = String::from_utf8_lossy(value).into_owned(),
+            b"data" => {
+                if self.data.len() + value.len() + 1 > self.max_event {
+                    return Err(self.broke_limit(DecodeError::EventTooLarge {
+                        limit: self.max_event,
+                    }));
+                }
+                self.data.push_str(&String::from_utf8_lossy(value));
+                self.data.push('\n');
+            }
+            b"id" if !value.contains(&0) => {
+                self.last_event_id = Some(String::from_utf8_lossy(value).into_owned());
+            }
+            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
+                // Digits only, so the text is ASCII; a value too large for u64 is ignored.
+                if let Some(ms) = std::str::from_utf8(value)
+                    .ok()
+                    .and_then(|digits| digits.parse::<u64>().ok())
+                {
+                    return Ok(Some(SseEvent::retry(std::time::Duration::from_millis(ms))));
+                }
+            }
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// Dispatches the event built so far, if it has data.
+    fn dispatch(&mut self) -> Option<SseEvent> {
+        let event_type = mem::take(&mut self.event_type);
+        if self.data.is_empty() {
+            return None;
+        }
+        let mut data = mem::take(&mut self.data);
+        data.pop(); // the LF after the last data line
+        let mut event = SseEvent::data(data);
+        if !event_type.is_empty() {
+            event = event
+                .with_event(event_type)
+                .expect("a parsed line holds no line break");
+        }
+        if let Some(id) = &self.last_event_id {
+            event = event
+                .with_id(id.clone())
+                .expect("a parsed id holds no line break or NUL");
+        }
+        Some(event)
+    }
+
+    /// Starts skipping the current event, and returns `error`.
+    fn broke_limit(&mut self, error: DecodeError) -> DecodeError {
+        self.dropping_event = true;
+        self.data.clear();
+        self.event_type.clear();
+        error
+    }
+}
+
+impl Default for SseDecoder {
+    fn default() -> Self {
+        SseDecoder::new()
+    }
+}
+
+impl fmt::Debug for SseDecoder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SseDecoder")
+            .field("max_line", &self.max_line)
+            .field("max_event", &self.max_event)
+            .field("pending_data", &self.data.len())
+            .field("last_event_id", &self.last_event_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Decoder for SseDecoder {
+    type Item = SseEvent;
+    type Error = DecodeError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<SseEvent>, DecodeError> {
+        self.next_item(src)
+    }
+
+    /// At the end of the stream, an incomplete line or event is discarded, as the WHATWG rules
+    /// say: a cut-off event is never dispatched.
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<SseEvent>, DecodeError> {
+        if let Some(item) = self.next_item(src)? {
+            return Ok(Some(item));
+        }
+        src.clear();
+        self.next_index = 0;
+        self.data.clear();
+        self.event_type.clear();
+        self.dropping_event = false;
+        self.discarding_line = false;
+        Ok(None)
+    }
+}
+
+/// Why an SSE byte stream could not be decoded.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// A line was longer than the limit; the rest of its event is skipped.
+    LineTooLong {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// An event's data grew past the limit; the rest of the event is skipped.
+    EventTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
+    /// Reading the bytes failed.
+    Io(io::Error),
+    /// The stream of bytes yielded an error.
+    Upstream(BoxError),
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::LineTooLong { limit } => write!(f, "sse line longer than {limit} bytes"),
+            DecodeError::EventTooLarge { limit } => {
+                write!(f, "sse event data larger than {limit} bytes")
+            }
+            DecodeError::Io(_) => f.write_str("reading the sse stream failed"),
+            DecodeError::Upstream(_) => f.write_str("the sse byte stream failed"),
+        }
+    }
+}
+
+impl std::error::Error for DecodeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DecodeError::Io(error) => Some(error),
+            DecodeError::Upstream(error) => Some(&**error),
+            _ => None,
+        }
+    }
+}
+
+impl From<io::Error> for DecodeError {
+    fn from(error: io::Error) -> Self {
+        DecodeError::Io(error)
+    }
+}

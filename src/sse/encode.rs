@@ -1,0 +1,140 @@
+//! Encoding a gated stream as SSE frames, with a visible frame for an early end.
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use bytes::Bytes;
+use futures_core::{FusedStream, Stream};
+use pin_project_lite::pin_project;
+
+use super::event::SseEvent;
+use super::frame::Frame;
+use crate::chunk::{Chunk, Kind};
+use crate::gate::{EndReason, Event, GateError};
+
+pin_project! {
+    /// Encodes each event of a gated stream as one SSE [`Frame`], and an early end as a
+    /// terminal `event: error` frame; built by [`GateExt::sse`](crate::GateExt::sse).
+    ///
+    /// The terminal frame is `event: error` with data
+    /// `{"error":{"type":"<end reason>","message":"<why>"}}` (the shape OpenAI-compatible
+    /// clients read), so a client can tell a cut-off stream from a finished one.
+    #[must_use = "streams do nothing unless polled"]
+    pub struct EncodeSse<S> {
+        #[pin]
+        events: S,
+        ids: bool,
+        done: bool,
+    }
+}
+
+impl<S> EncodeSse<S> {
+    pub(crate) fn new(events: S) -> Self {
+        EncodeSse {
+            events,
+            ids: false,
+            done: false,
+        }
+    }
+
+    /// Gives every event without an id of its own the gate's `seq` as its `id:`, so a client
+    /// reconnecting with `Last-Event-ID` names where it stopped, and hops can correlate events.
+    pub fn with_ids(mut self) -> Self {
+        self.ids = true;
+        self
+    }
+}
+
+impl<S, T> Stream for EncodeSse<S>
+where
+    S: Stream<Item = Result<Event<T>, GateError>>,
+    T: Into<SseEvent> + Chunk,
+{
+    type Item = Frame;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
+        let this = self.project();
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        let frame = match ready!(this.events.poll_next(cx)) {
+            Some(Ok(event)) => {
+                let seq = event.seq();
+                let mut sse: SseEvent = event.into_chunk().into();
+                if *this.ids && sse.id().is_none() {
+                    sse = sse
+                        .with_id(seq.to_string())
+                        .expect("a number is a valid id");
+                }
+                Frame::new(sse.encode(), sse.kind(), Some(seq))
+            }
+            Some(Err(error)) => {
+                *this.done = true;
+                end_frame(&error)
+            }
+            None => {
+                *this.done = true;
+                return Poll::Ready(None);
+            }
+        };
+        Poll::Ready(Some(frame))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        if self.done {
+            return (0, Some(0));
+        }
+        // One frame per event, plus at most one end frame for an error.
+        let (lower, upper) = self.events.size_hint();
+        (lower, upper.and_then(|upper| upper.checked_add(1)))
+    }
+}
+
+impl<S, T> FusedStream for EncodeSse<S>
+where
+    S: Stream<Item = Result<Event<T>, GateError>>,
+    T: Into<SseEvent> + Chunk,
+{
+    fn is_terminated(&self) -> bool {
+        self.done
+    }
+}
+
+/// The terminal frame of a stream that did not complete.
+pub(crate) fn end_frame(error: &GateError) -> Frame {
+    let reason = error.reason();
+    debug_assert_ne!(reason, EndReason::Completed);
+    // Both parts are fixed ASCII texts without quotes or backslashes: no escaping is needed.
+    let frame = format!(
+        "event: error\ndata: {{\"error\":{{\"type\":\"{reason}\",\"message\":\"{error}\"}}}}\n\n"
+    );
+    Frame::new(Bytes::from(frame), Kind::Control, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+
+    use super::*;
+    use crate::{Gate, GateExt};
+
+    #[tokio::test]
+    async fn events_then_a_terminal_error_frame() {
+        let consumer = Gate::new().spawn(|_, mut tx| async move {
+            tx.send(SseEvent::data("a")).await.ok();
+            Err(std::io::Error::other("boom"))
+        });
+        let frames: Vec<Frame> = consumer.sse().with_ids().collect().await;
+        assert_eq!(frames.len(), 2);
+        assert_eq!(&frames[0].bytes()[..], b"id: 0\ndata: a\n\n");
+        assert_eq!(
+            (frames[0].kind(), frames[0].seq()),
+            (Kind::Visible, Some(0))
+        );
+        assert_eq!(
+            &frames[1].bytes()[..],
+            &b"event: error\ndata: {\"error\":{\"type\":\"generator_error\",\"message\":\"stream ended: generator failed\"}}\n\n"[..]
+        );
+        assert_eq!(frames[1].kind(), Kind::Control);
+    }
+}

@@ -1,0 +1,382 @@
+//! The SSE event type and its encoding.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::chunk::{Chunk, Kind};
+
+/// One server-sent event: data, and optionally an event type, an id, a retry time and a
+/// comment.
+///
+/// Encoding always yields one contiguous frame with LF line endings, ending in a blank line.
+/// Data may hold any text: each CR, LF or CRLF in it starts a new `data:` line, so a WHATWG
+/// client reconstructs exactly the original text with each CRLF, CR or LF turned into one LF.
+/// Empty data still reaches the client as an event (one empty `data:` line).
+///
+/// The event type and id cannot hold line breaks (and the id no NUL): setting them checks this
+/// and fails with a [`FieldError`] instead of letting a value inject fields or events.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::sse::SseEvent;
+///
+/// let event = SseEvent::data("line one\r\nline two").with_event("delta")?.with_id("7")?;
+/// assert_eq!(
+///     &event.encode()[..],
+///     b"event: delta\nid: 7\ndata: line one\ndata: line two\n\n"
+/// );
+/// assert!(SseEvent::data("x").with_event("a\nb").is_err());
+/// # Ok::<(), streamgate::sse::FieldError>(())
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SseEvent {
+    data: Option<String>,
+    event: Option<String>,
+    id: Option<String>,
+    retry: Option<u64>,
+    comment: Option<String>,
+    hidden: bool,
+}
+
+impl SseEvent {
+    /// An event carrying `data` (possibly empty, possibly several lines).
+    pub fn data(data: impl Into<String>) -> Self {
+        SseEvent {
+            data: Some(data.into()),
+            ..SseEvent::default()
+        }
+    }
+
+    /// A comment, which clients ignore: the frame of a heartbeat. Each line of `text` becomes a
+    /// comment line of its own.
+    pub fn comment(text: impl Into<String>) -> Self {
+        SseEvent {
+            comment: Some(text.into()),
+            ..SseEvent::default()
+        }
+    }
+
+    /// A frame that only sets the client's reconnection time.
+    pub fn retry(retry: Duration) -> Self {
+        SseEvent::default().with_retry(retry)
+    }
+
+    /// Sets the event type (`event:`).
+    ///
+    /// # Errors
+    ///
+    /// If `event` contains CR or LF.
+    pub fn with_event(mut self, event: impl Into<String>) -> Result<Self, FieldError> {
+        let event = event.into();
+        check(&event, "event", false)?;
+        self.event = Some(event);
+        Ok(self)
+    }
+
+    /// Sets the event id (`id:`), which the client sends back as `Last-Event-ID` on reconnection.
+    ///
+    /// # Errors
+    ///
+    /// If `id` contains CR, LF or NUL.
+    pub fn with_id(mut self, id: impl Into<String>) -> Result<Self, FieldError> {
+        let id = id.into();
+        check(&id, "id", true)?;
+        self.id = Some(id);
+        Ok(self)
+    }
+
+    /// Sets the client's reconnection time (`retry:`, in whole milliseconds).
+    pub fn with_retry(mut self, retry: Duration) -> Self {
+        self.retry = Some(u64::try_from(retry.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// Adds a comment.
+    pub fn with_comment(mut self, text: impl Into<String>) -> Self {
+        self.comment = Some(text.into());
+        self
+    }
+
+    /// Marks the event as hidden output (a reasoning delta): alive, but no user-visible progress
+    /// for the gap counters.
+    pub fn hidden(mut self) -> Self {
+        self.hidden = true;
+        self
+    }
+
+    /// The data, if the event carries any.
+    pub fn data_str(&self) -> Option<&str> {
+        self.data.as_deref()
+    }
+
+    /// The event type as set, if any.
+    pub fn event(&self) -> Option<&str> {
+        self.event.as_deref()
+    }
+
+    /// The event type a client dispatches: the one set, or `message` when none (or an empty one)
+    /// was.
+    pub fn event_type(&self) -> &str {
+        match self.event.as_deref() {
+            None | Some("") => "message",
+            Some(event) => event,
+        }
+    }
+
+    /// The id, if any.
+    pub fn id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// The reconnection time in milliseconds, if set.
+    pub fn retry_ms(&self) -> Option<u64> {
+        self.retry
+    }
+
+    /// The comment, if any.
+    pub fn comment_str(&self) -> Option<&str> {
+        self.comment.as_deref()
+    }
+
+    /// Takes the data out.
+    pub fn into_data(self) -> Option<String> {
+        self.data
+    }
+
+    /// Encodes the event as one frame.
+    pub fn encode(&self) -> Bytes {
+        let mut frame = BytesMut::with_capacity(self.encoded_len_hint());
+        if let Some(comment) = &self.comment {
+            for line in lines(comment) {
+                frame.put_slice(b":");
+                if !line.is_empty() {
+                    frame.put_slice(b" ");
+                    frame.put_slice(line.as_bytes());
+                }
+                frame.put_slice(b"\n");
+            }
+        }
+        if let Some(event) = &self.event {
+            field(&mut frame, "event", event);
+        }
+        if let Some(id) = &self.id {
+            field(&mut frame, "id", id);
+        }
+        if let Some(retry) = self.retry {
+            field(&mut frame, "retry", &retry.to_string());
+        }
+        if let Some(data) = &self.data {
+            for line in lines(data) {
+                field(&mut frame, "data", line);
+            }
+        }
+        frame.put_slice(b"\n");
+        frame.freeze()
+    }
+
+    /// Bytes the encoding takes when the text has no line breaks (a few more per break).
+    fn encoded_len_hint(&self) -> usize {
+        let text = |value: &Option<String>| value.as_ref().map_or(0, |v| v.len() + 8);
+        text(&self.data) + text(&self.event) + text(&self.id) + text(&self.comment) + 28
+    }
+
+    /// Whether `self` carries data and nothing a merge could lose.
+    fn is_plain_data(&self) -> bool {
+        self.data.is_some() && self.retry.is_none() && self.comment.is_none()
+    }
+}
+
+/// Writes `name: value\n`.
+fn field(frame: &mut BytesMut, name: &str, value: &str) {
+    frame.put_slice(name.as_bytes());
+    frame.put_slice(b": ");
+    frame.put_slice(value.as_bytes());
+    frame.put_slice(b"\n");
+}
+
+/// Splits `text` at each CRLF, CR or LF (the WHATWG line ends).
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(text);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        match text.find(['\r', '\n']) {
+            None => {
+                rest = None;
+                Some(text)
+            }
+            Some(at) => {
+                let end = if text[at..].starts_with("\r\n") {
+                    at + 2
+                } else {
+                    at + 1
+                };
+                rest = Some(&text[end..]);
+                Some(&text[..at])
+            }
+        }
+    })
+}
+
+fn check(value: &str, field: &'static str, nul: bool) -> Result<(), FieldError> {
+    if value.contains(['\r', '\n']) {
+        Err(FieldError {
+            field,
+            problem: "a line break",
+        })
+    } else if nul && value.contains('\0') {
+        Err(FieldError {
+            field,
+            problem: "a NUL character",
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl Chunk for SseEvent {
+    /// The payload: data, event type, id and comment, without the framing.
+    fn byte_len(&self) -> usize {
+        let len = |value: &Option<String>| value.as_ref().map_or(0, String::len);
+        len(&self.data) + len(&self.event) + len(&self.id) + len(&self.comment)
+    }
+
+    /// Hidden if marked so; visible when it carries data; otherwise (a comment, a retry) a
+    /// control frame.
+    fn kind(&self) -> Kind {
+        match (self.hidden, &self.data) {
+            (true, _) => Kind::Hidden,
+            (false, Some(_)) => Kind::Visible,
+            (false, None) => Kind::Control,
+        }
+    }
+
+    /// Two data events of the same type and kind, without retry or comment, merge by
+    /// concatenating their data; the merged event keeps the later id (a client that has it has
+    /// everything up to that id). This is lossless for text deltas; gate your own delta type
+    /// instead when the data is a document (JSON) that must not be concatenated.
+    fn merge(&mut self, next: Self) -> Result<(), Self> {
+        if !(self.is_plain_data()
+            && next.is_plain_data()
+            && self.event_type() == next.event_type()
+            && self.hidden == next.hidden)
+        {
+            return Err(next);
+        }
+        if let (Some(data), Some(more)) = (&mut self.data, next.data) {
+            data.push_str(&more);
+        }
+        if next.id.is_some() {
+            self.id = next.id;
+        }
+        Ok(())
+    }
+}
+
+impl From<String> for SseEvent {
+    fn from(data: String) -> Self {
+        SseEvent::data(data)
+    }
+}
+
+impl From<&str> for SseEvent {
+    fn from(data: &str) -> Self {
+        SseEvent::data(data)
+    }
+}
+
+/// An event type or id that would break the framing: it contains a line break (or, in an id,
+/// NUL).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    field: &'static str,
+    problem: &'static str,
+}
+
+impl FieldError {
+    /// The field that was refused: `event` or `id`.
+    pub fn field(&self) -> &'static str {
+        self.field
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sse `{}` field contains {}", self.field, self.problem)
+    }
+}
+
+impl std::error::Error for FieldError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encoded(event: &SseEvent) -> String {
+        String::from_utf8(event.encode().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn data_line_breaks_become_data_lines() {
+        let event = SseEvent::data("a\r\nb\rc\nd");
+        assert_eq!(encoded(&event), "data: a\ndata: b\ndata: c\ndata: d\n\n");
+        assert_eq!(encoded(&SseEvent::data("")), "data: \n\n");
+        assert_eq!(encoded(&SseEvent::data("x\n")), "data: x\ndata: \n\n");
+        assert_eq!(encoded(&SseEvent::data(" lead")), "data:  lead\n\n");
+    }
+
+    #[test]
+    fn fields_comments_and_retry() {
+        let event = SseEvent::data("d")
+            .with_event("e")
+            .unwrap()
+            .with_id("")
+            .unwrap()
+            .with_retry(Duration::from_millis(1500))
+            .with_comment("two\nlines");
+        assert_eq!(
+            encoded(&event),
+            ": two\n: lines\nevent: e\nid: \nretry: 1500\ndata: d\n\n"
+        );
+        assert_eq!(encoded(&SseEvent::comment("")), ":\n\n");
+        assert_eq!(SseEvent::comment("x").kind(), Kind::Control);
+        assert_eq!(SseEvent::data("x").hidden().kind(), Kind::Hidden);
+    }
+
+    #[test]
+    fn injection_is_refused() {
+        for bad in ["a\rb", "a\nb", "a\r\nb"] {
+            assert_eq!(
+                SseEvent::data("").with_event(bad).unwrap_err().field(),
+                "event"
+            );
+            assert_eq!(SseEvent::data("").with_id(bad).unwrap_err().field(), "id");
+        }
+        let error = SseEvent::data("").with_id("a\0b").unwrap_err();
+        assert_eq!(error.to_string(), "sse `id` field contains a NUL character");
+        assert!(SseEvent::data("").with_event("a\0b").is_ok());
+    }
+
+    #[test]
+    fn merge_concatenates_plain_data_of_one_type() {
+        let mut a = SseEvent::data("Hel").with_id("1").unwrap();
+        a.merge(SseEvent::data("lo").with_id("2").unwrap()).unwrap();
+        assert_eq!((a.data_str(), a.id()), (Some("Hello"), Some("2")));
+        a.merge(SseEvent::data("!")).unwrap();
+        assert_eq!((a.data_str(), a.id()), (Some("Hello!"), Some("2")));
+        assert!(
+            a.merge(SseEvent::data("x").with_event("other").unwrap())
+                .is_err()
+        );
+        assert!(a.merge(SseEvent::data("x").hidden()).is_err());
+        assert!(a.merge(SseEvent::comment("x")).is_err());
+        assert!(a.merge(SseEvent::retry(Duration::from_secs(1))).is_err());
+        let mut typed = SseEvent::data("a").with_event("message").unwrap();
+        assert!(
+            typed.merge(SseEvent::data("b")).is_ok(),
+            "`message` is the default type"
+        );
+    }
+}

@@ -1,0 +1,59 @@
+//! An encoded frame on its way to the transport.
+
+use bytes::Bytes;
+
+use crate::chunk::{Chunk, Kind};
+
+/// One encoded SSE frame: the bytes a transport writes in one go, with what the probes need to
+/// know about it (its kind, and the gate's `seq` when it carries an event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    bytes: Bytes,
+    kind: Kind,
+    seq: Option<u64>,
+}
+
+/// The frame of a heartbeat: one empty comment.
+const HEARTBEAT: &[u8] = b":\n\n";
+
+impl Frame {
+    /// A frame of already encoded bytes.
+    pub fn new(bytes: Bytes, kind: Kind, seq: Option<u64>) -> Self {
+        Frame { bytes, kind, seq }
+    }
+
+    /// A heartbeat: an empty SSE comment, a control frame.
+    pub fn heartbeat() -> Self {
+        Frame::new(Bytes::from_static(HEARTBEAT), Kind::Control, None)
+    }
+
+    /// The encoded bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+
+    /// Takes the encoded bytes out.
+    pub fn into_bytes(self) -> Bytes {
+        self.bytes
+    }
+
+    /// How the frame counts for progress.
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The gate's `seq` of the event this frame carries; `None` for heartbeats and end frames.
+    pub fn seq(&self) -> Option<u64> {
+        self.seq
+    }
+}
+
+impl Chunk for Frame {
+    fn byte_len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+}

@@ -1,0 +1,143 @@
+//! Heartbeats: a comment whenever a stream has been silent for an interval.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::{FusedStream, Stream};
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep, sleep_until};
+
+use super::frame::Frame;
+
+pin_project! {
+    /// Inserts a heartbeat [`Frame`] (an SSE comment) whenever no frame has passed for the
+    /// interval, before the first one too; built by
+    /// [`GateExt::heartbeat`](crate::GateExt::heartbeat).
+    ///
+    /// Prefill and hidden reasoning phases can be silent for longer than a proxy's idle timeout
+    /// (often 60 s); a heartbeat keeps the connection open, and its write is how a server learns
+    /// that a client vanished while the generator was silent. Heartbeats are control frames:
+    /// no user-visible progress.
+    #[must_use = "streams do nothing unless polled"]
+    pub struct Heartbeat<S> {
+        #[pin]
+        frames: S,
+        // Boxed so that `Heartbeat` is `Unpin` whenever the inner stream is: one allocation
+        // per stream, and `.next()` works without pinning.
+        timer: Pin<Box<Sleep>>,
+        interval: Duration,
+        // When the last frame passed: the timer is moved lazily, only when it fires, so a
+        // frame costs a clock read rather than a timer-wheel update.
+        last: Instant,
+        done: bool,
+    }
+}
+
+impl<S> Heartbeat<S> {
+    pub(crate) fn new(frames: S, interval: Duration) -> Self {
+        assert!(!interval.is_zero(), "a heartbeat interval must not be zero");
+        let now = Instant::now();
+        Heartbeat {
+            frames,
+            timer: Box::pin(sleep_until(now + interval)),
+            interval,
+            last: now,
+            done: false,
+        }
+    }
+}
+
+impl<S: Stream<Item = Frame>> Stream for Heartbeat<S> {
+    type Item = Frame;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
+        let this = self.project();
+        if *this.done {
+            return Poll::Ready(None);
+        }
+        if let Poll::Ready(frame) = this.frames.poll_next(cx) {
+            match frame {
+                Some(_) => *this.last = Instant::now(),
+                None => *this.done = true,
+            }
+            return Poll::Ready(frame);
+        }
+        loop {
+            if this.timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            let due = *this.last + *this.interval;
+            if due > this.timer.deadline() {
+                // A frame passed since the timer was set: silence is counted from it.
+                this.timer.as_mut().reset(due);
+                continue;
+            }
+            let now = Instant::now();
+            *this.last = now;
+            this.timer.as_mut().reset(now + *this.interval);
+            return Poll::Ready(Some(Frame::heartbeat()));
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        // Heartbeats add any number of frames.
+        (self.frames.size_hint().0, None)
+    }
+}
+
+impl<S: Stream<Item = Frame>> FusedStream for Heartbeat<S> {
+    fn is_terminated(&self) -> bool {
+        self.done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+    use tokio::sync::mpsc;
+
+    use super::*;
+    use crate::Kind;
+
+    /// A stream of frames the test pushes by hand.
+    fn frames() -> (
+        mpsc::UnboundedSender<Frame>,
+        impl Stream<Item = Frame> + Unpin,
+    ) {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        (
+            tx,
+            Box::pin(futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))),
+        )
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn heartbeats_fill_silence_and_every_frame_resets_the_timer() {
+        let (tx, frames) = frames();
+        let start = Instant::now();
+        let mut stream = Heartbeat::new(frames, Duration::from_secs(10));
+        // Before the first event.
+        let beat = stream.next().await.unwrap();
+        assert_eq!(
+            (beat.kind(), start.elapsed()),
+            (Kind::Control, Duration::from_secs(10))
+        );
+        // An event at 15 s moves the next heartbeat to 25 s.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let event = Frame::new(
+            bytes::Bytes::from_static(b"data: x\n\n"),
+            Kind::Visible,
+            Some(0),
+        );
+        tx.send(event.clone()).unwrap();
+        assert_eq!(stream.next().await.unwrap(), event);
+        let beat = stream.next().await.unwrap();
+        assert_eq!(
+            (beat.kind(), start.elapsed()),
+            (Kind::Control, Duration::from_secs(25))
+        );
+        drop(tx);
+        assert!(stream.next().await.is_none());
+    }
+}

@@ -1,0 +1,22 @@
+//! Server-sent events: an injection-safe encoder, an incremental WHATWG decoder, heartbeats.
+//!
+//! ```text
+//! Consumer<T: Into<SseEvent>> --.sse()--> Frame stream --.heartbeat(d)--> transport
+//! upstream bytes --.sse_events()--> SseEvent stream --> a gate at the next hop
+//! ```
+//!
+//! The module frames and parses bytes; it knows no transport.
+
+mod decode;
+mod decoder;
+mod encode;
+mod event;
+mod frame;
+mod heartbeat;
+
+pub use self::decode::DecodeSse;
+pub use self::decoder::{DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, DecodeError, SseDecoder};
+pub use self::encode::EncodeSse;
+pub use self::event::{FieldError, SseEvent};
+pub use self::frame::Frame;
+pub use self::heartbeat::Heartbeat;

@@ -1,0 +1,218 @@
+//! The WHATWG "parsing an event stream" rules, each case fed whole, split at every byte offset,
+//! and one byte at a time.
+
+#[path = "../fuzz/checks/sse.rs"]
+mod checks;
+
+use std::time::Duration;
+
+use checks::{Item, decode_in_pieces};
+use streamgate::sse::SseEvent;
+
+fn event(data: &str) -> Item {
+    Ok(SseEvent::data(data))
+}
+
+fn typed(event_type: &str, data: &str) -> Item {
+    Ok(SseEvent::data(data).with_event(event_type).unwrap())
+}
+
+fn with_id(data: &str, id: &str) -> Item {
+    Ok(SseEvent::data(data).with_id(id).unwrap())
+}
+
+fn retry(ms: u64) -> Item {
+    Ok(SseEvent::retry(Duration::from_millis(ms)))
+}
+
+/// Decodes `input` whole, at every two-piece split, and byte by byte: all must give `expected`.
+fn check(input: &[u8], expected: &[Item]) {
+    assert_eq!(decode_in_pieces(input, &[]), expected, "whole: {input:?}");
+    for cut in 1..input.len() {
+        assert_eq!(
+            decode_in_pieces(input, &[cut]),
+            expected,
+            "split at {cut}: {input:?}"
+        );
+    }
+    let bytewise: Vec<usize> = (1..input.len()).collect();
+    assert_eq!(
+        decode_in_pieces(input, &bytewise),
+        expected,
+        "bytewise: {input:?}"
+    );
+}
+
+#[test]
+fn a_plain_event() {
+    check(b"data: hello\n\n", &[event("hello")]);
+}
+
+#[test]
+fn one_leading_bom_is_skipped() {
+    check(b"\xEF\xBB\xBFdata: a\n\n", &[event("a")]);
+    // A second BOM belongs to the first field's name, which is then unknown.
+    check(
+        b"\xEF\xBB\xBF\xEF\xBB\xBFdata: a\n\ndata: b\n\n",
+        &[event("b")],
+    );
+    // A BOM later in the stream is text.
+    check(b"data: \xEF\xBB\xBFa\n\n", &[event("\u{FEFF}a")]);
+}
+
+#[test]
+fn cr_lf_and_crlf_end_lines() {
+    check(b"data: a\rdata: b\r\ndata: c\n\r\n", &[event("a\nb\nc")]);
+    check(b"data: a\r\rdata: b\r\n\r\n", &[event("a"), event("b")]);
+    check(b"data: a\n\r\n\rdata: b\r\r", &[event("a"), event("b")]);
+}
+
+#[test]
+fn a_field_without_colon_has_an_empty_value() {
+    check(b"data\n\n", &[event("")]);
+    check(b"data\ndata\n\n", &[event("\n")]);
+    check(b"event\ndata: x\n\n", &[event("x")]);
+}
+
+#[test]
+fn one_leading_space_is_stripped() {
+    check(b"data:  two\n\n", &[event(" two")]);
+    check(b"data:none\n\n", &[event("none")]);
+    check(b"data: \n\n", &[event("")]);
+}
+
+#[test]
+fn ids_persist_and_ids_with_nul_are_ignored() {
+    check(
+        b"id: 1\ndata: a\n\nid: 2\x00x\ndata: b\n\ndata: c\n\n",
+        &[with_id("a", "1"), with_id("b", "1"), with_id("c", "1")],
+    );
+    check(b"id: 5\n\nid\ndata: a\n\n", &[with_id("a", "")]);
+}
+
+#[test]
+fn retry_only_as_ascii_digits() {
+    check(b"retry: 1000\n\n", &[retry(1000)]);
+    check(b"retry:7\ndata: x\n\n", &[retry(7), event("x")]);
+    for bad in [
+        &b"retry: 10a\n\n"[..],
+        b"retry: \n\n",
+        b"retry: -1\n\n",
+        b"retry: 1.5\n\n",
+        b"retry:  1\n\n",
+        b"retry: 99999999999999999999999\n\n",
+    ] {
+        check(bad, &[]);
+    }
+}
+
+#[test]
+fn the_type_resets_after_each_dispatch() {
+    check(
+        b"event: x\ndata: a\n\ndata: b\n\n",
+        &[typed("x", "a"), event("b")],
+    );
+    // A type with no data is dropped at the blank line.
+    check(b"event: x\n\ndata: y\n\n", &[event("y")]);
+    check(b"event:\ndata: a\n\n", &[event("a")]);
+}
+
+#[test]
+fn pending_data_is_discarded_at_the_end() {
+    check(b"data: a\n\ndata: b", &[event("a")]);
+    check(b"data: a\n\ndata: b\n", &[event("a")]);
+    check(b"data: a\n\ndata: b\r", &[event("a")]);
+}
+
+#[test]
+fn invalid_utf8_becomes_replacement_characters() {
+    check(b"data: \xFF\xFEa\n\n", &[event("\u{FFFD}\u{FFFD}a")]);
+    // A multi-byte character split across reads is not replaced.
+    check("data: é€😀\n\n".as_bytes(), &[event("é€😀")]);
+    check(b"data: \xE2\x82\n\n", &[event("\u{FFFD}")]);
+}
+
+#[test]
+fn comments_and_unknown_fields_are_ignored() {
+    check(b": hi\ndata: a\n:\nfoo: bar\n\n", &[event("a")]);
+    check(b":\n\n", &[]);
+}
+
+#[test]
+fn limits_are_errors_and_the_event_is_skipped() {
+    // The checks module decodes with a 200-byte line limit and a 1000-byte event limit.
+    let mut long = b"data: a\n\ndata: ".to_vec();
+    long.extend(std::iter::repeat_n(b'x', 300));
+    long.extend_from_slice(b"\ndata: more\n\ndata: b\n\n");
+    check(
+        &long,
+        &[
+            event("a"),
+            Err("sse line longer than 200 bytes".into()),
+            event("b"),
+        ],
+    );
+    let mut large = Vec::new();
+    for _ in 0..10 {
+        large.extend_from_slice(&[b"data: ".as_slice(), &[b'y'; 150], b"\n"].concat());
+    }
+    large.extend_from_slice(b"\ndata: c\n\n");
+    check(
+        &large,
+        &[
+            Err("sse event data larger than 1000 bytes".into()),
+            event("c"),
+        ],
+    );
+}
+
+#[test]
+fn a_line_of_a_megabyte_in_small_pieces_is_linear() {
+    // Not a timing assertion, and no figure: a decoder that rescanned its pending line on every
+    // read would scan ~8 GB here, the linear one scans the megabyte once. `benches/sse.rs`
+    // measures the difference.
+    let mut input = b"data: ".to_vec();
+    input.extend(std::iter::repeat_n(b'z', 1 << 20));
+    input.extend_from_slice(b"\n\n");
+    let cuts: Vec<usize> = (64..input.len()).step_by(64).collect();
+    let mut decoder = streamgate::sse::SseDecoder::new()
+        .max_line(2 << 20)
+        .max_event(2 << 20);
+    let mut buffer = bytes::BytesMut::new();
+    let mut events = 0;
+    let mut start = 0;
+    for end in cuts.into_iter().chain([input.len()]) {
+        buffer.extend_from_slice(&input[start..end]);
+        start = end;
+        while let Some(event) =
+            tokio_util::codec::Decoder::decode(&mut decoder, &mut buffer).unwrap()
+        {
+            assert_eq!(event.data_str().map(str::len), Some(1 << 20));
+            events += 1;
+        }
+    }
+    assert_eq!(events, 1);
+}
+
+#[test]
+fn encode_then_decode_round_trips() {
+    let mut seed = 0x243f_6a88_85a3_08d3_u64;
+    for _ in 0..2000 {
+        let input: Vec<u8> = (0..64)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                // Mostly field separators, line breaks and letters.
+                match seed % 10 {
+                    0 => 0xFF,
+                    1 => b'\r',
+                    2 => b'\n',
+                    3 => (seed >> 8) as u8 % 6,
+                    _ => b'a' + (seed >> 16) as u8 % 26,
+                }
+            })
+            .collect();
+        checks::check_roundtrip(&input);
+    }
+}
