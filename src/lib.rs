@@ -64,7 +64,7 @@
 //! nothing, and the next poll yields the same event. Dropping the consumer itself cancels the
 //! stream. [`Sender::send`] drops its chunk if its future is dropped before completing.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 #![warn(
     missing_docs,
     missing_debug_implementations,
@@ -82,6 +82,7 @@ mod ext;
 mod gate;
 pub mod sse;
 mod sync;
+pub mod transport;
 
 pub use chunk::{Chunk, Kind};
 pub use ext::GateExt;
