@@ -34,11 +34,18 @@ use crate::chunk::{Chunk, Kind};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SseEvent {
     data: Option<String>,
+    // The rarer fields live behind one box, so a plain data event (most of a token stream) is
+    // small to move through the gate's buffer.
+    fields: Option<Box<Fields>>,
+    hidden: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Fields {
     event: Option<String>,
     id: Option<String>,
     retry: Option<u64>,
     comment: Option<String>,
-    hidden: bool,
 }
 
 impl SseEvent {
@@ -53,10 +60,7 @@ impl SseEvent {
     /// A comment, which clients ignore: the frame of a heartbeat. Each line of `text` becomes a
     /// comment line of its own.
     pub fn comment(text: impl Into<String>) -> Self {
-        SseEvent {
-            comment: Some(text.into()),
-            ..SseEvent::default()
-        }
+        SseEvent::default().with_comment(text)
     }
 
     /// A frame that only sets the client's reconnection time.
@@ -72,7 +76,7 @@ impl SseEvent {
     pub fn with_event(mut self, event: impl Into<String>) -> Result<Self, FieldError> {
         let event = event.into();
         check(&event, "event", false)?;
-        self.event = Some(event);
+        self.fields_mut().event = Some(event);
         Ok(self)
     }
 
@@ -84,19 +88,19 @@ impl SseEvent {
     pub fn with_id(mut self, id: impl Into<String>) -> Result<Self, FieldError> {
         let id = id.into();
         check(&id, "id", true)?;
-        self.id = Some(id);
+        self.fields_mut().id = Some(id);
         Ok(self)
     }
 
     /// Sets the client's reconnection time (`retry:`, in whole milliseconds).
     pub fn with_retry(mut self, retry: Duration) -> Self {
-        self.retry = Some(u64::try_from(retry.as_millis()).unwrap_or(u64::MAX));
+        self.fields_mut().retry = Some(u64::try_from(retry.as_millis()).unwrap_or(u64::MAX));
         self
     }
 
     /// Adds a comment.
     pub fn with_comment(mut self, text: impl Into<String>) -> Self {
-        self.comment = Some(text.into());
+        self.fields_mut().comment = Some(text.into());
         self
     }
 
@@ -114,13 +118,13 @@ impl SseEvent {
 
     /// The event type as set, if any.
     pub fn event(&self) -> Option<&str> {
-        self.event.as_deref()
+        self.fields.as_ref()?.event.as_deref()
     }
 
     /// The event type a client dispatches: the one set, or `message` when none (or an empty one)
     /// was.
     pub fn event_type(&self) -> &str {
-        match self.event.as_deref() {
+        match self.event() {
             None | Some("") => "message",
             Some(event) => event,
         }
@@ -128,17 +132,17 @@ impl SseEvent {
 
     /// The id, if any.
     pub fn id(&self) -> Option<&str> {
-        self.id.as_deref()
+        self.fields.as_ref()?.id.as_deref()
     }
 
     /// The reconnection time in milliseconds, if set.
     pub fn retry_ms(&self) -> Option<u64> {
-        self.retry
+        self.fields.as_ref()?.retry
     }
 
     /// The comment, if any.
     pub fn comment_str(&self) -> Option<&str> {
-        self.comment.as_deref()
+        self.fields.as_ref()?.comment.as_deref()
     }
 
     /// Takes the data out.
@@ -149,7 +153,7 @@ impl SseEvent {
     /// Encodes the event as one frame.
     pub fn encode(&self) -> Bytes {
         let mut frame = BytesMut::with_capacity(self.encoded_len_hint());
-        if let Some(comment) = &self.comment {
+        if let Some(comment) = self.comment_str() {
             for line in lines(comment) {
                 frame.put_slice(b":");
                 if !line.is_empty() {
@@ -159,13 +163,13 @@ impl SseEvent {
                 frame.put_slice(b"\n");
             }
         }
-        if let Some(event) = &self.event {
+        if let Some(event) = self.event() {
             field(&mut frame, "event", event);
         }
-        if let Some(id) = &self.id {
+        if let Some(id) = self.id() {
             field(&mut frame, "id", id);
         }
-        if let Some(retry) = self.retry {
+        if let Some(retry) = self.retry_ms() {
             field(&mut frame, "retry", &retry.to_string());
         }
         if let Some(data) = &self.data {
@@ -179,13 +183,21 @@ impl SseEvent {
 
     /// Bytes the encoding takes when the text has no line breaks (a few more per break).
     fn encoded_len_hint(&self) -> usize {
-        let text = |value: &Option<String>| value.as_ref().map_or(0, |v| v.len() + 8);
-        text(&self.data) + text(&self.event) + text(&self.id) + text(&self.comment) + 28
+        let text = |value: Option<&str>| value.map_or(0, |v| v.len() + 8);
+        let fields = match &self.fields {
+            None => 0,
+            Some(_) => text(self.event()) + text(self.id()) + text(self.comment_str()) + 28,
+        };
+        text(self.data_str()) + fields + 1
     }
 
     /// Whether `self` carries data and nothing a merge could lose.
     fn is_plain_data(&self) -> bool {
-        self.data.is_some() && self.retry.is_none() && self.comment.is_none()
+        self.data.is_some() && self.retry_ms().is_none() && self.comment_str().is_none()
+    }
+
+    fn fields_mut(&mut self) -> &mut Fields {
+        self.fields.get_or_insert_with(Box::default)
     }
 }
 
@@ -202,7 +214,8 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = Some(text);
     std::iter::from_fn(move || {
         let text = rest?;
-        match text.find(['\r', '\n']) {
+        // Bytes, not chars: CR and LF never occur inside a multi-byte character.
+        match text.bytes().position(|b| b == b'\r' || b == b'\n') {
             None => {
                 rest = None;
                 Some(text)
@@ -239,8 +252,8 @@ fn check(value: &str, field: &'static str, nul: bool) -> Result<(), FieldError> 
 impl Chunk for SseEvent {
     /// The payload: data, event type, id and comment, without the framing.
     fn byte_len(&self) -> usize {
-        let len = |value: &Option<String>| value.as_ref().map_or(0, String::len);
-        len(&self.data) + len(&self.event) + len(&self.id) + len(&self.comment)
+        let len = |value: Option<&str>| value.map_or(0, str::len);
+        len(self.data_str()) + len(self.event()) + len(self.id()) + len(self.comment_str())
     }
 
     /// Hidden if marked so; visible when it carries data; otherwise (a comment, a retry) a
@@ -268,8 +281,8 @@ impl Chunk for SseEvent {
         if let (Some(data), Some(more)) = (&mut self.data, next.data) {
             data.push_str(&more);
         }
-        if next.id.is_some() {
-            self.id = next.id;
+        if let Some(id) = next.fields.and_then(|fields| fields.id) {
+            self.fields_mut().id = Some(id);
         }
         Ok(())
     }

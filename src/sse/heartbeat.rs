@@ -27,9 +27,13 @@ pin_project! {
         // per stream, and `.next()` works without pinning.
         timer: Pin<Box<Sleep>>,
         interval: Duration,
-        // When the last frame passed: the timer is moved lazily, only when it fires, so a
-        // frame costs a clock read rather than a timer-wheel update.
-        last: Instant,
+        // When the stream last went quiet. The clock is read once per quiet spell (when the
+        // inner stream pends after yielding frames), not once per frame, and the timer is
+        // moved only when it fires: a burst of frames costs neither clock reads nor timer-wheel
+        // updates.
+        quiet_since: Instant,
+        // Frames passed since `quiet_since` was read.
+        active: bool,
         done: bool,
     }
 }
@@ -42,7 +46,8 @@ impl<S> Heartbeat<S> {
             frames,
             timer: Box::pin(sleep_until(now + interval)),
             interval,
-            last: now,
+            quiet_since: now,
+            active: false,
             done: false,
         }
     }
@@ -58,23 +63,26 @@ impl<S: Stream<Item = Frame>> Stream for Heartbeat<S> {
         }
         if let Poll::Ready(frame) = this.frames.poll_next(cx) {
             match frame {
-                Some(_) => *this.last = Instant::now(),
+                Some(_) => *this.active = true,
                 None => *this.done = true,
             }
             return Poll::Ready(frame);
+        }
+        if std::mem::take(this.active) {
+            *this.quiet_since = Instant::now();
         }
         loop {
             if this.timer.as_mut().poll(cx).is_pending() {
                 return Poll::Pending;
             }
-            let due = *this.last + *this.interval;
+            let due = *this.quiet_since + *this.interval;
             if due > this.timer.deadline() {
-                // A frame passed since the timer was set: silence is counted from it.
+                // Frames passed since the timer was set: silence is counted from the last.
                 this.timer.as_mut().reset(due);
                 continue;
             }
             let now = Instant::now();
-            *this.last = now;
+            *this.quiet_since = now;
             this.timer.as_mut().reset(now + *this.interval);
             return Poll::Ready(Some(Frame::heartbeat()));
         }
