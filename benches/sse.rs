@@ -48,13 +48,19 @@ async fn axum_path() -> (usize, usize) {
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<AxumEvent, Infallible>>(64);
     tokio::spawn(async move {
         for i in 0..EVENTS {
-            if tx.send(Ok(AxumEvent::default().data(token(i)))).await.is_err() {
+            if tx
+                .send(Ok(AxumEvent::default().data(token(i))))
+                .await
+                .is_err()
+            {
                 break;
             }
         }
     });
     let events = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
-    let response = Sse::new(events).keep_alive(KeepAlive::default()).into_response();
+    let response = Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response();
     let consumer = tokio::spawn(drain(response.into_body()));
     consumer.await.unwrap()
 }
@@ -89,7 +95,11 @@ fn per_event(c: &mut Criterion) {
     for (flavor, rt) in runtimes() {
         let expected = rt.block_on(axum_path());
         assert_eq!(expected.1 as u64, EVENTS);
-        assert_eq!(rt.block_on(gate_path()), expected, "the same bytes in the same frames");
+        assert_eq!(
+            rt.block_on(gate_path()),
+            expected,
+            "the same bytes in the same frames"
+        );
         let mut group = c.benchmark_group(format!("encode_per_event/{flavor}"));
         group.throughput(Throughput::Elements(EVENTS));
         group.bench_function("axum_sse_mpsc_64", |b| {
@@ -126,7 +136,9 @@ fn ours(rt: &Runtime, pieces: &[Bytes]) -> usize {
         stream
             // Limits above the longest line benchmarked.
             .sse_events_with(SseDecoder::new().max_line(4 << 20).max_event(4 << 20))
-            .fold(0, |n, event| async move { n + event.unwrap().data_str().map_or(0, str::len) }),
+            .fold(0, |n, event| async move {
+                n + event.unwrap().data_str().map_or(0, str::len)
+            }),
     )
 }
 
@@ -140,7 +152,9 @@ fn theirs(rt: &Runtime, pieces: &[Bytes]) -> usize {
 }
 
 fn decoding(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let input = upstream(5_000);
     let mut group = c.benchmark_group("decode");
     group.throughput(Throughput::Bytes(input.len() as u64));
@@ -148,9 +162,11 @@ fn decoding(c: &mut Criterion) {
         let pieces = pieces(&input, size);
         let expected = theirs(&rt, &pieces);
         assert_eq!(ours(&rt, &pieces), expected);
-        group.bench_with_input(BenchmarkId::new("eventsource_stream", label), &pieces, |b, p| {
-            b.iter(|| assert_eq!(theirs(&rt, black_box(p)), expected))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("eventsource_stream", label),
+            &pieces,
+            |b, p| b.iter(|| assert_eq!(theirs(&rt, black_box(p)), expected)),
+        );
         group.bench_with_input(BenchmarkId::new("streamgate", label), &pieces, |b, p| {
             b.iter(|| assert_eq!(ours(&rt, black_box(p)), expected))
         });
@@ -170,9 +186,11 @@ fn decoding(c: &mut Criterion) {
             b.iter(|| assert_eq!(ours(&rt, black_box(p)), kib * 1024))
         });
         if kib <= 256 {
-            group.bench_with_input(BenchmarkId::new("eventsource_stream", kib), &pieces, |b, p| {
-                b.iter(|| assert_eq!(theirs(&rt, black_box(p)), kib * 1024))
-            });
+            group.bench_with_input(
+                BenchmarkId::new("eventsource_stream", kib),
+                &pieces,
+                |b, p| b.iter(|| assert_eq!(theirs(&rt, black_box(p)), kib * 1024)),
+            );
         }
     }
     group.finish();
