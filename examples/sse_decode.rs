@@ -37,11 +37,11 @@ fn main() -> ExitCode {
     let mut out = io::stdout().lock();
     let pieces = input.chunks(chunk.min(input.len().max(1)));
     let printed = pieces
-        .map(|piece| {
+        .into_iter()
+        .try_for_each(|piece| {
             buffer.extend_from_slice(piece);
             print_items(&mut out, || decoder.decode(&mut buffer))
         })
-        .collect::<io::Result<()>>()
         .and_then(|()| print_items(&mut out, || decoder.decode_eof(&mut buffer)));
     match printed {
         Ok(()) => ExitCode::SUCCESS,

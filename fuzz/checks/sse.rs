@@ -1,6 +1,9 @@
 //! The properties the SSE fuzz targets check, shared with `tests/fuzz_corpus.rs` so that every
 //! corpus entry also runs under plain `cargo test`.
 
+// Each includer (a fuzz target, a test file) uses a part.
+#![allow(dead_code)]
+
 use bytes::BytesMut;
 use streamgate::sse::{SseDecoder, SseEvent};
 use tokio_util::codec::Decoder;
