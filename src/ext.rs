@@ -4,7 +4,10 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
+use std::sync::Arc;
+
 use crate::gate::BoxError;
+use crate::probe::{HopProbe, Observed, Probed};
 use crate::sse::{DecodeSse, EncodeSse, Frame, Heartbeat, SseDecoder};
 
 /// Combinators for the streams along the data path, as methods on any [`Stream`].
@@ -36,6 +39,16 @@ pub trait GateExt: Stream {
         Self: Sized,
     {
         EncodeSse::new(self)
+    }
+
+    /// Records every item at `hop` as one stream of request `request`: gaps, stalls, positions,
+    /// buffer ages, hop records. Items pass unchanged.
+    fn probe(self, hop: &HopProbe, request: impl Into<Arc<str>>) -> Probed<Self>
+    where
+        Self: Sized,
+        Self::Item: Observed,
+    {
+        Probed::new(self, hop.recorder(request))
     }
 
     /// Inserts a heartbeat comment whenever no frame has passed for `interval`.

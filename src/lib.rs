@@ -80,8 +80,10 @@ pub struct ReadmeDoctests;
 mod chunk;
 mod ext;
 mod gate;
+pub mod probe;
 pub mod sse;
 mod sync;
+pub mod timeline;
 pub mod transport;
 
 pub use chunk::{Chunk, Kind};

@@ -32,8 +32,17 @@ pub(crate) enum Refused<T> {
     Ended(T),
 }
 
-/// Chunks with the byte length each was counted at: the waiting queue, and the consumer's batch.
-pub(crate) type Batch<T> = VecDeque<(T, usize)>;
+/// A waiting chunk.
+pub(crate) struct Entry<T> {
+    pub(crate) chunk: T,
+    /// The byte length it was counted at.
+    len: usize,
+    /// When it entered the buffer, if the gate stamps its events.
+    pub(crate) enqueued_at: Option<Instant>,
+}
+
+/// Waiting chunks: the queue, and the consumer's batch.
+pub(crate) type Batch<T> = VecDeque<Entry<T>>;
 
 /// Shared by the generator's sender, the consumer, the gate's task and every handle.
 pub(crate) struct Buffer<T> {
@@ -102,6 +111,7 @@ impl<T: Chunk> Buffer<T> {
     pub(crate) fn try_push(
         &self,
         chunk: T,
+        enqueued_at: Option<Instant>,
         coalesce: bool,
         waker: Option<&Waker>,
     ) -> Result<(), Refused<T>> {
@@ -114,22 +124,24 @@ impl<T: Chunk> Buffer<T> {
         let (events, bytes) = self.held(&state);
         let fits_bytes = bytes.saturating_add(len) <= self.max_bytes;
         let refused = if events == 0 || (events < self.max_events && fits_bytes) {
-            state.queue.push_back((chunk, len));
+            state.queue.push_back(Entry {
+                chunk,
+                len,
+                enqueued_at,
+            });
             state.bytes += len;
             state.stats.chunks_sent += 1;
             state.stats.bytes_sent += len as u64;
             state.stats.peak_buffered_events = state.stats.peak_buffered_events.max(events + 1);
             state.stats.peak_buffered_bytes = state.stats.peak_buffered_bytes.max(bytes + len);
             None
-        } else if let Some((newest, newest_len)) =
-            state.queue.back_mut().filter(|_| coalesce && fits_bytes)
-        {
+        } else if let Some(newest) = state.queue.back_mut().filter(|_| coalesce && fits_bytes) {
             // Only a chunk still in the queue can absorb more: the consumer's batch is already
-            // on its way out.
-            match newest.merge(chunk) {
+            // on its way out. The merged event keeps the older stamp: it has waited since then.
+            match newest.chunk.merge(chunk) {
                 Ok(()) => {
-                    let merged_len = newest.byte_len();
-                    let old_len = mem::replace(newest_len, merged_len);
+                    let merged_len = newest.chunk.byte_len();
+                    let old_len = mem::replace(&mut newest.len, merged_len);
                     state.bytes = state.bytes - old_len + merged_len;
                     state.stats.chunks_merged += 1;
                     state.stats.bytes_sent += len as u64;
@@ -168,7 +180,7 @@ impl<T: Chunk> Buffer<T> {
         &self,
         cx: &mut Context<'_>,
         batch: &mut Batch<T>,
-    ) -> Poll<Option<Result<T, GateError>>> {
+    ) -> Poll<Option<Result<Entry<T>, GateError>>> {
         if let Some(chunk) = self.yield_from(batch) {
             return Poll::Ready(Some(Ok(chunk)));
         }
@@ -204,8 +216,9 @@ impl<T: Chunk> Buffer<T> {
     }
 
     /// Pops the batch's next chunk and publishes the consumer's progress.
-    fn yield_from(&self, batch: &mut Batch<T>) -> Option<T> {
-        let (chunk, len) = batch.pop_front()?;
+    fn yield_from(&self, batch: &mut Batch<T>) -> Option<Entry<T>> {
+        let entry = batch.pop_front()?;
+        let len = entry.len;
         // Only the consumer writes these, so a load and a store (not a read-modify-write) will
         // do; `Relaxed`, because they order no other memory.
         let delivered = &self.delivered;
@@ -213,7 +226,7 @@ impl<T: Chunk> Buffer<T> {
         delivered.events.store(events + 1, Ordering::Relaxed);
         let bytes = delivered.bytes.load(Ordering::Relaxed);
         delivered.bytes.store(bytes + len as u64, Ordering::Relaxed);
-        Some(chunk)
+        Some(entry)
     }
 
     /// The consumer's totals: events and bytes yielded.

@@ -3,6 +3,7 @@
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
 use futures_core::{FusedStream, Stream};
 use tokio_util::sync::CancellationToken;
@@ -11,6 +12,7 @@ use super::buffer::{Batch, Buffer};
 use super::end::GateError;
 use super::handle::GateHandle;
 use crate::chunk::Chunk;
+use crate::probe::{Observation, Observed, Seen};
 use crate::sync::Arc;
 
 /// A chunk and its place in the stream.
@@ -18,6 +20,8 @@ use crate::sync::Arc;
 pub struct Event<T> {
     seq: u64,
     chunk: T,
+    enqueued_at: Option<Instant>,
+    waiting: usize,
 }
 
 impl<T> Event<T> {
@@ -35,6 +39,38 @@ impl<T> Event<T> {
     /// Takes the chunk out.
     pub fn into_chunk(self) -> T {
         self.chunk
+    }
+
+    /// When the event entered the gate's buffer, if the gate stamps its events
+    /// ([`Gate::stamp_events`](crate::Gate::stamp_events)).
+    pub fn enqueued_at(&self) -> Option<Instant> {
+        self.enqueued_at
+    }
+
+    /// How many events the consumer had already taken from the buffer behind this one: a lower
+    /// bound on how many were waiting when it left.
+    pub fn waiting(&self) -> usize {
+        self.waiting
+    }
+}
+
+impl<T: Chunk> Observed for Result<Event<T>, GateError> {
+    fn observed(&self) -> Seen {
+        match self {
+            Ok(event) => {
+                let mut seen = Observation::new(
+                    Some(event.seq),
+                    event.chunk.byte_len() as u64,
+                    event.chunk.kind(),
+                )
+                .waiting(event.waiting as u64);
+                if let Some(at) = event.enqueued_at {
+                    seen = seen.enqueued_at(at);
+                }
+                Seen::Event(seen)
+            }
+            Err(error) => Seen::End(error.reason().as_str()),
+        }
     }
 }
 
@@ -81,10 +117,15 @@ impl<T: Chunk> Stream for Consumer<T> {
         let this = self.get_mut();
         this.buffer.poll_recv(cx, &mut this.batch).map(|item| {
             item.map(|result| {
-                result.map(|chunk| {
+                result.map(|entry| {
                     let seq = this.next_seq;
                     this.next_seq += 1;
-                    Event { seq, chunk }
+                    Event {
+                        seq,
+                        chunk: entry.chunk,
+                        enqueued_at: entry.enqueued_at,
+                        waiting: this.batch.len(),
+                    }
                 })
             })
         })

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
 
+use tokio_util::sync::CancellationToken;
+
 use super::buffer::Buffer;
 use super::end::{BoxError, EndReason};
 use crate::chunk::Chunk;
@@ -17,14 +19,20 @@ pub(crate) type ReleaseHook = Box<dyn FnOnce(EndReason) + Send + 'static>;
 /// cancelled, or the task was dropped with its runtime.
 pub(crate) struct Release<T: Chunk> {
     buffer: Arc<Buffer<T>>,
+    token: CancellationToken,
     hook: Option<ReleaseHook>,
     outcome: Option<(EndReason, Option<BoxError>)>,
 }
 
 impl<T: Chunk> Release<T> {
-    pub(crate) fn new(buffer: Arc<Buffer<T>>, hook: Option<ReleaseHook>) -> Self {
+    pub(crate) fn new(
+        buffer: Arc<Buffer<T>>,
+        token: CancellationToken,
+        hook: Option<ReleaseHook>,
+    ) -> Self {
         Release {
             buffer,
+            token,
             hook,
             outcome: None,
         }
@@ -41,6 +49,9 @@ impl<T: Chunk> Drop for Release<T> {
     fn drop(&mut self) {
         let (reason, source) = self.outcome.take().unwrap_or((EndReason::Shutdown, None));
         let reason = self.buffer.end(reason, source);
+        // Every end cancels the token: a `Sender` that outlived the generator (moved to another
+        // task) stops waiting, and the generator's own `CancellationToken` tells it too.
+        self.token.cancel();
         let hooked = self
             .hook
             .take()

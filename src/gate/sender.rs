@@ -4,6 +4,7 @@ use std::fmt;
 use std::future::poll_fn;
 use std::pin::Pin;
 use std::task::Poll;
+use std::time::Instant;
 
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
@@ -24,14 +25,21 @@ pub struct Sender<T> {
     buffer: Arc<Buffer<T>>,
     token: CancellationToken,
     policy: Policy,
+    stamp: bool,
 }
 
 impl<T: Chunk> Sender<T> {
-    pub(crate) fn new(buffer: Arc<Buffer<T>>, token: CancellationToken, policy: Policy) -> Self {
+    pub(crate) fn new(
+        buffer: Arc<Buffer<T>>,
+        token: CancellationToken,
+        policy: Policy,
+        stamp: bool,
+    ) -> Self {
         Sender {
             buffer,
             token,
             policy,
+            stamp,
         }
     }
 
@@ -43,24 +51,26 @@ impl<T: Chunk> Sender<T> {
     /// # Errors
     ///
     /// Hands the chunk back when the stream has ended; the chunk is counted in
-    /// [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end).
+    /// [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end). Inside the gate's
+    /// own task the generator is dropped at this point instead, so the error is only seen by a
+    /// `Sender` moved elsewhere.
     ///
     /// # Cancel safety
     ///
     /// Dropping the returned future before it completes drops the chunk, which was never sent.
     pub async fn send(&mut self, chunk: T) -> Result<(), SendError<T>> {
         let coalesce = self.policy.coalesces();
+        let at = self.stamp.then(Instant::now);
         // The fast path: room, or an ended stream, found with one lock and no waker.
-        let result = match self.buffer.try_push(chunk, coalesce, None) {
+        let result = match self.buffer.try_push(chunk, at, coalesce, None) {
             Ok(()) => return Ok(()),
             Err(Refused::Ended(chunk)) => Err(SendError(chunk)),
-            Err(Refused::Full { chunk, .. }) => self.wait_for_room(chunk).await,
+            Err(Refused::Full { chunk, .. }) => self.wait_for_room(chunk, at).await,
         };
-        if result.is_err() {
-            // Give the gate's task a turn to drop the generator, even one that ignores the error
-            // and would otherwise loop on `send` without ever awaiting anything that pends.
-            tokio::task::yield_now().await;
-        }
+        // Every end cancels the token right after it is recorded. Waiting for that here means
+        // the gate's task, which polls the token first, drops the generator inside this send:
+        // even a generator that ignores the error produces nothing more after the end.
+        self.token.cancelled().await;
         result
     }
 
@@ -70,7 +80,7 @@ impl<T: Chunk> Sender<T> {
     }
 
     /// The slow path of [`send`](Sender::send): the buffer is full.
-    async fn wait_for_room(&mut self, chunk: T) -> Result<(), SendError<T>> {
+    async fn wait_for_room(&mut self, chunk: T, at: Option<Instant>) -> Result<(), SendError<T>> {
         let coalesce = self.policy.coalesces();
         let deadline = self.policy.deadline();
         let mut held = Some(chunk);
@@ -78,7 +88,7 @@ impl<T: Chunk> Sender<T> {
         let mut stall: Option<(u64, Pin<Box<Sleep>>)> = None;
         poll_fn(|cx| {
             let chunk = held.take().expect("polled after completion");
-            let (chunk, takes) = match self.buffer.try_push(chunk, coalesce, Some(cx.waker())) {
+            let (chunk, takes) = match self.buffer.try_push(chunk, at, coalesce, Some(cx.waker())) {
                 Ok(()) => return Poll::Ready(Ok(())),
                 Err(Refused::Ended(chunk)) => return Poll::Ready(Err(SendError(chunk))),
                 Err(Refused::Full { chunk, takes }) => (chunk, takes),

@@ -10,7 +10,9 @@ use tokio_util::codec::Decoder;
 
 use super::decoder::{DecodeError, SseDecoder};
 use super::event::SseEvent;
+use crate::chunk::Chunk;
 use crate::gate::BoxError;
+use crate::probe::{Observation, Observed, Seen};
 
 pin_project! {
     /// Decodes a stream of byte chunks as SSE; built by
@@ -102,5 +104,21 @@ where
 {
     fn is_terminated(&self) -> bool {
         self.state == State::Done
+    }
+}
+
+impl Observed for Result<SseEvent, DecodeError> {
+    /// A decoded event is observed with the upstream's seq when its id is a number (as this
+    /// crate's servers send with `with_ids`), so a gateway's `recv` hop lines up with the
+    /// upstream's hops. A failed upstream ends the stream; a limit error does not.
+    fn observed(&self) -> Seen {
+        match self {
+            Ok(event) => {
+                let seq = event.id().and_then(|id| id.parse().ok());
+                Seen::Event(Observation::new(seq, event.byte_len() as u64, event.kind()))
+            }
+            Err(DecodeError::Upstream(_) | DecodeError::Io(_)) => Seen::End("upstream_error"),
+            Err(_) => Seen::Nothing,
+        }
     }
 }

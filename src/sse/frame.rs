@@ -3,6 +3,7 @@
 use bytes::Bytes;
 
 use crate::chunk::{Chunk, Kind};
+use crate::probe::{Observation, Observed, Seen};
 
 /// One encoded SSE frame: the bytes a transport writes in one go, with what the probes need to
 /// know about it (its kind, and the gate's `seq` when it carries an event).
@@ -55,5 +56,17 @@ impl Chunk for Frame {
 
     fn kind(&self) -> Kind {
         self.kind
+    }
+}
+
+impl Observed for Frame {
+    /// Every frame is an event for the probe (a terminal error frame a control one); the
+    /// stream's end reason is seen where the gate's stream is probed.
+    fn observed(&self) -> Seen {
+        Seen::Event(Observation::new(
+            self.seq,
+            self.bytes.len() as u64,
+            self.kind,
+        ))
     }
 }

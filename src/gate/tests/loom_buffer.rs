@@ -23,7 +23,7 @@ fn parts(
 ) -> (Arc<Buffer<String>>, Sender<String>, Consumer<String>) {
     let buffer = Arc::new(Buffer::new(max_events, max_bytes));
     let token = CancellationToken::new();
-    let sender = Sender::new(buffer.clone(), token.clone(), policy);
+    let sender = Sender::new(buffer.clone(), token.clone(), policy, false);
     (buffer.clone(), sender, Consumer::new(buffer, token))
 }
 
@@ -124,6 +124,7 @@ fn release_races_consumer_drop() {
         let seen = calls.clone();
         let mut release = Release::new(
             buffer.clone(),
+            CancellationToken::new(),
             Some(Box::new(move |reason| {
                 let code = match reason {
                     EndReason::Completed => 1,

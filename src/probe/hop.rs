@@ -1,0 +1,187 @@
+//! A named hop: the aggregate counters of every stream observed there.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use super::counters::{GapCounters, SharedCounters};
+use super::histogram::{AtomicHistogram, Histogram};
+use super::record::RecordSink;
+use super::recorder::Recorder;
+
+/// The default stall threshold: a visible gap of one second.
+pub const DEFAULT_STALL: Duration = Duration::from_secs(1);
+
+/// A named boundary where events are observed (`worker.publish`, `gateway.recv`,
+/// `gateway.write`, `client.recv`, …), with the aggregate counters of every stream seen there.
+///
+/// Create one per hop per process and clone it freely; each stream gets its own
+/// [`Recorder`] from [`recorder`](HopProbe::recorder) (or the
+/// [`GateExt::probe`](crate::GateExt::probe) combinator). Recording an event takes one clock
+/// read and plain arithmetic on the stream's own counters: no lock, no allocation. Streams add
+/// their counts to the hop's atomics every 64 events, at each stall and at their end.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::probe::HopProbe;
+/// use streamgate::{Kind, probe::Observation};
+///
+/// let hop = HopProbe::new("worker.publish");
+/// let mut recorder = hop.recorder("req-1");
+/// for seq in 0..3 {
+///     recorder.observe(Observation::new(Some(seq), 4, Kind::Visible));
+/// }
+/// recorder.end("completed");
+/// let snapshot = hop.snapshot();
+/// assert_eq!(snapshot.counters.visible_events(), 3);
+/// assert_eq!(snapshot.counters.gaps().count(), 2);
+/// ```
+#[derive(Clone)]
+pub struct HopProbe {
+    pub(crate) inner: Arc<Hop>,
+}
+
+pub(crate) struct Hop {
+    pub(crate) name: Arc<str>,
+    pub(crate) stall_ns: u64,
+    pub(crate) counters: SharedCounters,
+    pub(crate) first_event: AtomicHistogram,
+    pub(crate) started: AtomicU64,
+    ended: Mutex<BTreeMap<&'static str, u64>>,
+    pub(crate) records: Option<(RecordSink, u64)>,
+    #[cfg(feature = "metrics")]
+    pub(crate) metrics: super::export::HopMetrics,
+}
+
+impl HopProbe {
+    /// A hop named `name`, with the default stall threshold and no hop records.
+    pub fn new(name: impl Into<Arc<str>>) -> Self {
+        HopProbe::build(name.into(), DEFAULT_STALL, None)
+    }
+
+    fn build(name: Arc<str>, stall: Duration, records: Option<(RecordSink, u64)>) -> Self {
+        HopProbe {
+            inner: Arc::new(Hop {
+                #[cfg(feature = "metrics")]
+                metrics: super::export::HopMetrics::new(&name),
+                name,
+                stall_ns: u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX),
+                counters: SharedCounters::new(),
+                first_event: AtomicHistogram::new(),
+                started: AtomicU64::new(0),
+                ended: Mutex::new(BTreeMap::new()),
+                records,
+            }),
+        }
+    }
+
+    /// The same hop with a different stall threshold: a visible gap at or above it is a stall.
+    /// Call before creating recorders; existing clones keep the old settings.
+    pub fn stall_threshold(self, stall: Duration) -> Self {
+        let records = self.inner.records.clone();
+        HopProbe::build(self.inner.name.clone(), stall, records)
+    }
+
+    /// The same hop, also writing a [`HopRecord`](super::HopRecord) per event for a sampled
+    /// share (`0.0` to `1.0`) of requests. The choice is a hash of the request id, so every hop
+    /// in every process that uses the same rate records the same requests.
+    pub fn records(self, sink: RecordSink, sample: f64) -> Self {
+        let threshold = (sample.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
+        let stall = Duration::from_nanos(self.inner.stall_ns);
+        HopProbe::build(self.inner.name.clone(), stall, Some((sink, threshold)))
+    }
+
+    /// The hop's name.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The stall threshold.
+    pub fn stall(&self) -> Duration {
+        Duration::from_nanos(self.inner.stall_ns)
+    }
+
+    /// A recorder for one stream of request `request` through this hop.
+    pub fn recorder(&self, request: impl Into<Arc<str>>) -> Recorder {
+        self.inner.started.fetch_add(1, Ordering::Relaxed);
+        Recorder::new(self.clone(), request.into())
+    }
+
+    /// The counters of every stream through this hop so far (live streams up to their last
+    /// batch of 64 events or stall).
+    pub fn snapshot(&self) -> HopSnapshot {
+        let hop = &self.inner;
+        HopSnapshot {
+            hop: hop.name.to_string(),
+            streams_started: hop.started.load(Ordering::Relaxed),
+            streams_ended: hop
+                .ended
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|(reason, count)| (*reason, *count))
+                .collect(),
+            counters: hop.counters.snapshot(),
+            time_to_first_event: hop.first_event.snapshot(),
+            records_dropped: hop.records.as_ref().map_or(0, |(sink, _)| sink.dropped()),
+        }
+    }
+
+    /// Counts a stream's end, by reason (once per stream, so a lock is fine here).
+    pub(crate) fn count_end(&self, reason: &'static str) {
+        *self
+            .inner
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
+    }
+
+    /// Whether `request` is in the sample that writes hop records.
+    pub(crate) fn samples(&self, request: &str) -> bool {
+        self.inner
+            .records
+            .as_ref()
+            .is_some_and(|(_, threshold)| *threshold > 0 && fnv1a(request) <= *threshold)
+    }
+}
+
+/// A stable hash (FNV-1a), the same in every process and version.
+fn fnv1a(text: &str) -> u64 {
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+impl fmt::Debug for HopProbe {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HopProbe")
+            .field("name", &self.inner.name)
+            .field("stall", &self.stall())
+            .field("records", &self.inner.records.is_some())
+            .finish()
+    }
+}
+
+/// What a hop saw of every stream through it: a plain struct.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HopSnapshot {
+    /// The hop's name.
+    pub hop: String,
+    /// Streams that got a recorder here.
+    pub streams_started: u64,
+    /// Streams that ended, by end reason (`completed`, `cancelled`, `slow_consumer`, …,
+    /// `dropped` for a recorder dropped without an end).
+    pub streams_ended: Vec<(&'static str, u64)>,
+    /// Events, gaps, stalls, positions, buffer ages.
+    pub counters: GapCounters,
+    /// Time from a stream's start at this hop to its first visible event.
+    pub time_to_first_event: Histogram,
+    /// Hop records dropped because the writer's queue was full.
+    pub records_dropped: u64,
+}

@@ -1,0 +1,71 @@
+//! The probe combinator: records every item of any stream at a hop.
+
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use futures_core::{FusedStream, Stream};
+use pin_project_lite::pin_project;
+
+use super::observe::{Observed, Seen};
+use super::recorder::Recorder;
+
+pin_project! {
+    /// Records each item of a stream at a hop as it passes, unchanged; built by
+    /// [`GateExt::probe`](crate::GateExt::probe).
+    ///
+    /// The end of the inner stream is recorded as `completed` unless an item said otherwise
+    /// (an error frame, a gate error); dropping it early records `dropped`.
+    #[must_use = "streams do nothing unless polled"]
+    pub struct Probed<S> {
+        #[pin]
+        inner: S,
+        recorder: Recorder,
+    }
+}
+
+impl<S> Probed<S> {
+    pub(crate) fn new(inner: S, recorder: Recorder) -> Self {
+        Probed { inner, recorder }
+    }
+
+    /// The stream's recorder, with its counters so far.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+}
+
+impl<S> Stream for Probed<S>
+where
+    S: Stream,
+    S::Item: Observed,
+{
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let this = self.project();
+        let item = ready!(this.inner.poll_next(cx));
+        match &item {
+            Some(item) => match item.observed() {
+                Seen::Event(event) => this.recorder.observe(event),
+                Seen::End(reason) => this.recorder.end(reason),
+                Seen::Nothing => {}
+            },
+            None => this.recorder.end("completed"),
+        }
+        Poll::Ready(item)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
+impl<S> FusedStream for Probed<S>
+where
+    S: FusedStream,
+    S::Item: Observed,
+{
+    fn is_terminated(&self) -> bool {
+        self.inner.is_terminated()
+    }
+}
