@@ -39,13 +39,16 @@ use crate::chunk::Kind;
 use crate::probe::HopRecord;
 use crate::probe::json_string;
 
+/// One request's records at one hop: seq -> (t_ns, kind).
+type Seqs = BTreeMap<u64, (u64, Kind)>;
+
 /// Hop records gathered for analysis.
 #[derive(Debug, Clone)]
 pub struct Timeline {
     path: Vec<String>,
     stall_ns: u64,
-    /// request -> hop index -> seq -> (t_ns, kind)
-    records: BTreeMap<String, BTreeMap<usize, BTreeMap<u64, (u64, Kind)>>>,
+    /// request -> hop index -> records
+    records: BTreeMap<String, BTreeMap<usize, Seqs>>,
     problems: Vec<Problem>,
 }
 
@@ -229,7 +232,7 @@ impl Timeline {
         &self,
         request: &str,
         hop: &str,
-        seqs: &BTreeMap<u64, (u64, Kind)>,
+        seqs: &Seqs,
         problems: &mut Vec<Problem>,
     ) -> Vec<(u64, u64, u64)> {
         let mut found = Vec::new();

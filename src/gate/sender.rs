@@ -67,10 +67,12 @@ impl<T: Chunk> Sender<T> {
             Err(Refused::Ended(chunk)) => Err(SendError(chunk)),
             Err(Refused::Full { chunk, .. }) => self.wait_for_room(chunk, at).await,
         };
-        // Every end cancels the token right after it is recorded. Waiting for that here means
-        // the gate's task, which polls the token first, drops the generator inside this send:
-        // even a generator that ignores the error produces nothing more after the end.
-        self.token.cancelled().await;
+        if result.is_err() {
+            // Every end cancels the token right after it is recorded. Waiting for that here
+            // means the gate's task, which polls the token first, drops the generator inside
+            // this send: even a generator that ignores the error produces nothing more.
+            self.token.cancelled().await;
+        }
         result
     }
 
