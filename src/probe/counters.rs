@@ -53,11 +53,28 @@ fn is_max(index: usize) -> bool {
 /// monotonic clock. Hidden events (a reasoning phase) keep a stream alive without being
 /// progress: they are counted, and they end a *quiet* spell, but they are not gaps. Control
 /// events (heartbeats, end frames) are counted only.
-#[derive(Clone, PartialEq, Eq, Default)]
+#[derive(PartialEq, Eq, Default)]
 pub struct GapCounters {
     scalars: [u64; SCALARS],
     gaps: Histogram,
     ages: Histogram,
+}
+
+impl Clone for GapCounters {
+    fn clone(&self) -> Self {
+        GapCounters {
+            scalars: self.scalars,
+            gaps: self.gaps.clone(),
+            ages: self.ages.clone(),
+        }
+    }
+
+    /// Reuses the histograms' allocations: recorders do this on every flush.
+    fn clone_from(&mut self, source: &Self) {
+        self.scalars = source.scalars;
+        self.gaps.clone_from(&source.gaps);
+        self.ages.clone_from(&source.ages);
+    }
 }
 
 /// The gaps that fell in one output position class.
@@ -102,7 +119,7 @@ impl GapCounters {
         }
     }
 
-    /// Records a quiet spell (no visible or hidden event) of `ns`.
+    /// Records a quiet spell (no visible or hidden event between two that were) of `ns`.
     pub(crate) fn record_quiet(&mut self, ns: u64) {
         self.max(MAX_QUIET, ns);
     }
@@ -181,8 +198,8 @@ impl GapCounters {
         self.scalars[STALLS]
     }
 
-    /// The longest time without any visible or hidden event: a stream in a long hidden
-    /// reasoning phase has long gaps but short quiet spells.
+    /// The longest time between two events that were visible or hidden: a stream in a long
+    /// hidden reasoning phase has long gaps but short quiet spells.
     pub fn max_quiet(&self) -> Duration {
         Duration::from_nanos(self.scalars[MAX_QUIET])
     }

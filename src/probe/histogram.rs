@@ -40,9 +40,22 @@ pub(crate) fn lower_bound(index: usize) -> u64 {
 }
 
 /// A histogram owned by one writer: plain counts.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 pub struct Histogram {
     counts: Box<[u64; BUCKETS]>,
+}
+
+impl Clone for Histogram {
+    fn clone(&self) -> Self {
+        Histogram {
+            counts: self.counts.clone(),
+        }
+    }
+
+    /// Copies the counts into the existing allocation: recorders do this on every flush.
+    fn clone_from(&mut self, source: &Self) {
+        self.counts.copy_from_slice(&source.counts[..]);
+    }
 }
 
 impl Histogram {

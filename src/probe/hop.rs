@@ -146,15 +146,21 @@ impl HopProbe {
         self.inner
             .records
             .as_ref()
-            .is_some_and(|(_, threshold)| *threshold > 0 && fnv1a(request) <= *threshold)
+            .is_some_and(|(_, threshold)| *threshold > 0 && stable_hash(request) <= *threshold)
     }
 }
 
-/// A stable hash (FNV-1a), the same in every process and version.
-fn fnv1a(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+/// A stable hash, the same in every process and version: FNV-1a, then a 64-bit finalizer
+/// (murmur3's `fmix64`) so that similar ids (`req-1`, `req-2`) spread over the whole range.
+fn stable_hash(text: &str) -> u64 {
+    let mut hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
         (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    });
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    hash ^= hash >> 33;
+    hash = hash.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    hash ^ (hash >> 33)
 }
 
 impl fmt::Debug for HopProbe {

@@ -26,7 +26,7 @@ pub struct Recorder {
     request: Arc<str>,
     started: Instant,
     last_visible: Option<Instant>,
-    last_alive: Instant,
+    last_alive: Option<Instant>,
     /// Visible events so far: the output position of the next one.
     position: u64,
     next_seq: u64,
@@ -52,7 +52,7 @@ impl Recorder {
             request,
             started: now,
             last_visible: None,
-            last_alive: now,
+            last_alive: None,
             position: 0,
             next_seq: 0,
             counters: GapCounters::default(),
@@ -98,9 +98,10 @@ impl Recorder {
             self.position += 1;
         }
         if event.kind != Kind::Control {
-            self.counters
-                .record_quiet(nanos(now.saturating_duration_since(self.last_alive)));
-            self.last_alive = now;
+            if let Some(last) = self.last_alive.replace(now) {
+                self.counters
+                    .record_quiet(nanos(now.saturating_duration_since(last)));
+            }
         }
         if let Some(at) = event.enqueued_at {
             self.counters
