@@ -17,6 +17,7 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
 use http_body_util::BodyExt;
+use streamgate::probe::HopProbe;
 use streamgate::sse::{SseDecoder, SseEvent};
 use streamgate::transport::SseBody;
 use streamgate::{Gate, GateExt};
@@ -65,16 +66,20 @@ async fn axum_path() -> (usize, usize) {
     consumer.await.unwrap()
 }
 
-/// The gate of 64 events, SSE encoding, a 15 s heartbeat, and `SseBody`.
-async fn gate_path() -> (usize, usize) {
+/// The gate of 64 events, SSE encoding, a 15 s heartbeat, and `SseBody`; with `probe`, the
+/// frames are recorded at a hop on their way into the body.
+async fn gate_path(probe: Option<HopProbe>) -> (usize, usize) {
     let events = Gate::new().max_events(64).spawn(|_, mut tx| async move {
         for i in 0..EVENTS {
             tx.send(SseEvent::data(token(i))).await?;
         }
         Ok::<_, streamgate::SendError<SseEvent>>(())
     });
-    let body = SseBody::new(events.sse().heartbeat(Duration::from_secs(15)));
-    let consumer = tokio::spawn(drain(body));
+    let frames = events.sse().heartbeat(Duration::from_secs(15));
+    let consumer = match probe {
+        None => tokio::spawn(drain(SseBody::new(frames))),
+        Some(hop) => tokio::spawn(drain(SseBody::new(frames.probe(&hop, "bench")))),
+    };
     consumer.await.unwrap()
 }
 
@@ -96,7 +101,7 @@ fn per_event(c: &mut Criterion) {
         let expected = rt.block_on(axum_path());
         assert_eq!(expected.1 as u64, EVENTS);
         assert_eq!(
-            rt.block_on(gate_path()),
+            rt.block_on(gate_path(None)),
             expected,
             "the same bytes in the same frames"
         );
@@ -106,7 +111,16 @@ fn per_event(c: &mut Criterion) {
             b.iter(|| assert_eq!(black_box(rt.block_on(axum_path())), expected))
         });
         group.bench_function("gate_sse_body_64", |b| {
-            b.iter(|| assert_eq!(black_box(rt.block_on(gate_path())), expected))
+            b.iter(|| assert_eq!(black_box(rt.block_on(gate_path(None))), expected))
+        });
+        let hop = HopProbe::new("bench.write");
+        group.bench_function("gate_sse_body_64_probed", |b| {
+            b.iter(|| {
+                assert_eq!(
+                    black_box(rt.block_on(gate_path(Some(hop.clone())))),
+                    expected
+                )
+            })
         });
         group.finish();
     }

@@ -156,7 +156,7 @@ fn counters_agree_with_brute_force() {
             if !expected.gaps.is_empty() {
                 let mut sorted: Vec<u64> = expected.gaps.iter().map(|g| g.1).collect();
                 sorted.sort_unstable();
-                let median = sorted[(sorted.len() + 1) / 2 - 1];
+                let median = sorted[sorted.len().div_ceil(2) - 1];
                 let p50 = counters.gaps().quantile(0.5).unwrap().as_nanos() as u64;
                 assert!(
                     p50 > median || median < 1024,

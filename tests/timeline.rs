@@ -66,6 +66,7 @@ fn request(
 }
 
 #[test]
+#[allow(clippy::needless_range_loop)] // the hop index is the point of the test
 fn a_stall_is_blamed_on_the_hop_it_began_at() {
     let mut rng = Rng(0x5eed);
     for stall_hop in 0..PATH.len() {

@@ -6,6 +6,13 @@ use std::time::Duration;
 use super::histogram::{AtomicHistogram, Histogram};
 use crate::chunk::Kind;
 
+/// A histogram bucket a record touched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Touched {
+    Gap(usize),
+    Age(usize),
+}
+
 /// Output position classes: which part of a response a gap fell in. Long outputs that freeze
 /// late (KV pressure, a gateway buffer threshold) show up in the last classes.
 pub const POSITION_CLASSES: [&str; 5] = ["0-63", "64-255", "256-1023", "1024-4095", "4096+"];
@@ -53,28 +60,11 @@ fn is_max(index: usize) -> bool {
 /// monotonic clock. Hidden events (a reasoning phase) keep a stream alive without being
 /// progress: they are counted, and they end a *quiet* spell, but they are not gaps. Control
 /// events (heartbeats, end frames) are counted only.
-#[derive(PartialEq, Eq, Default)]
+#[derive(Clone, PartialEq, Eq, Default)]
 pub struct GapCounters {
     scalars: [u64; SCALARS],
     gaps: Histogram,
     ages: Histogram,
-}
-
-impl Clone for GapCounters {
-    fn clone(&self) -> Self {
-        GapCounters {
-            scalars: self.scalars,
-            gaps: self.gaps.clone(),
-            ages: self.ages.clone(),
-        }
-    }
-
-    /// Reuses the histograms' allocations: recorders do this on every flush.
-    fn clone_from(&mut self, source: &Self) {
-        self.scalars = source.scalars;
-        self.gaps.clone_from(&source.gaps);
-        self.ages.clone_from(&source.ages);
-    }
 }
 
 /// The gaps that fell in one output position class.
@@ -105,10 +95,11 @@ impl GapCounters {
         self.scalars[sum] += bytes;
     }
 
-    /// Records a visible gap of `ns` ending at visible event number `position`.
-    pub(crate) fn record_gap(&mut self, ns: u64, position: u64, stall: bool) {
+    /// Records a visible gap of `ns` ending at visible event number `position`; returns the
+    /// histogram bucket it touched.
+    pub(crate) fn record_gap(&mut self, ns: u64, position: u64, stall: bool) -> Touched {
         let class = position_class(position);
-        self.gaps.record(ns);
+        let bucket = self.gaps.record(ns);
         self.max(MAX_GAP, ns);
         self.scalars[POS_GAPS + class] += 1;
         self.scalars[POS_TOTAL + class] += ns;
@@ -117,6 +108,7 @@ impl GapCounters {
             self.scalars[STALLS] += 1;
             self.scalars[POS_STALLS + class] += 1;
         }
+        Touched::Gap(bucket)
     }
 
     /// Records a quiet spell (no visible or hidden event between two that were) of `ns`.
@@ -124,20 +116,31 @@ impl GapCounters {
         self.max(MAX_QUIET, ns);
     }
 
-    /// Records that an event waited `ns` in a gate, with `waiting` events behind it.
-    pub(crate) fn record_wait(&mut self, ns: u64, waiting: u64) {
-        self.ages.record(ns);
+    /// Records that an event waited `ns` in a gate, with `waiting` events behind it; returns
+    /// the histogram bucket it touched.
+    pub(crate) fn record_wait(&mut self, ns: u64, waiting: u64) -> Touched {
+        let bucket = self.ages.record(ns);
         self.scalars[AGE_TOTAL] += ns;
         self.max(MAX_AGE, ns);
         self.max(PEAK_WAITING, waiting);
+        Touched::Age(bucket)
     }
 
     fn max(&mut self, index: usize, value: u64) {
         self.scalars[index] = self.scalars[index].max(value);
     }
 
-    /// Adds what `self` has beyond `before` (an earlier copy of it) to `shared`.
-    pub(crate) fn add_delta(&self, before: &GapCounters, shared: &SharedCounters) {
+    /// Adds what `self` has beyond `before` (an earlier copy of it) to `shared`, and brings
+    /// `before` up to date. Only the histogram buckets in `touched` can have changed, so a
+    /// flush costs the buckets touched, not the whole histograms; `export` is told each
+    /// bucket's increase.
+    pub(crate) fn flush(
+        &self,
+        before: &mut GapCounters,
+        shared: &SharedCounters,
+        touched: &[Touched],
+        mut export: impl FnMut(Touched, u64),
+    ) {
         for (index, (now, then)) in self.scalars.iter().zip(before.scalars.iter()).enumerate() {
             if now == then {
                 continue;
@@ -148,8 +151,16 @@ impl GapCounters {
                 shared.scalars[index].fetch_add(now - then, Ordering::Relaxed);
             }
         }
-        self.gaps.add_delta(&before.gaps, &shared.gaps);
-        self.ages.add_delta(&before.ages, &shared.ages);
+        before.scalars = self.scalars;
+        for &bucket in touched {
+            let delta = match bucket {
+                Touched::Gap(i) => self.gaps.sync_bucket(&mut before.gaps, i, &shared.gaps),
+                Touched::Age(i) => self.ages.sync_bucket(&mut before.ages, i, &shared.ages),
+            };
+            if delta > 0 {
+                export(bucket, delta);
+            }
+        }
     }
 
     /// Visible events.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Histogram as MetricsHistogram, counter, histogram};
 
-use super::counters::GapCounters;
+use super::counters::{GapCounters, Touched};
 use super::histogram::{BUCKETS, lower_bound};
 
 /// The metric handles of one hop, registered once when the hop is created.
@@ -43,8 +43,8 @@ impl HopMetrics {
         }
     }
 
-    /// Exports what `now` has beyond `before`.
-    pub(crate) fn add_delta(&self, now: &GapCounters, before: &GapCounters) {
+    /// Exports the event, byte and stall counts `now` has beyond `before`.
+    pub(crate) fn add_scalars(&self, now: &GapCounters, before: &GapCounters) {
         let events = [
             now.visible_events() - before.visible_events(),
             now.hidden_events() - before.hidden_events(),
@@ -68,8 +68,22 @@ impl HopMetrics {
         if now.stalls() > before.stalls() {
             self.stalls.increment(now.stalls() - before.stalls());
         }
-        record(&self.gaps, now.gaps().deltas(before.gaps()));
-        record(&self.ages, now.buffer_age().deltas(before.buffer_age()));
+    }
+
+    /// Exports `count` more durations in a histogram bucket, at the bucket's midpoint.
+    pub(crate) fn bucket(&self, bucket: Touched, count: u64) {
+        let (histogram, index) = match bucket {
+            Touched::Gap(index) => (&self.gaps, index),
+            Touched::Age(index) => (&self.ages, index),
+        };
+        let low = lower_bound(index);
+        let high = if index + 1 < BUCKETS {
+            lower_bound(index + 1)
+        } else {
+            low
+        };
+        let mid = (low + (high - low) / 2) as f64 / 1e9;
+        histogram.record_many(mid, usize::try_from(count).unwrap_or(usize::MAX));
     }
 
     pub(crate) fn first_event(&self, after: Duration) {
@@ -79,19 +93,5 @@ impl HopMetrics {
     pub(crate) fn ended(&self, reason: &'static str) {
         counter!("streamgate_streams_ended_total", "hop" => self.hop.clone(), "reason" => reason)
             .increment(1);
-    }
-}
-
-/// Records each bucket's increase at the bucket's midpoint, in seconds.
-fn record(histogram: &MetricsHistogram, deltas: impl Iterator<Item = (usize, u64)>) {
-    for (index, count) in deltas {
-        let low = lower_bound(index);
-        let high = if index + 1 < BUCKETS {
-            lower_bound(index + 1)
-        } else {
-            low
-        };
-        let mid = (low + (high - low) / 2) as f64 / 1e9;
-        histogram.record_many(mid, usize::try_from(count).unwrap_or(usize::MAX));
     }
 }

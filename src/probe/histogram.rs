@@ -40,22 +40,9 @@ pub(crate) fn lower_bound(index: usize) -> u64 {
 }
 
 /// A histogram owned by one writer: plain counts.
-#[derive(PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct Histogram {
     counts: Box<[u64; BUCKETS]>,
-}
-
-impl Clone for Histogram {
-    fn clone(&self) -> Self {
-        Histogram {
-            counts: self.counts.clone(),
-        }
-    }
-
-    /// Copies the counts into the existing allocation: recorders do this on every flush.
-    fn clone_from(&mut self, source: &Self) {
-        self.counts.copy_from_slice(&source.counts[..]);
-    }
 }
 
 impl Histogram {
@@ -65,8 +52,27 @@ impl Histogram {
         }
     }
 
-    pub(crate) fn record(&mut self, ns: u64) {
-        self.counts[bucket(ns)] += 1;
+    /// Counts `ns`; returns the bucket it fell in.
+    pub(crate) fn record(&mut self, ns: u64) -> usize {
+        let index = bucket(ns);
+        self.counts[index] += 1;
+        index
+    }
+
+    /// Adds what bucket `index` of `self` has beyond `before` (an earlier copy) to `into`, and
+    /// brings `before` up to date; returns the increase.
+    pub(crate) fn sync_bucket(
+        &self,
+        before: &mut Histogram,
+        index: usize,
+        into: &AtomicHistogram,
+    ) -> u64 {
+        let delta = self.counts[index] - before.counts[index];
+        if delta > 0 {
+            into.counts[index].fetch_add(delta, Ordering::Relaxed);
+            before.counts[index] = self.counts[index];
+        }
+        delta
     }
 
     /// How many durations were recorded.
@@ -104,26 +110,6 @@ impl Histogram {
             .enumerate()
             .filter(|(_, count)| **count > 0)
             .map(|(index, &count)| (Duration::from_nanos(lower_bound(index)), count))
-    }
-
-    /// The buckets where `self` has more than `before` (an earlier copy): index and increase.
-    pub(crate) fn deltas<'a>(
-        &'a self,
-        before: &'a Histogram,
-    ) -> impl Iterator<Item = (usize, u64)> + 'a {
-        self.counts
-            .iter()
-            .zip(before.counts.iter())
-            .enumerate()
-            .filter(|(_, (now, then))| now != then)
-            .map(|(index, (now, then))| (index, now - then))
-    }
-
-    /// Adds what `self` has beyond `before` (an earlier copy) to `into`.
-    pub(crate) fn add_delta(&self, before: &Histogram, into: &AtomicHistogram) {
-        for (index, delta) in self.deltas(before) {
-            into.counts[index].fetch_add(delta, Ordering::Relaxed);
-        }
     }
 }
 

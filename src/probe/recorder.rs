@@ -4,14 +4,14 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::counters::GapCounters;
+use super::counters::{GapCounters, Touched};
 use super::hop::HopProbe;
 use super::observe::Observation;
 use super::record::{Pending, monotonic_ns};
 use crate::chunk::Kind;
 
 /// Events between two additions of a stream's counts to its hop's aggregate.
-const FLUSH_EVERY: u32 = 64;
+const FLUSH_EVERY: usize = 64;
 
 /// Records one stream's events at one hop: gaps, stalls, positions, waits, and (for sampled
 /// requests) hop records.
@@ -24,16 +24,21 @@ const FLUSH_EVERY: u32 = 64;
 pub struct Recorder {
     hop: HopProbe,
     request: Arc<str>,
-    started: Instant,
-    last_visible: Option<Instant>,
-    last_alive: Option<Instant>,
+    // Times are nanoseconds on the process's monotonic clock (`monotonic_ns`): converted once
+    // per event, then plain integer arithmetic.
+    started: u64,
+    last_visible: Option<u64>,
+    last_alive: Option<u64>,
     /// Visible events so far: the output position of the next one.
     position: u64,
     next_seq: u64,
     counters: GapCounters,
     /// What the hop's aggregate already has of `counters`.
     flushed: GapCounters,
-    unflushed: u32,
+    /// Events since the last flush, and the histogram buckets they touched.
+    unflushed: usize,
+    touched: [Touched; 2 * FLUSH_EVERY],
+    touched_len: usize,
     sampled: bool,
     first_event: Option<Duration>,
     ended: bool,
@@ -43,7 +48,7 @@ pub struct Recorder {
 
 impl Recorder {
     pub(crate) fn new(hop: HopProbe, request: Arc<str>) -> Self {
-        let now = Instant::now();
+        let now = monotonic_ns(Instant::now());
         Recorder {
             sampled: hop.samples(&request),
             #[cfg(feature = "tracing")]
@@ -58,6 +63,8 @@ impl Recorder {
             counters: GapCounters::default(),
             flushed: GapCounters::default(),
             unflushed: 0,
+            touched: [Touched::Gap(0); 2 * FLUSH_EVERY],
+            touched_len: 0,
             first_event: None,
             ended: false,
         }
@@ -69,7 +76,8 @@ impl Recorder {
     }
 
     /// Records one event seen at `now` (for events whose time was taken elsewhere).
-    pub fn observe_at(&mut self, event: Observation, now: Instant) {
+    pub fn observe_at(&mut self, event: Observation, at: Instant) {
+        let now = monotonic_ns(at);
         let seq = event.seq.unwrap_or(self.next_seq);
         self.next_seq = seq.saturating_add(1);
         self.counters.count_event(event.kind, event.bytes);
@@ -77,9 +85,10 @@ impl Recorder {
         if event.kind == Kind::Visible {
             match self.last_visible {
                 Some(last) => {
-                    let gap = nanos(now.saturating_duration_since(last));
+                    let gap = now.saturating_sub(last);
                     stall = gap >= self.hop.inner.stall_ns;
-                    self.counters.record_gap(gap, self.position, stall);
+                    let touched = self.counters.record_gap(gap, self.position, stall);
+                    self.touch(touched);
                     #[cfg(feature = "tracing")]
                     if stall {
                         tracing::warn!(parent: &self.span, seq, position = self.position,
@@ -87,7 +96,7 @@ impl Recorder {
                     }
                 }
                 None => {
-                    let first = now.saturating_duration_since(self.started);
+                    let first = Duration::from_nanos(now.saturating_sub(self.started));
                     self.first_event = Some(first);
                     self.hop.inner.first_event.record(nanos(first));
                     #[cfg(feature = "metrics")]
@@ -99,13 +108,13 @@ impl Recorder {
         }
         if event.kind != Kind::Control {
             if let Some(last) = self.last_alive.replace(now) {
-                self.counters
-                    .record_quiet(nanos(now.saturating_duration_since(last)));
+                self.counters.record_quiet(now.saturating_sub(last));
             }
         }
-        if let Some(at) = event.enqueued_at {
-            self.counters
-                .record_wait(nanos(now.saturating_duration_since(at)), event.waiting);
+        if let Some(enqueued) = event.enqueued_at {
+            let waited = nanos(at.saturating_duration_since(enqueued));
+            let touched = self.counters.record_wait(waited, event.waiting);
+            self.touch(touched);
         }
         if self.sampled {
             if let Some((sink, _)) = &self.hop.inner.records {
@@ -113,7 +122,7 @@ impl Recorder {
                     request: self.request.clone(),
                     hop: self.hop.inner.name.clone(),
                     seq,
-                    t_ns: monotonic_ns(now),
+                    t_ns: now,
                     bytes: event.bytes,
                     kind: event.kind,
                 });
@@ -164,19 +173,31 @@ impl Recorder {
         self.sampled
     }
 
+    fn touch(&mut self, bucket: Touched) {
+        self.touched[self.touched_len] = bucket;
+        self.touched_len += 1;
+    }
+
     fn flush(&mut self) {
         if self.unflushed == 0 {
             return;
         }
-        self.counters
-            .add_delta(&self.flushed, &self.hop.inner.counters);
+        let touched = &self.touched[..self.touched_len];
         #[cfg(feature = "metrics")]
-        self.hop
-            .inner
-            .metrics
-            .add_delta(&self.counters, &self.flushed);
-        self.flushed.clone_from(&self.counters);
+        let metrics = &self.hop.inner.metrics;
+        #[cfg(feature = "metrics")]
+        metrics.add_scalars(&self.counters, &self.flushed);
+        self.counters.flush(
+            &mut self.flushed,
+            &self.hop.inner.counters,
+            touched,
+            |_bucket, _delta| {
+                #[cfg(feature = "metrics")]
+                metrics.bucket(_bucket, _delta);
+            },
+        );
         self.unflushed = 0;
+        self.touched_len = 0;
     }
 }
 
