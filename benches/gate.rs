@@ -3,14 +3,16 @@
 //!
 //! `cargo bench --bench gate`
 
+mod common;
+
 use std::hint::black_box;
 
 use bytes::Bytes;
+use common::runtimes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::StreamExt;
 use streamgate::probe::HopProbe;
 use streamgate::{Gate, GateExt, Policy};
-use tokio::runtime::Runtime;
 
 const EVENTS: u64 = 10_000;
 const CHUNK: Bytes = Bytes::from_static(b"t1234567");
@@ -75,19 +77,6 @@ async fn gate(policy: Policy) -> usize {
 /// The same, with the consumer probed at a hop (and the gate stamping events when `stamp`).
 async fn probed_gate(hop: HopProbe, stamp: bool) -> usize {
     drain(generator(Policy::backpressure(), stamp).probe(&hop, "bench")).await
-}
-
-fn runtimes() -> [(&'static str, Runtime); 2] {
-    let current = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let multi = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    [("current_thread", current), ("multi_thread", multi)]
 }
 
 fn per_event(c: &mut Criterion) {

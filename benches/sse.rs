@@ -6,6 +6,8 @@
 //!
 //! `cargo bench --all-features --bench sse`
 
+mod common;
+
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::Duration;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use axum::response::IntoResponse;
 use axum::response::sse::{Event as AxumEvent, KeepAlive, Sse};
 use bytes::Bytes;
+use common::runtimes;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use eventsource_stream::Eventsource;
 use futures_util::StreamExt;
@@ -81,19 +84,6 @@ async fn gate_path(probe: Option<HopProbe>) -> (usize, usize) {
         Some(hop) => tokio::spawn(drain(SseBody::new(frames.probe(&hop, "bench")))),
     };
     consumer.await.unwrap()
-}
-
-fn runtimes() -> [(&'static str, Runtime); 2] {
-    let current = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let multi = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    [("current_thread", current), ("multi_thread", multi)]
 }
 
 fn per_event(c: &mut Criterion) {

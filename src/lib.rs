@@ -72,8 +72,8 @@
     rust_2018_idioms
 )]
 
-/// The README's example, compiled and run as a doc test.
-#[cfg(doctest)]
+/// The README's examples, compiled and run as doc tests (they use the `axum` feature).
+#[cfg(all(doctest, feature = "axum"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 

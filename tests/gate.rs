@@ -1,5 +1,8 @@
 //! The gate's promises: order, bounds, flush per event, and each slow-consumer policy.
 
+mod common;
+
+use common::{HANG, Rng};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -8,10 +11,6 @@ use futures_util::StreamExt;
 use streamgate::{Chunk, Consumer, EndReason, Gate, Policy};
 use tokio::sync::mpsc;
 use tokio::time::timeout;
-
-/// A hang detector, not a timing assertion: a gate that held an event back would wait here
-/// for ever.
-const HANG: Duration = Duration::from_secs(20);
 
 /// The chunks of a consumer until its end, and the end (`None` when it completed).
 async fn drain<T: Chunk>(consumer: &mut Consumer<T>) -> (Vec<(u64, T)>, Option<EndReason>) {
@@ -99,19 +98,6 @@ async fn flush_per_event_by_handshake() {
             go_tx.send(()).unwrap();
         }
         assert!(timeout(HANG, consumer.next()).await.unwrap().is_none());
-    }
-}
-
-/// A small deterministic generator of pseudo-random numbers (xorshift64*), so every schedule
-/// can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
 

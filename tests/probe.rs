@@ -1,5 +1,8 @@
 //! Probe counters against brute force, hidden events, hop records, and no allocation per event.
 
+mod common;
+
+use common::Rng;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::io::Write;
@@ -37,18 +40,6 @@ unsafe impl GlobalAlloc for CountingAllocator {
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-/// xorshift64*, so every case can be replayed from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 /// What brute force says about one stream: (visible gaps with their output position, events by
 /// kind, bytes by kind, longest quiet spell).

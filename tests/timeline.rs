@@ -1,6 +1,9 @@
 //! The timeline diagnosis on synthetic multi-hop timelines: a stall injected at each hop in
 //! turn, each hop on a clock with its own random offset, is blamed on the hop it began at.
 
+mod common;
+
+use common::Rng;
 use std::time::Duration;
 
 use streamgate::Kind;
@@ -14,17 +17,6 @@ const PATH: [&str; 5] = [
     "gateway.write",
     "client.recv",
 ];
-
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
 
 /// One request's records at every hop: events every 5 ms (with up to 2 ms of jitter per hop),
 /// hidden events at every 10th seq, and a `stall_ms` delay added at `stall_hop` before `stall_seq`,

@@ -55,6 +55,11 @@ fn axum_app(slot: Slot, heartbeat: Duration) -> Router {
     )
 }
 
+/// Serves `consumer` to the first request for `/stream`, with heartbeats every `heartbeat`.
+async fn serve_one(consumer: Consumer<SseEvent>, heartbeat: Duration) -> SocketAddr {
+    serve(axum_app(Arc::new(Mutex::new(Some(consumer))), heartbeat)).await
+}
+
 /// Serves one stream with plain hyper, on a connection accepted from a tuned listener.
 async fn hyper_server(consumer: Consumer<SseEvent>) -> SocketAddr {
     let listener =
@@ -148,11 +153,7 @@ async fn an_early_end_is_a_visible_error_frame_before_eof() {
         tx.send(SseEvent::data("t1 ")).await.ok();
         Err(std::io::Error::other("decode failed"))
     });
-    let addr = serve(axum_app(
-        Arc::new(Mutex::new(Some(consumer))),
-        Duration::from_secs(60),
-    ))
-    .await;
+    let addr = serve_one(consumer, Duration::from_secs(60)).await;
     let mut response = RawResponse::get(addr, "/stream", "").await;
     assert_eq!(
         response.rest().await,
@@ -183,11 +184,7 @@ fn stalled() -> (Consumer<SseEvent>, oneshot::Receiver<EndReason>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_flow_during_a_stall() {
     let (consumer, _released) = stalled();
-    let addr = serve(axum_app(
-        Arc::new(Mutex::new(Some(consumer))),
-        Duration::from_millis(50),
-    ))
-    .await;
+    let addr = serve_one(consumer, Duration::from_millis(50)).await;
     let mut response = RawResponse::get(addr, "/stream", "").await;
     assert_eq!(response.expect_frame().await, "id: 0\ndata: t0 \n\n");
     for _ in 0..3 {
@@ -198,11 +195,7 @@ async fn heartbeats_flow_during_a_stall() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_vanishes_during_a_stall_cancels_the_generator() {
     let (consumer, released) = stalled();
-    let addr = serve(axum_app(
-        Arc::new(Mutex::new(Some(consumer))),
-        Duration::from_millis(50),
-    ))
-    .await;
+    let addr = serve_one(consumer, Duration::from_millis(50)).await;
     let mut response = RawResponse::get(addr, "/stream", "").await;
     assert_eq!(response.expect_frame().await, "id: 0\ndata: t0 \n\n");
     // The generator is silent; the client closes its socket. Only a heartbeat's failed write
