@@ -209,25 +209,29 @@ impl RecordSink {
             .spawn(move || {
                 let mut out = BufWriter::new(writer);
                 let mut line = String::new();
-                while let Ok(message) = messages.recv() {
-                    match message {
-                        Message::Record(r) => {
-                            line.clear();
-                            write_line(
-                                &mut line, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind,
-                            );
-                            line.push('\n');
-                            if out.write_all(line.as_bytes()).is_ok() {
-                                written.written.fetch_add(1, Ordering::Relaxed);
+                // Write what is queued, then flush whenever the queue runs dry: lines reach the
+                // file in batches under load and at once when it is quiet.
+                while let Ok(first) = messages.recv() {
+                    for message in std::iter::once(first).chain(messages.try_iter()) {
+                        match message {
+                            Message::Record(r) => {
+                                line.clear();
+                                write_line(
+                                    &mut line, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind,
+                                );
+                                line.push('\n');
+                                if out.write_all(line.as_bytes()).is_ok() {
+                                    written.written.fetch_add(1, Ordering::Relaxed);
+                                }
+                            }
+                            Message::Sync(done) => {
+                                let _ = out.flush();
+                                let _ = done.send(());
                             }
                         }
-                        Message::Sync(done) => {
-                            let _ = out.flush();
-                            let _ = done.send(());
-                        }
                     }
+                    let _ = out.flush();
                 }
-                let _ = out.flush();
             })?;
         Ok(RecordSink { queue, counts })
     }

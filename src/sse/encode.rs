@@ -59,14 +59,15 @@ where
         }
         let frame = match ready!(this.events.poll_next(cx)) {
             Some(Ok(event)) => {
-                let seq = event.seq();
+                // The gated chunk's kind stands: a control chunk stays control once encoded.
+                let (seq, kind) = (event.seq(), event.chunk().kind());
                 let mut sse: SseEvent = event.into_chunk().into();
                 if *this.ids && sse.id().is_none() {
                     sse = sse
                         .with_id(seq.to_string())
                         .expect("a number is a valid id");
                 }
-                Frame::new(sse.encode(), sse.kind(), Some(seq))
+                Frame::new(sse.encode(), kind, Some(seq))
             }
             Some(Err(error)) => {
                 *this.done = true;

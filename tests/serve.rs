@@ -1,0 +1,317 @@
+//! The reference server (`examples/serve.rs`) against its contract, over real sockets: a raw
+//! HTTP client on 127.0.0.1, one that disconnects, one that stops reading.
+#![cfg(all(feature = "axum", feature = "metrics"))]
+
+mod common;
+
+#[allow(dead_code)] // the example's `main` is not called here
+#[path = "../examples/serve.rs"]
+mod serve;
+
+use std::net::SocketAddr;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use common::{HANG, RawResponse};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::Value;
+use tokio::time::{Instant, sleep};
+
+/// Starts a server with `flags` on a free port.
+async fn start(flags: &[&str]) -> SocketAddr {
+    static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
+    let prometheus = PROMETHEUS
+        .get_or_init(|| serve::prometheus().expect("the test process's recorder"))
+        .clone();
+    let args = ["--addr", "127.0.0.1:0"]
+        .iter()
+        .chain(flags)
+        .map(|s| s.to_string());
+    let config = serve::parse_args(args).expect("valid flags");
+    let (listener, app, _) = serve::app(config, prometheus).expect("the server starts");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+fn chat(max_tokens: u64, stream: bool) -> String {
+    format!(
+        r#"{{"model":"sim","messages":[{{"role":"user","content":"hi"}}],"stream":{stream},"max_tokens":{max_tokens}}}"#
+    )
+}
+
+/// The data of an SSE frame, parsed as JSON.
+fn chunk(frame: &str) -> Value {
+    let data = frame
+        .strip_prefix("data: ")
+        .expect("a data frame")
+        .trim_end();
+    serde_json::from_str(data).expect("JSON data")
+}
+
+async fn stats(addr: SocketAddr) -> Value {
+    let mut response = RawResponse::get(addr, "/stats", "").await;
+    serde_json::from_str(&response.body_text().await).unwrap()
+}
+
+/// Polls `/stats` until `done` holds, failing the test if it never does.
+async fn wait_for(addr: SocketAddr, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + HANG;
+    loop {
+        let stats = stats(addr).await;
+        if done(&stats) {
+            return stats;
+        }
+        assert!(Instant::now() < deadline, "{what}: {stats}");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_one_event_per_token_in_order() {
+    let addr = start(&["--step-ms", "1"]).await;
+    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(20, true)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.header("content-type").as_deref(),
+        Some("text/event-stream")
+    );
+    assert_eq!(
+        response.header("cache-control").as_deref(),
+        Some("no-cache")
+    );
+    assert_eq!(response.header("x-accel-buffering").as_deref(), Some("no"));
+    for i in 0..20 {
+        // One HTTP chunk per event.
+        let frame = String::from_utf8(response.next_chunk().await.expect("a chunk")).unwrap();
+        let chunk = chunk(&frame);
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["choices"][0]["delta"]["content"], format!("t{i} "));
+        assert_eq!(chunk["choices"][0]["finish_reason"], Value::Null);
+        if i == 0 {
+            assert_eq!(chunk["choices"][0]["delta"]["role"], "assistant");
+        }
+    }
+    let last = chunk(&response.expect_frame().await);
+    assert_eq!(last["choices"][0]["finish_reason"], "length");
+    assert_eq!(response.expect_frame().await, "data: [DONE]\n\n");
+    assert!(response.rest().await.is_empty());
+    let stats = wait_for(addr, "the stream completes", |s| {
+        s["streams_completed"] == 1
+    })
+    .await;
+    assert_eq!(stats["tokens_generated"], 20);
+    assert_eq!(stats["kv_blocks_in_use"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_without_streaming_and_refuses_bad_requests() {
+    let addr = start(&["--step-ms", "0"]).await;
+    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(3, false)).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = serde_json::from_str(&response.body_text().await).unwrap();
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["choices"][0]["message"]["content"], "t0 t1 t2 ");
+    for bad in [
+        "{not json",
+        r#"{"model":"sim","stream":true}"#,
+        r#"{"messages":[],"max_tokens":0}"#,
+        r#"{"messages":[],"max_tokens":1000001}"#,
+        r#"{"messages":[],"max_tokens":"ten"}"#,
+    ] {
+        let mut response = RawResponse::post_json(addr, "/v1/chat/completions", bad).await;
+        assert_eq!(response.status(), 400, "{bad}");
+        let body: Value = serde_json::from_str(&response.body_text().await).unwrap();
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{bad}");
+        assert!(body["error"]["message"].is_string());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_flow_during_a_decode_stall() {
+    let addr = start(&[
+        "--step-ms",
+        "1",
+        "--stall-at",
+        "2",
+        "--stall-ms",
+        "400",
+        "--heartbeat-ms",
+        "50",
+    ])
+    .await;
+    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(4, true)).await;
+    let frames = response.rest().await;
+    let contents: Vec<&str> = frames.iter().map(String::as_str).collect();
+    let stall = contents.iter().position(|f| f.contains("\"t1 \"")).unwrap();
+    let resume = contents.iter().position(|f| f.contains("\"t2 \"")).unwrap();
+    let beats = contents[stall + 1..resume]
+        .iter()
+        .filter(|f| **f == ":\n\n")
+        .count();
+    assert!(
+        beats >= 2,
+        "heartbeats during the 400 ms stall: {contents:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnect_stops_the_generator_and_frees_its_kv_blocks() {
+    let addr = start(&["--step-ms", "1"]).await;
+    let mut response =
+        RawResponse::post_json(addr, "/v1/chat/completions", &chat(100_000, true)).await;
+    for _ in 0..40 {
+        response.expect_frame().await;
+    }
+    assert_eq!(stats(addr).await["generators_running"], 1);
+    assert!(stats(addr).await["kv_blocks_in_use"].as_u64().unwrap() >= 3);
+    drop(response);
+    let stats = wait_for(addr, "the generator stops", |s| {
+        s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
+    })
+    .await;
+    assert_eq!(stats["streams_cancelled"], 1);
+    assert!(
+        stats["tokens_after_cancel"].as_u64().unwrap() <= 1,
+        "{stats}"
+    );
+}
+
+/// Starts a stream whose client reads the first event and then stops reading; returns the
+/// server's address and the open response.
+async fn stopped_reader(flags: &[&str]) -> (SocketAddr, RawResponse) {
+    let addr = start(flags).await;
+    let mut response =
+        RawResponse::post_json(addr, "/v1/chat/completions", &chat(1_000_000, true)).await;
+    response.expect_frame().await;
+    (addr, response)
+}
+
+/// Waits until the generator has made no token for half a second; returns the stats then.
+async fn until_paused(addr: SocketAddr) -> Value {
+    let deadline = Instant::now() + HANG;
+    let mut last = stats(addr).await;
+    loop {
+        sleep(Duration::from_millis(500)).await;
+        let now = stats(addr).await;
+        if now["tokens_generated"] == last["tokens_generated"] {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the generator never paused: {now}"
+        );
+        last = now;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_reader_pauses_the_generator_under_backpressure() {
+    let (addr, _response) = stopped_reader(&["--step-ms", "0", "--sndbuf", "16384"]).await;
+    let stats = until_paused(addr).await;
+    assert_eq!(stats["generators_running"], 1, "paused, not ended");
+    // The gate holds 64 events; the kernel, a bounded send buffer and the client's window.
+    let tokens = stats["tokens_generated"].as_u64().unwrap();
+    assert!(tokens < 3_000, "bounded run ahead: {tokens} tokens");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_reader_is_coalesced_within_the_byte_bound() {
+    let flags = [
+        "--step-ms",
+        "0",
+        "--sndbuf",
+        "16384",
+        "--policy",
+        "coalesce",
+        "--buffer-bytes",
+        "4096",
+    ];
+    let (addr, _response) = stopped_reader(&flags).await;
+    let stats = until_paused(addr).await;
+    assert_eq!(stats["generators_running"], 1);
+    // Merged text deltas stop at 4 KiB of waiting text (tokens are 4 to 9 bytes).
+    let tokens = stats["tokens_generated"].as_u64().unwrap();
+    assert!(
+        tokens < 1_000 + 3_000,
+        "bounded by the byte bound: {tokens} tokens"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_reader_is_disconnected_after_the_deadline() {
+    let flags = [
+        "--step-ms",
+        "0",
+        "--sndbuf",
+        "16384",
+        "--policy",
+        "disconnect",
+        "--slow-deadline-ms",
+        "300",
+    ];
+    let (addr, _response) = stopped_reader(&flags).await;
+    let stats = wait_for(addr, "the policy ends the stream", |s| {
+        s["streams_ended_slow_consumer"] == 1 && s["generators_running"] == 0
+    })
+    .await;
+    assert_eq!(stats["kv_blocks_in_use"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resumes_after_last_event_id() {
+    let addr = start(&["--step-ms", "0"]).await;
+    let mut response = RawResponse::get(addr, "/v1/stream?max_tokens=6", "").await;
+    let first = response.expect_frame().await;
+    assert!(first.starts_with("id: 0\n"), "{first}");
+    drop(response);
+    let mut resumed =
+        RawResponse::get(addr, "/v1/stream?max_tokens=6", "Last-Event-ID: 3\r\n").await;
+    let frames = resumed.rest().await;
+    assert!(
+        frames[0].starts_with("id: 4\n") && frames[0].contains("\"t4 \""),
+        "{frames:?}"
+    );
+    assert!(frames[1].starts_with("id: 5\n") && frames[1].contains("\"t5 \""));
+    assert!(frames[2].contains("\"finish_reason\":\"length\""));
+    assert_eq!(frames[3], "data: [DONE]\n\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_gap_histograms_and_hop_records() {
+    let records = std::env::temp_dir().join(format!("serve-records-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&records);
+    let addr = start(&["--step-ms", "1", "--hop-records", records.to_str().unwrap()]).await;
+    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(10, true)).await;
+    response.rest().await;
+    wait_for(addr, "the stream completes", |s| {
+        s["generators_running"] == 0
+    })
+    .await;
+    let mut metrics = RawResponse::get(addr, "/metrics", "").await;
+    let page = metrics.body_text().await;
+    for hop in ["worker.decode", "worker.publish", "worker.write"] {
+        let series = format!("streamgate_gap_seconds_count{{hop=\"{hop}\"}}");
+        assert!(page.contains(&series), "{series} in\n{page}");
+    }
+    // Hop records reach the file as soon as the writer is idle.
+    let deadline = Instant::now() + HANG;
+    loop {
+        let text = std::fs::read_to_string(&records).unwrap_or_default();
+        let hops = ["worker.decode", "worker.publish", "worker.write"];
+        let counts: Vec<usize> = hops
+            .iter()
+            .map(|hop| {
+                text.lines()
+                    .filter(|l| l.contains(&format!("\"hop\":\"{hop}\"")))
+                    .count()
+            })
+            .collect();
+        if counts[0] >= 10 && counts[1] >= 10 && counts[2] >= 12 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "hop records: {counts:?}");
+        sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_file(&records);
+}
