@@ -28,7 +28,11 @@ use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::sse::SseEvent;
 use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
-use streamgate::{Chunk, Consumer, EndReason, Gate, GateExt, GateHandle, Kind, Policy};
+use streamgate::{Chunk, Consumer, EndReason, GateExt, GateHandle, Kind};
+
+#[allow(dead_code)] // each example uses a part
+#[path = "common/mod.rs"]
+mod common;
 
 /// Tokens per KV block.
 const BLOCK_TOKENS: u64 = 16;
@@ -42,11 +46,7 @@ pub(crate) struct Config {
     step: Duration,
     stall_at: Option<u64>,
     stall: Duration,
-    buffer_events: usize,
-    buffer_bytes: usize,
-    policy: String,
-    slow_deadline: Duration,
-    heartbeat: Duration,
+    gate: common::GateFlags,
     kv_blocks: u64,
     sndbuf: Option<u32>,
     hop_records: Option<String>,
@@ -58,11 +58,7 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
         step: Duration::from_millis(5),
         stall_at: None,
         stall: Duration::ZERO,
-        buffer_events: 64,
-        buffer_bytes: 65536,
-        policy: "backpressure".into(),
-        slow_deadline: Duration::from_millis(10_000),
-        heartbeat: Duration::from_millis(15_000),
+        gate: common::GateFlags::default(),
         kv_blocks: 4096,
         sndbuf: None,
         hop_records: None,
@@ -83,6 +79,10 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
                 }
             })
         };
+        if let Some(parsed) = config.gate.parse(&flag, &value) {
+            parsed?;
+            continue;
+        }
         match flag.as_str() {
             "--addr" => {
                 config.addr = value
@@ -92,18 +92,6 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
             "--step-ms" => config.step = Duration::from_millis(number()?),
             "--stall-at" => config.stall_at = Some(number()?),
             "--stall-ms" => config.stall = Duration::from_millis(number()?),
-            "--buffer-events" => config.buffer_events = positive()? as usize,
-            "--buffer-bytes" => config.buffer_bytes = positive()? as usize,
-            "--policy" => match value.as_str() {
-                "backpressure" | "coalesce" | "disconnect" => config.policy = value.clone(),
-                _ => {
-                    return Err(format!(
-                        "--policy: `{value}` is not backpressure, coalesce or disconnect"
-                    ));
-                }
-            },
-            "--slow-deadline-ms" => config.slow_deadline = Duration::from_millis(positive()?),
-            "--heartbeat-ms" => config.heartbeat = Duration::from_millis(positive()?),
             "--kv-blocks" => config.kv_blocks = number()?,
             "--sndbuf" => {
                 config.sndbuf =
@@ -148,6 +136,9 @@ struct Meta {
     created: u64,
     /// Whether events carry their token index as the SSE `id` (for `Last-Event-ID` resume).
     ids: bool,
+    /// The id the probes record: the client's `x-request-id`, so every hop of the path records
+    /// the same request, or else the completion id.
+    request: String,
 }
 
 /// What the worker hands the gate: a run of token text (merged under `Coalesce`), the final
@@ -252,11 +243,6 @@ impl Server {
             .fetch_add(1, Ordering::Relaxed);
         let held = Arc::new(AtomicU64::new(0));
         let handle: Arc<OnceLock<GateHandle>> = Arc::new(OnceLock::new());
-        let policy = match server.config.policy.as_str() {
-            "coalesce" => Policy::coalesce(),
-            "disconnect" => Policy::disconnect(server.config.slow_deadline),
-            _ => Policy::backpressure(),
-        };
         let on_release = {
             let (server, held, handle) = (server.clone(), held.clone(), handle.clone());
             move |reason: EndReason| {
@@ -278,50 +264,50 @@ impl Server {
             }
         };
         let worker = server.clone();
-        let consumer = Gate::new()
-            .max_events(server.config.buffer_events)
-            .max_bytes(server.config.buffer_bytes)
-            .policy(policy)
-            .stamp_events(true)
-            .on_release(on_release)
-            .spawn(move |_, mut tx| async move {
-                let config = &worker.config;
-                let mut decode = worker.decode.recorder(meta.id.as_str());
-                let mut publish = worker.publish.recorder(meta.id.as_str());
-                for i in from..max_tokens {
-                    if config.stall_at == Some(i) {
-                        tokio::time::sleep(config.stall).await;
+        let consumer =
+            server
+                .config
+                .gate
+                .gate()
+                .on_release(on_release)
+                .spawn(move |_, mut tx| async move {
+                    let config = &worker.config;
+                    let mut decode = worker.decode.recorder(meta.request.as_str());
+                    let mut publish = worker.publish.recorder(meta.request.as_str());
+                    for i in from..max_tokens {
+                        if config.stall_at == Some(i) {
+                            tokio::time::sleep(config.stall).await;
+                        }
+                        tokio::time::sleep(config.step).await;
+                        if (i - from) % BLOCK_TOKENS == 0 {
+                            worker.take_block()?;
+                            held.fetch_add(1, Ordering::SeqCst);
+                        }
+                        worker
+                            .stats
+                            .tokens_generated
+                            .fetch_add(1, Ordering::Relaxed);
+                        let text = format!("t{i} ");
+                        let observed = Observation::new(Some(i), text.len() as u64, Kind::Visible);
+                        decode.observe(observed);
+                        tx.send(Delta::Text {
+                            meta: meta.clone(),
+                            first: i == 0,
+                            last: i,
+                            text,
+                        })
+                        .await
+                        .map_err(|_| "the stream ended")?;
+                        publish.observe(observed);
                     }
-                    tokio::time::sleep(config.step).await;
-                    if (i - from) % BLOCK_TOKENS == 0 {
-                        worker.take_block()?;
-                        held.fetch_add(1, Ordering::SeqCst);
-                    }
-                    worker
-                        .stats
-                        .tokens_generated
-                        .fetch_add(1, Ordering::Relaxed);
-                    let text = format!("t{i} ");
-                    let observed = Observation::new(Some(i), text.len() as u64, Kind::Visible);
-                    decode.observe(observed);
-                    tx.send(Delta::Text {
-                        meta: meta.clone(),
-                        first: i == 0,
-                        last: i,
-                        text,
-                    })
-                    .await
-                    .map_err(|_| "the stream ended")?;
-                    publish.observe(observed);
-                }
-                decode.end("completed");
-                publish.end("completed");
-                tx.send(Delta::Finish { meta })
-                    .await
-                    .map_err(|_| "the stream ended")?;
-                tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
-                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
-            });
+                    decode.end("completed");
+                    publish.end("completed");
+                    tx.send(Delta::Finish { meta })
+                        .await
+                        .map_err(|_| "the stream ended")?;
+                    tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
+                    Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+                });
         let _ = handle.set(consumer.handle());
         consumer
     }
@@ -341,21 +327,27 @@ impl Server {
     fn stream(&self, events: Consumer<Delta>, request: &str) -> Response {
         let frames = events
             .sse()
-            .heartbeat(self.config.heartbeat)
+            .heartbeat(self.config.gate.heartbeat)
             .probe(&self.write, request);
         SseResponse::new(frames).into_response()
     }
 
-    fn meta(&self, model: String, ids: bool) -> Arc<Meta> {
+    fn meta(&self, model: String, ids: bool, headers: &HeaderMap) -> Arc<Meta> {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let id = format!("chatcmpl-{n}");
+        let request = headers
+            .get("x-request-id")
+            .and_then(|value| value.to_str().ok())
+            .map_or_else(|| id.clone(), str::to_owned);
         Arc::new(Meta {
-            id: format!("chatcmpl-{n}"),
+            id,
             model,
             created,
             ids,
+            request,
         })
     }
 }
@@ -371,7 +363,11 @@ fn bad_request(message: &str) -> Response {
 }
 
 /// `POST /v1/chat/completions`.
-async fn chat_completions(State(server): State<Arc<Server>>, body: Bytes) -> Response {
+async fn chat_completions(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let Ok(request) = serde_json::from_slice::<Value>(&body) else {
         return bad_request("the body is not valid JSON");
     };
@@ -390,10 +386,10 @@ async fn chat_completions(State(server): State<Arc<Server>>, body: Bytes) -> Res
         .and_then(Value::as_str)
         .unwrap_or("streamgate-sim")
         .to_owned();
-    let meta = server.meta(model, false);
+    let meta = server.meta(model, false, &headers);
     let events = server.generate(meta.clone(), 0, max_tokens);
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        return server.stream(events, &meta.id);
+        return server.stream(events, &meta.request);
     }
     let mut text = String::new();
     let mut events = std::pin::pin!(events);
@@ -453,9 +449,9 @@ async fn stream_get(
         .map(|last| last + 1)
         .filter(|&from| from <= max_tokens)
         .unwrap_or(0);
-    let meta = server.meta("streamgate-sim".into(), true);
+    let meta = server.meta("streamgate-sim".into(), true, &headers);
     let events = server.generate(meta.clone(), from, max_tokens);
-    server.stream(events, &meta.id)
+    server.stream(events, &meta.request)
 }
 
 /// `GET /stats`.

@@ -1,0 +1,310 @@
+//! A gateway hop in front of any OpenAI-compatible streaming server (this crate's `serve`, or a
+//! vLLM, TGI or llama.cpp server).
+//!
+//! `cargo run --release --example gateway --features axum,metrics -- --upstream http://127.0.0.1:8000 --addr 127.0.0.1:8080 [flags]`
+//!
+//! It forwards `POST /v1/chat/completions`, decodes the upstream SSE with the crate's decoder
+//! (WHATWG rules, bounded memory), gates it again with its own bounds, policy and heartbeats
+//! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`, `--heartbeat-ms`),
+//! and probes `gateway.recv` and `gateway.write`. When its client goes, it drops the upstream
+//! request, so cancellation crosses the hop. `--stall-at N --stall-ms MS` injects a stall
+//! before forwarding event N (a gateway-side freeze, for diagnosis drills); `--hop-records FILE`
+//! writes hop records. `/stats` and `/metrics` describe the gateway itself.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::StreamExt;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use serde_json::json;
+use streamgate::probe::{HopProbe, RecordSink};
+use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
+use streamgate::{EndReason, GateExt};
+
+#[allow(dead_code)] // each example uses a part
+#[path = "common/mod.rs"]
+mod common;
+
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    upstream: SocketAddr,
+    addr: SocketAddr,
+    gate: common::GateFlags,
+    stall_at: Option<u64>,
+    stall: Duration,
+    hop_records: Option<String>,
+}
+
+pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
+    let mut upstream = None;
+    let mut config = Config {
+        upstream: ([127, 0, 0, 1], 0).into(),
+        addr: ([127, 0, 0, 1], 8080).into(),
+        gate: common::GateFlags::default(),
+        stall_at: None,
+        stall: Duration::ZERO,
+        hop_records: None,
+    };
+    while let Some(flag) = args.next() {
+        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        if let Some(parsed) = config.gate.parse(&flag, &value) {
+            parsed?;
+            continue;
+        }
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| format!("{flag}: `{value}` is not a number"))
+        };
+        match flag.as_str() {
+            "--upstream" => {
+                let host = value
+                    .strip_prefix("http://")
+                    .unwrap_or(&value)
+                    .trim_end_matches('/');
+                let parsed = host
+                    .parse()
+                    .map_err(|_| format!("--upstream: `{value}` is not http://IP:PORT"))?;
+                upstream = Some(parsed);
+            }
+            "--addr" => {
+                config.addr = value
+                    .parse()
+                    .map_err(|_| format!("--addr: `{value}` is not an address"))?
+            }
+            "--stall-at" => config.stall_at = Some(number()?),
+            "--stall-ms" => config.stall = Duration::from_millis(number()?),
+            "--hop-records" => config.hop_records = Some(value.clone()),
+            _ => return Err(format!("unknown flag {flag}")),
+        }
+    }
+    config.upstream = upstream.ok_or("--upstream is required")?;
+    Ok(config)
+}
+
+#[derive(Default)]
+struct Stats {
+    streams_started: AtomicU64,
+    streams_completed: AtomicU64,
+    streams_cancelled: AtomicU64,
+    streams_ended_slow_consumer: AtomicU64,
+    streams_upstream_failed: AtomicU64,
+    streams_running: AtomicU64,
+}
+
+pub(crate) struct Gateway {
+    config: Config,
+    stats: Arc<Stats>,
+    recv: HopProbe,
+    write: HopProbe,
+    next_id: AtomicU64,
+    prometheus: PrometheusHandle,
+    records: Option<RecordSink>,
+}
+
+fn error(status: StatusCode, message: &str, kind: &str) -> Response {
+    let body = json!({"error": {"message": message, "type": kind}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+/// `POST /v1/chat/completions`, forwarded.
+async fn chat_completions(
+    State(gateway): State<Arc<Gateway>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let config = &gateway.config;
+    let body = String::from_utf8_lossy(&body).into_owned();
+    // One request id along the whole path, so every hop's records line up.
+    let request = headers
+        .get("x-request-id")
+        .and_then(|value| value.to_str().ok())
+        .map_or_else(
+            || format!("gw-{}", gateway.next_id.fetch_add(1, Ordering::Relaxed)),
+            str::to_owned,
+        );
+    let forwarded = [("x-request-id", request.as_str())];
+    let path = "/v1/chat/completions";
+    let upstream = match common::request(config.upstream, "POST", path, &forwarded, body).await {
+        Ok(response) => response,
+        Err(failure) => {
+            return error(
+                StatusCode::BAD_GATEWAY,
+                &format!("upstream: {failure}"),
+                "upstream_error",
+            );
+        }
+    };
+    let is_sse = upstream
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|value| value.as_bytes().starts_with(b"text/event-stream"));
+    if !is_sse {
+        // Errors and non-streaming answers pass through as they are.
+        let status = upstream.status();
+        let content_type = upstream.headers().get(header::CONTENT_TYPE).cloned();
+        let text = common::body_text(upstream).await.unwrap_or_default();
+        let mut response = (status, text).into_response();
+        if let Some(content_type) = content_type {
+            response
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, content_type);
+        }
+        return response;
+    }
+    let stats = gateway.stats.clone();
+    stats.streams_started.fetch_add(1, Ordering::Relaxed);
+    stats.streams_running.fetch_add(1, Ordering::Relaxed);
+    let events = common::body_stream(upstream)
+        .sse_events()
+        .probe(&gateway.recv, request.as_str());
+    let (stall_at, stall) = (config.stall_at, config.stall);
+    let gated = config
+        .gate
+        .gate()
+        .on_release(move |reason| {
+            let counter = match reason {
+                EndReason::Completed => &stats.streams_completed,
+                EndReason::SlowConsumer => &stats.streams_ended_slow_consumer,
+                EndReason::GeneratorError => &stats.streams_upstream_failed,
+                _ => &stats.streams_cancelled,
+            };
+            counter.fetch_add(1, Ordering::Relaxed);
+            stats.streams_running.fetch_sub(1, Ordering::SeqCst);
+        })
+        // The generator owns the upstream body: dropping it (when this client goes) closes
+        // the upstream connection, and the upstream server cancels its own generator.
+        .spawn(move |_, mut tx| async move {
+            let mut events = std::pin::pin!(events);
+            for n in 0.. {
+                if stall_at == Some(n) {
+                    // An injected freeze before reading event n from upstream.
+                    tokio::time::sleep(stall).await;
+                }
+                let Some(event) = events.next().await else {
+                    break;
+                };
+                if tx.send(event?).await.is_err() {
+                    break;
+                }
+            }
+            Ok::<(), streamgate::sse::DecodeError>(())
+        });
+    let frames = gated
+        .sse()
+        .heartbeat(config.gate.heartbeat)
+        .probe(&gateway.write, request);
+    SseResponse::new(frames).into_response()
+}
+
+async fn stats(State(gateway): State<Arc<Gateway>>) -> Response {
+    let s = &gateway.stats;
+    let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
+    let body = json!({
+        "streams_started": load(&s.streams_started),
+        "streams_completed": load(&s.streams_completed),
+        "streams_cancelled": load(&s.streams_cancelled),
+        "streams_ended_slow_consumer": load(&s.streams_ended_slow_consumer),
+        "streams_upstream_failed": load(&s.streams_upstream_failed),
+        "streams_running": load(&s.streams_running),
+    });
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        gateway.prometheus.render(),
+    )
+        .into_response()
+}
+
+/// Binds the listener and builds the app for `config`; the caller serves it.
+pub(crate) fn app(
+    config: Config,
+    prometheus: PrometheusHandle,
+) -> Result<(TunedListener, Router, Arc<Gateway>), String> {
+    let records = config
+        .hop_records
+        .as_deref()
+        .map(RecordSink::to_file)
+        .transpose()
+        .map_err(|error| format!("--hop-records: {error}"))?;
+    let hop = |name: &str| match &records {
+        Some(sink) => HopProbe::new(name).records(sink.clone(), 1.0),
+        None => HopProbe::new(name),
+    };
+    let listener = TunedListener::bind(config.addr, ListenOptions::default())
+        .map_err(|error| format!("binding {}: {error}", config.addr))?;
+    let gateway = Arc::new(Gateway {
+        recv: hop("gateway.recv"),
+        write: hop("gateway.write"),
+        stats: Arc::default(),
+        next_id: AtomicU64::new(0),
+        prometheus,
+        records,
+        config,
+    });
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/stats", get(stats))
+        .route("/metrics", get(metrics))
+        .with_state(gateway.clone());
+    Ok((listener, app, gateway))
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let prometheus = || {
+        PrometheusBuilder::new()
+            .install_recorder()
+            .map_err(|e| format!("metrics: {e}"))
+    };
+    let started =
+        parse_args(std::env::args().skip(1)).and_then(|config| app(config, prometheus()?));
+    let (listener, app, gateway) = match started {
+        Ok(started) => started,
+        Err(error) => {
+            eprintln!("gateway: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    println!(
+        "listening on http://{}",
+        listener.local_addr().expect("bound")
+    );
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(ctrl_c)
+        .await;
+    if let Some(records) = &gateway.records {
+        records.sync();
+    }
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("gateway: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
