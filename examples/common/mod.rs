@@ -123,3 +123,115 @@ impl GateFlags {
             .stamp_events(true)
     }
 }
+
+/// How a client reads its stream.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reader {
+    /// Reads every event as soon as it can.
+    KeepsUp,
+    /// Reads the first event, stops reading for this long, then reads the rest.
+    Stops(std::time::Duration),
+    /// Reads at about this many bytes per second.
+    Rate(u64),
+    /// Disconnects after this many events.
+    DisconnectsAfter(u64),
+}
+
+/// How one client's stream went.
+#[derive(Debug, Clone, Default)]
+pub struct Outcome {
+    /// Events read (data events, `[DONE]` included).
+    pub events: u64,
+    /// The stream ended with `data: [DONE]`.
+    pub completed: bool,
+    /// The client hung up on purpose.
+    pub disconnected: bool,
+    /// What went wrong otherwise.
+    pub error: Option<String>,
+}
+
+/// A chat completion request body for `max_tokens` tokens, streamed.
+pub fn chat_body(max_tokens: u64) -> String {
+    format!(
+        r#"{{"model":"sim","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{max_tokens}}}"#
+    )
+}
+
+/// Streams one chat completion from `addr` as `reader` reads, recording each event at
+/// `recorder` (the `client.recv` hop).
+pub async fn stream_chat(
+    addr: SocketAddr,
+    request_id: &str,
+    max_tokens: u64,
+    reader: Reader,
+    recorder: &mut streamgate::probe::Recorder,
+) -> Outcome {
+    use futures_util::StreamExt;
+    use streamgate::GateExt;
+
+    let mut outcome = Outcome::default();
+    let headers = [("x-request-id", request_id)];
+    let path = "/v1/chat/completions";
+    let response = match request(addr, "POST", path, &headers, chat_body(max_tokens)).await {
+        Ok(response) if response.status().is_success() => response,
+        Ok(response) => {
+            outcome.error = Some(format!("status {}", response.status()));
+            return outcome;
+        }
+        Err(error) => {
+            outcome.error = Some(error.to_string());
+            return outcome;
+        }
+    };
+    let mut events = std::pin::pin!(body_stream(response).sse_events());
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                outcome.error = Some(error.to_string());
+                break;
+            }
+        };
+        let Some(data) = event.data_str() else {
+            continue;
+        };
+        let done = data == "[DONE]";
+        let kind = if done {
+            streamgate::Kind::Control
+        } else {
+            streamgate::Kind::Visible
+        };
+        recorder.observe(streamgate::probe::Observation::new(
+            None,
+            data.len() as u64,
+            kind,
+        ));
+        outcome.events += 1;
+        if done {
+            outcome.completed = true;
+            break;
+        }
+        match reader {
+            Reader::KeepsUp => {}
+            Reader::Stops(pause) if outcome.events == 1 => tokio::time::sleep(pause).await,
+            Reader::Stops(_) => {}
+            Reader::Rate(bytes_per_second) => {
+                let seconds = data.len() as f64 / bytes_per_second.max(1) as f64;
+                tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+            }
+            Reader::DisconnectsAfter(n) if outcome.events >= n => {
+                outcome.disconnected = true;
+                break;
+            }
+            Reader::DisconnectsAfter(_) => {}
+        }
+    }
+    recorder.end(if outcome.completed {
+        "completed"
+    } else if outcome.disconnected {
+        "cancelled"
+    } else {
+        "failed"
+    });
+    outcome
+}
