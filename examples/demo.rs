@@ -1,168 +1,240 @@
-//! The gate in one process: a simulated decode loop and four kinds of reader.
+//! The main job: a worker, a gateway and clients in one process on loopback, two injected
+//! stalls, hop records at every hop, and the diagnosis naming where each stall began.
 //!
-//! `cargo run --release --example demo`
+//! `cargo run --release --example demo --features axum,metrics`
 //!
-//! Each stream is a decode loop producing one token every 2 ms and holding one simulated KV
-//! block per 16 tokens; the gate's release hook frees them. The readers: one that keeps up, one
-//! that reads slowly under `Coalesce`, one that disconnects, one that stops reading under
-//! `Disconnect`. The report shows what each saw and what the generator wasted.
+//! The worker (`examples/serve.rs`) decodes one token every 5 ms and stalls 1.2 s before
+//! token 40 of every stream; the gateway (`examples/gateway.rs`) stalls 1.2 s before forwarding
+//! event 90. Through the gateway, four clients read normally, one stops reading for a second
+//! after its first event, and one disconnects after 20 events. Every hop writes hop records
+//! into `target/demo/`; the timeline analysis then names, for each stall, the first hop where
+//! it appeared, prints the gap distribution per hop, and draws `target/demo/gaps.svg`.
+#![allow(clippy::duplicate_mod)] // serve and gateway each include the examples' shared module
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
-use streamgate::{Consumer, Gate, GateHandle, Policy};
+use serde_json::Value;
+use streamgate::probe::{HopProbe, RecordSink};
+use streamgate::timeline::Timeline;
 
-const TOKENS: usize = 300;
-const STEP: Duration = Duration::from_millis(2);
+#[allow(dead_code)]
+#[path = "common/mod.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "gateway.rs"]
+mod gateway;
+#[allow(dead_code)] // its `main` is not called here
+#[path = "serve.rs"]
+mod serve;
 
-/// A pool of KV blocks shared by every stream: one block per 16 tokens a live generator holds.
-#[derive(Clone, Default)]
-struct KvPool(Arc<AtomicUsize>);
+use common::Reader;
 
-impl KvPool {
-    /// A gate whose generator decodes `TOKENS` tokens, holding blocks until it is released.
-    fn stream(&self, gate: Gate) -> Consumer<String> {
-        let pool = self.clone();
-        let held = Arc::new(AtomicUsize::new(0));
-        let freed = held.clone();
-        gate.on_release(move |_| {
-            pool.0
-                .fetch_sub(freed.swap(0, Ordering::SeqCst), Ordering::SeqCst);
-        })
-        .spawn({
-            let pool = self.clone();
-            move |_, mut tx| async move {
-                for i in 0..TOKENS {
-                    if i % 16 == 0 {
-                        held.fetch_add(1, Ordering::SeqCst);
-                        pool.0.fetch_add(1, Ordering::SeqCst);
-                    }
-                    tokio::time::sleep(STEP).await;
-                    if tx.send(format!("t{i} ")).await.is_err() {
-                        break;
-                    }
-                }
-                Ok::<(), std::io::Error>(())
-            }
-        })
-    }
+const PATH: [&str; 6] = [
+    "worker.decode",
+    "worker.publish",
+    "worker.write",
+    "gateway.recv",
+    "gateway.write",
+    "client.recv",
+];
+const TOKENS: u64 = 150;
 
-    fn in_use(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
+fn flags(flags: &[&str]) -> impl Iterator<Item = String> {
+    flags
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .into_iter()
 }
 
-/// How a reader behaves.
-#[derive(Clone, Copy)]
-enum Reader {
-    KeepsUp,
-    /// Pauses this long after each event.
-    Slow(Duration),
-    /// Drops the stream after this many events (a client disconnecting).
-    DisconnectsAfter(usize),
-    /// Stops reading after this many events and comes back only once the stream has ended.
-    StopsAfter(usize),
-}
-
-/// What one reader saw.
-struct Seen {
-    events: usize,
-    text_ok: bool,
-    max_gap: Duration,
-    end: String,
-}
-
-async fn read(mut consumer: Consumer<String>, reader: Reader) -> Seen {
-    let handle = consumer.handle();
-    let mut text = String::new();
-    let (mut events, mut max_gap, mut last) = (0, Duration::ZERO, Instant::now());
-    let end = loop {
-        match reader {
-            Reader::DisconnectsAfter(n) if events == n => break "reader disconnected".to_owned(),
-            Reader::StopsAfter(n) if events == n => handle.released().await,
-            _ => {}
+async fn stats(addr: std::net::SocketAddr) -> Value {
+    let response = common::request(addr, "GET", "/stats", &[], String::new()).await;
+    match response {
+        Ok(response) => {
+            serde_json::from_str(&common::body_text(response).await.unwrap_or_default())
+                .unwrap_or(Value::Null)
         }
-        let event = match consumer.next().await {
-            Some(Ok(event)) => event,
-            Some(Err(error)) => break error.to_string(),
-            None => break "completed".to_owned(),
-        };
-        if events > 0 && !matches!(reader, Reader::StopsAfter(n) if events >= n) {
-            max_gap = max_gap.max(last.elapsed());
-        }
-        last = Instant::now();
-        events += 1;
-        text.push_str(event.chunk());
-        if let Reader::Slow(pause) = reader {
-            tokio::time::sleep(pause).await;
-        }
-    };
-    let expected: String = (0..TOKENS).map(|i| format!("t{i} ")).collect();
-    Seen {
-        events,
-        text_ok: expected.starts_with(&text),
-        max_gap,
-        end,
+        Err(_) => Value::Null,
     }
-}
-
-fn report(name: &str, seen: &Seen, handle: &GateHandle) {
-    let stats = handle.stats();
-    println!(
-        "{name:<22} events {:>4}  chunks {:>4} (+{:>3} merged)  max gap {:>6.1} ms  in order, lossless: {:<5}  wasted {}  end: {}",
-        seen.events,
-        stats.chunks_sent + stats.chunks_merged,
-        stats.chunks_merged,
-        seen.max_gap.as_secs_f64() * 1e3,
-        seen.text_ok,
-        stats.chunks_after_end,
-        seen.end,
-    );
 }
 
 #[tokio::main]
-async fn main() {
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("demo: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> Result<(), String> {
     let started = Instant::now();
-    let pool = KvPool::default();
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("target")
+        .join("demo");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
+    for name in ["worker.jsonl", "gateway.jsonl", "client.jsonl"] {
+        let _ = std::fs::remove_file(file(name));
+    }
+    let prometheus = serve::prometheus()?;
+
     println!(
-        "streamgate demo: 4 streams of {TOKENS} tokens, one every {} ms",
-        STEP.as_millis()
+        "streamgate demo: worker -> gateway -> clients on 127.0.0.1, hop records in {}",
+        dir.display()
     );
-    let readers = [
-        ("keeps up", Gate::new(), Reader::KeepsUp),
-        (
-            "slow, coalesced",
-            Gate::new().max_events(8).policy(Policy::coalesce()),
-            Reader::Slow(Duration::from_millis(20)),
-        ),
-        ("disconnects", Gate::new(), Reader::DisconnectsAfter(40)),
-        (
-            "stops reading",
-            Gate::new()
-                .max_events(8)
-                .policy(Policy::disconnect(Duration::from_millis(200))),
-            Reader::StopsAfter(10),
-        ),
+    let worker_file = file("worker.jsonl");
+    let worker_flags = [
+        "--addr",
+        "127.0.0.1:0",
+        "--step-ms",
+        "5",
+        "--stall-at",
+        "40",
+        "--stall-ms",
+        "1200",
+        "--heartbeat-ms",
+        "500",
+        "--hop-records",
+        &worker_file,
     ];
-    let mut running = Vec::new();
-    for (name, gate, reader) in readers {
-        let consumer = pool.stream(gate);
-        let handle = consumer.handle();
-        running.push((name, handle, tokio::spawn(read(consumer, reader))));
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    println!("  {} KV blocks in use while streaming", pool.in_use());
-    for (name, handle, reader) in running {
-        let seen = reader.await.expect("reader");
-        handle.released().await;
-        report(name, &seen, &handle);
-    }
+    let (listener, app, _) =
+        serve::app(serve::parse_args(flags(&worker_flags))?, prometheus.clone())?;
+    let worker = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    println!("  worker   http://{worker}  (5 ms per token, a 1.2 s decode stall before token 40)");
+
+    let upstream = format!("http://{worker}");
+    let gateway_file = file("gateway.jsonl");
+    let gateway_flags = [
+        "--addr",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream,
+        "--stall-at",
+        "90",
+        "--stall-ms",
+        "1200",
+        "--heartbeat-ms",
+        "500",
+        "--hop-records",
+        &gateway_file,
+    ];
+    let (listener, app, _) = gateway::app(gateway::parse_args(flags(&gateway_flags))?, prometheus)?;
+    let gateway = listener.local_addr().map_err(|e| e.to_string())?;
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    println!("  gateway  http://{gateway}  (a 1.2 s stall before forwarding event 90)");
+
+    let sink = RecordSink::to_file(file("client.jsonl")).map_err(|e| e.to_string())?;
+    let client = HopProbe::new("client.recv").records(sink.clone(), 1.0);
+    let readers = [
+        ("reader-1", Reader::KeepsUp),
+        ("reader-2", Reader::KeepsUp),
+        ("reader-3", Reader::KeepsUp),
+        ("reader-4", Reader::KeepsUp),
+        ("stops-reading", Reader::Stops(Duration::from_secs(1))),
+        ("disconnects", Reader::DisconnectsAfter(20)),
+    ];
     println!(
-        "  {} KV blocks in use after every stream ended; {:.2} s",
-        pool.in_use(),
-        started.elapsed().as_secs_f64()
+        "  clients  {} streams of {TOKENS} tokens: 4 keep up, 1 stops reading for 1 s, 1 disconnects after 20 events",
+        readers.len()
     );
-    assert_eq!(pool.in_use(), 0, "every stream's KV blocks are freed");
+    let mut running = Vec::new();
+    for (name, reader) in readers {
+        let client = client.clone();
+        running.push(tokio::spawn(async move {
+            let mut recorder = client.recorder(name);
+            let outcome = common::stream_chat(gateway, name, TOKENS, reader, &mut recorder).await;
+            (name, outcome)
+        }));
+    }
+    for task in running {
+        let (name, outcome) = task.await.map_err(|e| e.to_string())?;
+        let how = if outcome.completed {
+            "completed".to_owned()
+        } else if outcome.disconnected {
+            "disconnected".to_owned()
+        } else {
+            format!("failed: {:?}", outcome.error)
+        };
+        println!(
+            "  {:>5.1} s  {name:<14} {:>4} events, {how}",
+            started.elapsed().as_secs_f64(),
+            outcome.events
+        );
+    }
+    sink.sync();
+
+    // The servers' record writers flush as soon as they are idle; the worker's stats settle
+    // once the disconnected stream's generator is gone.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let worker_stats = loop {
+        let stats = stats(worker).await;
+        let settled = stats["generators_running"] == 0;
+        let records = ["worker.jsonl", "gateway.jsonl"]
+            .iter()
+            .all(|f| std::fs::metadata(file(f)).is_ok_and(|m| m.len() > 0));
+        if (settled && records) || Instant::now() > deadline {
+            break stats;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let mut timeline = Timeline::new(PATH, Duration::from_millis(500));
+    for name in ["worker.jsonl", "gateway.jsonl", "client.jsonl"] {
+        let text = std::fs::read_to_string(file(name)).map_err(|e| format!("{name}: {e}"))?;
+        timeline.add_lines(name, &text);
+    }
+    let diagnosis = timeline.diagnose();
+    println!(
+        "\ndiagnosis ({} requests; a stall is a visible gap of 500 ms or more):",
+        diagnosis.requests
+    );
+    for hop in PATH {
+        let stalls: Vec<_> = diagnosis.stalls.iter().filter(|s| s.hop == hop).collect();
+        if stalls.is_empty() {
+            continue;
+        }
+        let streams: Vec<&str> = stalls.iter().map(|s| s.request.as_str()).collect();
+        let seqs: std::collections::BTreeSet<u64> = stalls.iter().map(|s| s.seq).collect();
+        let worst = stalls.iter().map(|s| s.gap).max().unwrap_or_default();
+        println!(
+            "  began at {hop:<14} {} stalls (seq {seqs:?}, up to {:.0} ms): {}",
+            stalls.len(),
+            worst.as_secs_f64() * 1e3,
+            streams.join(", ")
+        );
+    }
+    println!("\ngaps per hop:");
+    print!(
+        "{}",
+        diagnosis
+            .report()
+            .lines()
+            .skip_while(|l| !l.trim_start().starts_with("hop "))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>()
+    );
+    let svg = file("gaps.svg");
+    common::plot(&diagnosis, &svg).map_err(|e| format!("plot: {e}"))?;
+    println!("  gap by output position: {svg}");
+    println!(
+        "\nworker: {} streams completed, {} cancelled; {} tokens generated, {} wasted after a cancel; {} generators running, {} KV blocks in use",
+        worker_stats["streams_completed"],
+        worker_stats["streams_cancelled"],
+        worker_stats["tokens_generated"],
+        worker_stats["tokens_after_cancel"],
+        worker_stats["generators_running"],
+        worker_stats["kv_blocks_in_use"]
+    );
+    println!("done in {:.1} s", started.elapsed().as_secs_f64());
+    if worker_stats["kv_blocks_in_use"] != 0 || worker_stats["generators_running"] != 0 {
+        return Err("the worker still holds generators or KV blocks".into());
+    }
+    Ok(())
 }

@@ -11,8 +11,11 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use plotters::prelude::*;
-use streamgate::timeline::{Diagnosis, Timeline};
+use streamgate::timeline::Timeline;
+
+#[allow(dead_code)] // each example uses a part
+#[path = "common/mod.rs"]
+mod common;
 
 struct Args {
     path: Vec<String>,
@@ -97,7 +100,7 @@ fn main() -> ExitCode {
         print!("{}", diagnosis.report());
     }
     if let Some(file) = &args.plot {
-        if let Err(error) = plot(&diagnosis, file) {
+        if let Err(error) = common::plot(&diagnosis, file) {
             eprintln!("diagnose: plotting {file}: {error}");
             return ExitCode::FAILURE;
         }
@@ -106,50 +109,4 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-/// Gap (ms) at each output position, one colour per hop.
-fn plot(diagnosis: &Diagnosis, file: &str) -> Result<(), Box<dyn std::error::Error>> {
-    let max_position = diagnosis
-        .hops
-        .iter()
-        .flat_map(|h| h.gaps.iter().map(|g| g.0))
-        .max()
-        .unwrap_or(0)
-        + 1;
-    let max_ms = diagnosis
-        .hops
-        .iter()
-        .map(|h| h.max.as_secs_f64() * 1e3)
-        .fold(1.0, f64::max)
-        * 1.1;
-    let root = SVGBackend::new(file, (1000, 600)).into_drawing_area();
-    root.fill(&WHITE)?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption("gap by output position, per hop", ("sans-serif", 22))
-        .margin(15)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0u64..max_position, 0f64..max_ms)?;
-    chart
-        .configure_mesh()
-        .x_desc("output position (visible event)")
-        .y_desc("gap (ms)")
-        .draw()?;
-    for (index, hop) in diagnosis.hops.iter().enumerate() {
-        let color = Palette99::pick(index).to_rgba();
-        chart
-            .draw_series(hop.gaps.iter().map(|&(position, gap)| {
-                Circle::new((position, gap.as_secs_f64() * 1e3), 2, color.filled())
-            }))?
-            .label(hop.hop.as_str())
-            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
-    }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()?;
-    root.present()?;
-    Ok(())
 }

@@ -2,6 +2,8 @@
 
 use std::net::SocketAddr;
 
+use plotters::prelude::*;
+
 use bytes::Bytes;
 use futures_util::Stream;
 use http_body_util::{BodyDataStream, BodyExt, Full};
@@ -234,4 +236,53 @@ pub async fn stream_chat(
         "failed"
     });
     outcome
+}
+
+/// Draws the gap (ms) at each output position, one colour per hop, as an SVG.
+pub fn plot(
+    diagnosis: &streamgate::timeline::Diagnosis,
+    file: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let max_position = diagnosis
+        .hops
+        .iter()
+        .flat_map(|h| h.gaps.iter().map(|g| g.0))
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let max_ms = diagnosis
+        .hops
+        .iter()
+        .map(|h| h.max.as_secs_f64() * 1e3)
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(file, (1000, 600)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption("gap by output position, per hop", ("sans-serif", 22))
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0u64..max_position, 0f64..max_ms)?;
+    chart
+        .configure_mesh()
+        .x_desc("output position (visible event)")
+        .y_desc("gap (ms)")
+        .draw()?;
+    for (index, hop) in diagnosis.hops.iter().enumerate() {
+        let color = Palette99::pick(index).to_rgba();
+        chart
+            .draw_series(hop.gaps.iter().map(|&(position, gap)| {
+                Circle::new((position, gap.as_secs_f64() * 1e3), 2, color.filled())
+            }))?
+            .label(hop.hop.as_str())
+            .legend(move |(x, y)| Circle::new((x + 10, y), 4, color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .border_style(BLACK)
+        .background_style(WHITE.mix(0.8))
+        .draw()?;
+    root.present()?;
+    Ok(())
 }

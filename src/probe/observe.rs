@@ -17,7 +17,8 @@ pub struct Observation {
 
 impl Observation {
     /// An event of `bytes` bytes and `kind`; `seq` is its number in the stream, or `None` to
-    /// let the recorder number events itself (0, 1, 2, … in the order it sees them).
+    /// let the recorder number events itself (0, 1, 2, … in the order it sees them). A control
+    /// event without a seq (a heartbeat) is counted but not numbered, and writes no hop record.
     pub fn new(seq: Option<u64>, bytes: u64, kind: Kind) -> Self {
         Observation {
             seq,

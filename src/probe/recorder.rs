@@ -78,8 +78,17 @@ impl Recorder {
     /// Records one event seen at `now` (for events whose time was taken elsewhere).
     pub fn observe_at(&mut self, event: Observation, at: Instant) {
         let now = monotonic_ns(at);
-        let seq = event.seq.unwrap_or(self.next_seq);
-        self.next_seq = seq.saturating_add(1);
+        // A control event without a number of its own (a heartbeat between numbered events) is
+        // counted but neither numbered nor written as a hop record: it must not take the seq
+        // of the event after it.
+        let seq = match (event.seq, event.kind) {
+            (None, Kind::Control) => None,
+            (seq, _) => {
+                let seq = seq.unwrap_or(self.next_seq);
+                self.next_seq = seq.saturating_add(1);
+                Some(seq)
+            }
+        };
         self.counters.count_event(event.kind, event.bytes);
         let mut stall = false;
         if event.kind == Kind::Visible {
@@ -116,7 +125,7 @@ impl Recorder {
             let touched = self.counters.record_wait(waited, event.waiting);
             self.touch(touched);
         }
-        if self.sampled {
+        if let (true, Some(seq)) = (self.sampled, seq) {
             if let Some((sink, _)) = &self.hop.inner.records {
                 sink.send(Pending {
                     request: self.request.clone(),
