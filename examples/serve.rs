@@ -278,7 +278,9 @@ impl Server {
                         if config.stall_at == Some(i) {
                             tokio::time::sleep(config.stall).await;
                         }
-                        tokio::time::sleep(config.step).await;
+                        if !config.step.is_zero() {
+                            tokio::time::sleep(config.step).await;
+                        }
                         if (i - from) % BLOCK_TOKENS == 0 {
                             worker.take_block()?;
                             held.fetch_add(1, Ordering::SeqCst);
