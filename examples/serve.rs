@@ -453,7 +453,13 @@ async fn stream_get(
         .unwrap_or(0);
     let meta = server.meta("streamgate-sim".into(), true, &headers);
     let events = server.generate(meta.clone(), from, max_tokens);
-    server.stream(events, &meta.request)
+    let mut response = server.stream(events, &meta.request);
+    // A page on another origin may open this with `EventSource`.
+    response.headers_mut().insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        header::HeaderValue::from_static("*"),
+    );
+    response
 }
 
 /// `GET /stats`.

@@ -238,10 +238,6 @@ async fn a_stopped_reader_is_coalesced_within_the_byte_bound() {
         tokens < 45_000,
         "bounded by the byte bounds: {tokens} tokens"
     );
-    assert!(
-        tokens < 1_000 + 3_000,
-        "bounded by the byte bound: {tokens} tokens"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -268,6 +264,10 @@ async fn a_stopped_reader_is_disconnected_after_the_deadline() {
 async fn resumes_after_last_event_id() {
     let addr = start(&["--step-ms", "0"]).await;
     let mut response = RawResponse::get(addr, "/v1/stream?max_tokens=6", "").await;
+    assert_eq!(
+        response.header("access-control-allow-origin").as_deref(),
+        Some("*")
+    );
     let first = response.expect_frame().await;
     assert!(first.starts_with("id: 0\n"), "{first}");
     drop(response);
