@@ -53,10 +53,30 @@
 //! # }
 //! ```
 //!
+//! The rest of the path:
+//!
+//! - [`sse`]: an injection-safe encoder, an incremental WHATWG decoder with bounded memory, and
+//!   heartbeats ([`GateExt::sse`], [`GateExt::heartbeat`], [`GateExt::sse_events`]);
+//! - [`transport`]: an `http_body::Body` with one frame per event, an axum response with the
+//!   headers proxies need, a writer that reports write completion, and a listener with
+//!   `TCP_NODELAY`, a large backlog and a bounded send buffer;
+//! - [`probe`]: per-hop gap counters (histogram, stalls, gaps by output position, buffer age)
+//!   and hop records ([`GateExt::probe`]);
+//! - [`timeline`]: from the hop records of several processes, the hop where each stall began.
+//!
 //! # Feature flags
 //!
-//! The core needs only tokio, tokio-util, futures-core, pin-project-lite and bytes; it has no
-//! optional features yet.
+//! The core (gate, SSE, probes, timeline) needs only tokio, tokio-util, futures-core,
+//! pin-project-lite and bytes.
+//!
+//! - `hyper`: `transport::SseBody`.
+//! - `axum`: `transport::SseResponse` and `axum::serve` support for
+//!   `transport::TunedListener` (implies `hyper` and `net`).
+//! - `io`: `transport::FrameWriter`.
+//! - `net`: `transport::TunedListener` and `transport::unsent_bytes`.
+//! - `metrics`: hop counters through the `metrics` facade.
+//! - `tracing`: a span per probed stream; events for stalls and ends.
+//! - `serde`: `Serialize` for the probe snapshots.
 //!
 //! # Cancel safety
 //!

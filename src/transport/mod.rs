@@ -1,11 +1,11 @@
 //! Transports: where frames leave the process, each behind a cargo feature.
 //!
-//! - [`SseBody`] (feature `hyper`): an `http_body::Body` yielding exactly one data frame per
+//! - `SseBody` (feature `hyper`): an `http_body::Body` yielding exactly one data frame per
 //!   event, never holding a ready frame back.
-//! - [`SseResponse`] (feature `axum`): an axum response with the streaming headers.
-//! - [`FrameWriter`] (feature `io`): writes and flushes each frame to any `AsyncWrite` and
+//! - `SseResponse` (feature `axum`): an axum response with the streaming headers.
+//! - `FrameWriter` (feature `io`): writes and flushes each frame to any `AsyncWrite` and
 //!   reports when each write completed.
-//! - [`TunedListener`] and [`unsent_bytes`] (feature `net`): accepted sockets with
+//! - `TunedListener` and `unsent_bytes` (feature `net`): accepted sockets with
 //!   `TCP_NODELAY`, a chosen listen backlog and an optional bounded `SO_SNDBUF`, and the bytes
 //!   the kernel still holds for a socket.
 //!

@@ -13,7 +13,7 @@ use crate::sse::Frame;
 /// completed: the "socket write completion" boundary of a hop.
 ///
 /// A completed write means the bytes reached the kernel (or whatever the writer wraps), not the
-/// client: pair it with [`unsent_bytes`](crate::transport::unsent_bytes) (feature `net`) to
+/// client: pair it with `transport::unsent_bytes` (feature `net`) to
 /// see what is still held locally.
 ///
 /// # Examples
