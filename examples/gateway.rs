@@ -34,6 +34,8 @@ use streamgate::{EndReason, GateExt};
 #[path = "common/mod.rs"]
 mod common;
 
+use common::server;
+
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     upstream: SocketAddr,
@@ -111,16 +113,6 @@ pub(crate) struct Gateway {
     records: Option<RecordSink>,
 }
 
-fn error(status: StatusCode, message: &str, kind: &str) -> Response {
-    let body = json!({"error": {"message": message, "type": kind}});
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
-}
-
 /// `POST /v1/chat/completions`, forwarded.
 async fn chat_completions(
     State(gateway): State<Arc<Gateway>>,
@@ -142,7 +134,7 @@ async fn chat_completions(
     let upstream = match common::request(config.upstream, "POST", path, &forwarded, body).await {
         Ok(response) => response,
         Err(failure) => {
-            return error(
+            return server::json_error(
                 StatusCode::BAD_GATEWAY,
                 &format!("upstream: {failure}"),
                 "upstream_error",
@@ -214,27 +206,21 @@ async fn chat_completions(
 async fn stats(State(gateway): State<Arc<Gateway>>) -> Response {
     let s = &gateway.stats;
     let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-    let body = json!({
-        "streams_started": load(&s.streams_started),
-        "streams_completed": load(&s.streams_completed),
-        "streams_cancelled": load(&s.streams_cancelled),
-        "streams_ended_slow_consumer": load(&s.streams_ended_slow_consumer),
-        "streams_upstream_failed": load(&s.streams_upstream_failed),
-        "streams_running": load(&s.streams_running),
-    });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
+    server::json_response(
+        StatusCode::OK,
+        json!({
+            "streams_started": load(&s.streams_started),
+            "streams_completed": load(&s.streams_completed),
+            "streams_cancelled": load(&s.streams_cancelled),
+            "streams_ended_slow_consumer": load(&s.streams_ended_slow_consumer),
+            "streams_upstream_failed": load(&s.streams_upstream_failed),
+            "streams_running": load(&s.streams_running),
+        }),
     )
-        .into_response()
 }
 
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        gateway.prometheus.render(),
-    )
-        .into_response()
+    server::metrics_response(&gateway.prometheus)
 }
 
 /// Binds the listener and builds the app for `config`; the caller serves it.
@@ -242,21 +228,12 @@ pub(crate) fn app(
     config: Config,
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Gateway>), String> {
-    let records = config
-        .hop_records
-        .as_deref()
-        .map(RecordSink::to_file)
-        .transpose()
-        .map_err(|error| format!("--hop-records: {error}"))?;
-    let hop = |name: &str| match &records {
-        Some(sink) => HopProbe::new(name).records(sink.clone(), 1.0),
-        None => HopProbe::new(name),
-    };
+    let records = server::record_sink(config.hop_records.as_deref())?;
     let listener = TunedListener::bind(config.addr, ListenOptions::default())
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
     let gateway = Arc::new(Gateway {
-        recv: hop("gateway.recv"),
-        write: hop("gateway.write"),
+        recv: server::hop(&records, "gateway.recv"),
+        write: server::hop(&records, "gateway.write"),
         stats: Arc::default(),
         next_id: AtomicU64::new(0),
         prometheus,
@@ -280,31 +257,14 @@ async fn main() -> ExitCode {
     };
     let started =
         parse_args(std::env::args().skip(1)).and_then(|config| app(config, prometheus()?));
-    let (listener, app, gateway) = match started {
-        Ok(started) => started,
-        Err(error) => {
-            eprintln!("gateway: {error}");
-            return ExitCode::from(2);
+    match started {
+        Ok((listener, app, gateway)) => {
+            let records = gateway.records.clone();
+            server::serve_until_ctrl_c("gateway", listener, app, records).await
         }
-    };
-    println!(
-        "listening on http://{}",
-        listener.local_addr().expect("bound")
-    );
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(ctrl_c)
-        .await;
-    if let Some(records) = &gateway.records {
-        records.sync();
-    }
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("gateway: {error}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
 }

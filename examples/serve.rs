@@ -34,6 +34,8 @@ use streamgate::{Chunk, Consumer, EndReason, GateExt, GateHandle, Kind};
 #[path = "common/mod.rs"]
 mod common;
 
+use common::server;
+
 /// Tokens per KV block.
 const BLOCK_TOKENS: u64 = 16;
 /// `max_tokens` when a request gives none.
@@ -355,13 +357,7 @@ impl Server {
 }
 
 fn bad_request(message: &str) -> Response {
-    let body = json!({"error": {"message": message, "type": "invalid_request_error"}});
-    (
-        StatusCode::BAD_REQUEST,
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
-    )
-        .into_response()
+    server::json_error(StatusCode::BAD_REQUEST, message, "invalid_request_error")
 }
 
 /// `POST /v1/chat/completions`.
@@ -466,30 +462,24 @@ async fn stream_get(
 async fn stats(State(server): State<Arc<Server>>) -> Response {
     let s = &server.stats;
     let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-    let body = json!({
-        "streams_started": load(&s.streams_started),
-        "streams_completed": load(&s.streams_completed),
-        "streams_cancelled": load(&s.streams_cancelled),
-        "streams_ended_slow_consumer": load(&s.streams_ended_slow_consumer),
-        "generators_running": load(&s.generators_running),
-        "kv_blocks_in_use": load(&s.kv_blocks_in_use),
-        "tokens_generated": load(&s.tokens_generated),
-        "tokens_after_cancel": load(&s.tokens_after_cancel),
-    });
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        body.to_string(),
+    server::json_response(
+        StatusCode::OK,
+        json!({
+            "streams_started": load(&s.streams_started),
+            "streams_completed": load(&s.streams_completed),
+            "streams_cancelled": load(&s.streams_cancelled),
+            "streams_ended_slow_consumer": load(&s.streams_ended_slow_consumer),
+            "generators_running": load(&s.generators_running),
+            "kv_blocks_in_use": load(&s.kv_blocks_in_use),
+            "tokens_generated": load(&s.tokens_generated),
+            "tokens_after_cancel": load(&s.tokens_after_cancel),
+        }),
     )
-        .into_response()
 }
 
 /// `GET /metrics`: Prometheus text, with the per-hop gap histograms and stall counters.
 async fn metrics(State(server): State<Arc<Server>>) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        server.prometheus.render(),
-    )
-        .into_response()
+    server::metrics_response(&server.prometheus)
 }
 
 /// Installs the process's Prometheus recorder (once per process: probes register their metrics
@@ -509,25 +499,16 @@ pub(crate) fn app(
     config: Config,
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Server>), String> {
-    let sink = config
-        .hop_records
-        .as_deref()
-        .map(RecordSink::to_file)
-        .transpose()
-        .map_err(|error| format!("--hop-records: {error}"))?;
-    let hop = |name: &str| match &sink {
-        Some(sink) => HopProbe::new(name).records(sink.clone(), 1.0),
-        None => HopProbe::new(name),
-    };
+    let sink = server::record_sink(config.hop_records.as_deref())?;
     let options = ListenOptions::default().send_buffer(config.sndbuf);
     let listener = TunedListener::bind(config.addr, options)
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
     let server = Arc::new(Server {
         stats: Stats::default(),
         next_id: AtomicU64::new(0),
-        decode: hop("worker.decode"),
-        publish: hop("worker.publish"),
-        write: hop("worker.write"),
+        decode: server::hop(&sink, "worker.decode"),
+        publish: server::hop(&sink, "worker.publish"),
+        write: server::hop(&sink, "worker.write"),
         prometheus,
         config,
         records: sink,
@@ -545,32 +526,14 @@ pub(crate) fn app(
 async fn main() -> ExitCode {
     let started =
         parse_args(std::env::args().skip(1)).and_then(|config| app(config, prometheus()?));
-    let (listener, app, server) = match started {
-        Ok(started) => started,
-        Err(error) => {
-            eprintln!("serve: {error}");
-            return ExitCode::from(2);
+    match started {
+        Ok((listener, app, state)) => {
+            let records = state.records.clone();
+            server::serve_until_ctrl_c("serve", listener, app, records).await
         }
-    };
-    let addr = listener
-        .local_addr()
-        .expect("a bound listener has an address");
-    println!("listening on http://{addr}");
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(ctrl_c)
-        .await;
-    // Every hop record queued so far reaches the file before the process exits.
-    if let Some(records) = &server.records {
-        records.sync();
-    }
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("serve: {error}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
 }

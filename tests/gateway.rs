@@ -20,9 +20,8 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{HANG, RawResponse};
+use common::{HANG, RawResponse, wait_for};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde_json::Value;
 use streamgate::Kind;
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::timeline::Timeline;
@@ -64,23 +63,6 @@ fn chat(max_tokens: u64) -> String {
     format!(
         r#"{{"model":"sim","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{max_tokens}}}"#
     )
-}
-
-async fn stats(addr: SocketAddr) -> Value {
-    let mut response = RawResponse::get(addr, "/stats", "").await;
-    serde_json::from_str(&response.body_text().await).unwrap()
-}
-
-async fn wait_for(addr: SocketAddr, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + HANG;
-    loop {
-        let stats = stats(addr).await;
-        if done(&stats) {
-            return stats;
-        }
-        assert!(Instant::now() < deadline, "{what}: {stats}");
-        sleep(Duration::from_millis(10)).await;
-    }
 }
 
 async fn post(addr: SocketAddr, request_id: &str, body: &str) -> RawResponse {

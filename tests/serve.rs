@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{HANG, RawResponse};
+use common::{HANG, RawResponse, stats, wait_for};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::Value;
 use tokio::time::{Instant, sleep};
@@ -49,38 +49,12 @@ fn chunk(frame: &str) -> Value {
     serde_json::from_str(data).expect("JSON data")
 }
 
-async fn stats(addr: SocketAddr) -> Value {
-    let mut response = RawResponse::get(addr, "/stats", "").await;
-    serde_json::from_str(&response.body_text().await).unwrap()
-}
-
-/// Polls `/stats` until `done` holds, failing the test if it never does.
-async fn wait_for(addr: SocketAddr, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let deadline = Instant::now() + HANG;
-    loop {
-        let stats = stats(addr).await;
-        if done(&stats) {
-            return stats;
-        }
-        assert!(Instant::now() < deadline, "{what}: {stats}");
-        sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_one_event_per_token_in_order() {
     let addr = start(&["--step-ms", "1"]).await;
     let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(20, true)).await;
     assert_eq!(response.status(), 200);
-    assert_eq!(
-        response.header("content-type").as_deref(),
-        Some("text/event-stream")
-    );
-    assert_eq!(
-        response.header("cache-control").as_deref(),
-        Some("no-cache")
-    );
-    assert_eq!(response.header("x-accel-buffering").as_deref(), Some("no"));
+    common::assert_sse_headers(&response);
     for i in 0..20 {
         // One HTTP chunk per event.
         let frame = String::from_utf8(response.next_chunk().await.expect("a chunk")).unwrap();

@@ -1,4 +1,8 @@
-//! What the examples share: a small HTTP/1.1 client over a fresh TCP connection.
+//! What the examples share: a small HTTP/1.1 client, the gate flags, client reader
+//! behaviours, the SVG plot, and (feature `axum`) the servers' plumbing.
+
+#[cfg(feature = "axum")]
+pub mod server;
 
 use std::net::SocketAddr;
 

@@ -175,3 +175,40 @@ impl Rng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
+
+/// The server's `GET /stats` as JSON.
+pub async fn stats(addr: SocketAddr) -> serde_json::Value {
+    let mut response = RawResponse::get(addr, "/stats", "").await;
+    serde_json::from_str(&response.body_text().await).expect("JSON stats")
+}
+
+/// Polls `/stats` until `done` holds; fails the test (naming `what`) if it never does.
+pub async fn wait_for(
+    addr: SocketAddr,
+    what: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        let stats = stats(addr).await;
+        if done(&stats) {
+            return stats;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{what}: {stats}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Asserts the headers every SSE response of this crate carries.
+pub fn assert_sse_headers(response: &RawResponse) {
+    assert_eq!(
+        response.header("content-type").as_deref(),
+        Some("text/event-stream")
+    );
+    assert_eq!(
+        response.header("cache-control").as_deref(),
+        Some("no-cache")
+    );
+    assert_eq!(response.header("x-accel-buffering").as_deref(), Some("no"));
+    assert_eq!(response.header("content-length"), None);
+}
