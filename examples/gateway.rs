@@ -25,10 +25,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use serde_json::json;
 use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
-use streamgate::{EndReason, GateExt};
+use streamgate::GateExt;
 
 #[allow(dead_code)] // each example uses a part
 #[path = "common/mod.rs"]
@@ -93,19 +92,9 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
     Ok(config)
 }
 
-#[derive(Default)]
-struct Stats {
-    streams_started: AtomicU64,
-    streams_completed: AtomicU64,
-    streams_cancelled: AtomicU64,
-    streams_ended_slow_consumer: AtomicU64,
-    streams_upstream_failed: AtomicU64,
-    streams_running: AtomicU64,
-}
-
 pub(crate) struct Gateway {
     config: Config,
-    stats: Arc<Stats>,
+    streams: Arc<server::StreamCounts>,
     recv: HopProbe,
     write: HopProbe,
     next_id: AtomicU64,
@@ -158,9 +147,8 @@ async fn chat_completions(
         }
         return response;
     }
-    let stats = gateway.stats.clone();
-    stats.streams_started.fetch_add(1, Ordering::Relaxed);
-    stats.streams_running.fetch_add(1, Ordering::Relaxed);
+    let streams = gateway.streams.clone();
+    streams.start();
     let events = common::body_stream(upstream)
         .sse_events()
         .probe(&gateway.recv, request.as_str());
@@ -168,16 +156,7 @@ async fn chat_completions(
     let gated = config
         .gate
         .gate()
-        .on_release(move |reason| {
-            let counter = match reason {
-                EndReason::Completed => &stats.streams_completed,
-                EndReason::SlowConsumer => &stats.streams_ended_slow_consumer,
-                EndReason::GeneratorError => &stats.streams_upstream_failed,
-                _ => &stats.streams_cancelled,
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            stats.streams_running.fetch_sub(1, Ordering::SeqCst);
-        })
+        .on_release(move |reason| streams.end(reason))
         // The generator owns the upstream body: dropping it (when this client goes) closes
         // the upstream connection, and the upstream server cancels its own generator.
         .spawn(move |_, mut tx| async move {
@@ -204,19 +183,10 @@ async fn chat_completions(
 }
 
 async fn stats(State(gateway): State<Arc<Gateway>>) -> Response {
-    let s = &gateway.stats;
-    let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-    server::json_response(
-        StatusCode::OK,
-        json!({
-            "streams_started": load(&s.streams_started),
-            "streams_completed": load(&s.streams_completed),
-            "streams_cancelled": load(&s.streams_cancelled),
-            "streams_ended_slow_consumer": load(&s.streams_ended_slow_consumer),
-            "streams_upstream_failed": load(&s.streams_upstream_failed),
-            "streams_running": load(&s.streams_running),
-        }),
-    )
+    let fields = gateway
+        .streams
+        .fields("streams_running", Some("streams_upstream_failed"));
+    server::json_response(StatusCode::OK, serde_json::Value::Object(fields))
 }
 
 async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
@@ -234,7 +204,7 @@ pub(crate) fn app(
     let gateway = Arc::new(Gateway {
         recv: server::hop(&records, "gateway.recv"),
         write: server::hop(&records, "gateway.write"),
-        stats: Arc::default(),
+        streams: Arc::default(),
         next_id: AtomicU64::new(0),
         prometheus,
         records,

@@ -109,11 +109,7 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
 /// The process's counters, as `GET /stats` reports them.
 #[derive(Default)]
 struct Stats {
-    streams_started: AtomicU64,
-    streams_completed: AtomicU64,
-    streams_cancelled: AtomicU64,
-    streams_ended_slow_consumer: AtomicU64,
-    generators_running: AtomicU64,
+    streams: server::StreamCounts,
     kv_blocks_in_use: AtomicU64,
     tokens_generated: AtomicU64,
     tokens_after_cancel: AtomicU64,
@@ -238,11 +234,7 @@ impl Server {
     /// Starts one generation of tokens `from..max_tokens` for `request`, gated as configured.
     fn generate(self: &Arc<Self>, meta: Arc<Meta>, from: u64, max_tokens: u64) -> Consumer<Delta> {
         let server = self.clone();
-        server.stats.streams_started.fetch_add(1, Ordering::Relaxed);
-        server
-            .stats
-            .generators_running
-            .fetch_add(1, Ordering::Relaxed);
+        server.stats.streams.start();
         let held = Arc::new(AtomicU64::new(0));
         let handle: Arc<OnceLock<GateHandle>> = Arc::new(OnceLock::new());
         let on_release = {
@@ -256,13 +248,7 @@ impl Server {
                 stats
                     .tokens_after_cancel
                     .fetch_add(wasted, Ordering::Relaxed);
-                let counter = match reason {
-                    EndReason::Completed => &stats.streams_completed,
-                    EndReason::SlowConsumer => &stats.streams_ended_slow_consumer,
-                    _ => &stats.streams_cancelled,
-                };
-                counter.fetch_add(1, Ordering::Relaxed);
-                stats.generators_running.fetch_sub(1, Ordering::SeqCst);
+                stats.streams.end(reason);
             }
         };
         let worker = server.clone();
@@ -464,16 +450,20 @@ async fn stats(State(server): State<Arc<Server>>) -> Response {
     let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
     server::json_response(
         StatusCode::OK,
-        json!({
-            "streams_started": load(&s.streams_started),
-            "streams_completed": load(&s.streams_completed),
-            "streams_cancelled": load(&s.streams_cancelled),
-            "streams_ended_slow_consumer": load(&s.streams_ended_slow_consumer),
-            "generators_running": load(&s.generators_running),
-            "kv_blocks_in_use": load(&s.kv_blocks_in_use),
-            "tokens_generated": load(&s.tokens_generated),
-            "tokens_after_cancel": load(&s.tokens_after_cancel),
-        }),
+        Value::Object(
+            s.streams
+                .fields("generators_running", None)
+                .into_iter()
+                .chain([
+                    ("kv_blocks_in_use".into(), load(&s.kv_blocks_in_use).into()),
+                    ("tokens_generated".into(), load(&s.tokens_generated).into()),
+                    (
+                        "tokens_after_cancel".into(),
+                        load(&s.tokens_after_cancel).into(),
+                    ),
+                ])
+                .collect(),
+        ),
     )
 }
 

@@ -82,3 +82,62 @@ pub async fn serve_until_ctrl_c(
         }
     }
 }
+
+/// How a server's streams went, for its `/stats`.
+#[derive(Debug, Default)]
+pub struct StreamCounts {
+    started: std::sync::atomic::AtomicU64,
+    completed: std::sync::atomic::AtomicU64,
+    cancelled: std::sync::atomic::AtomicU64,
+    slow_consumer: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicU64,
+    running: std::sync::atomic::AtomicU64,
+}
+
+impl StreamCounts {
+    /// A stream (and its generator) started.
+    pub fn start(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.started.fetch_add(1, SeqCst);
+        self.running.fetch_add(1, SeqCst);
+    }
+
+    /// A stream ended, for `reason` (from its gate's release hook).
+    pub fn end(&self, reason: streamgate::EndReason) {
+        use std::sync::atomic::Ordering::SeqCst;
+        use streamgate::EndReason;
+        let counter = match reason {
+            EndReason::Completed => &self.completed,
+            EndReason::SlowConsumer => &self.slow_consumer,
+            EndReason::GeneratorError | EndReason::GeneratorPanic => &self.failed,
+            _ => &self.cancelled,
+        };
+        counter.fetch_add(1, SeqCst);
+        self.running.fetch_sub(1, SeqCst);
+    }
+
+    /// The counts as `/stats` fields: `streams_started`, `streams_completed`,
+    /// `streams_cancelled` (failed streams included unless `failed` names a field of their
+    /// own), `streams_ended_slow_consumer`, and `running` named as the server calls it.
+    pub fn fields(&self, running: &str, failed: Option<&str>) -> serde_json::Map<String, Value> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let load = |n: &std::sync::atomic::AtomicU64| n.load(SeqCst);
+        let mut fields = serde_json::Map::new();
+        let mut cancelled = load(&self.cancelled);
+        match failed {
+            Some(name) => {
+                fields.insert(name.into(), load(&self.failed).into());
+            }
+            None => cancelled += load(&self.failed),
+        }
+        fields.insert("streams_started".into(), load(&self.started).into());
+        fields.insert("streams_completed".into(), load(&self.completed).into());
+        fields.insert("streams_cancelled".into(), cancelled.into());
+        fields.insert(
+            "streams_ended_slow_consumer".into(),
+            load(&self.slow_consumer).into(),
+        );
+        fields.insert(running.into(), load(&self.running).into());
+        fields
+    }
+}
