@@ -25,9 +25,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use streamgate::GateExt;
 use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
-use streamgate::GateExt;
 
 #[allow(dead_code)] // each example uses a part
 #[path = "common/mod.rs"]
