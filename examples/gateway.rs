@@ -156,7 +156,7 @@ async fn chat_completions(
     let gated = config
         .gate
         .gate()
-        .on_release(move |reason| streams.end(reason))
+        .on_release(move |reason, _| streams.end(reason))
         // The generator owns the upstream body: dropping it (when this client goes) closes
         // the upstream connection, and the upstream server cancels its own generator.
         .spawn(move |_, mut tx| async move {

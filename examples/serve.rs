@@ -13,8 +13,8 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::sse::SseEvent;
 use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
-use streamgate::{Chunk, Consumer, EndReason, GateExt, GateHandle, Kind};
+use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Kind};
 
 #[allow(dead_code)] // each example uses a part
 #[path = "common/mod.rs"]
@@ -236,18 +236,16 @@ impl Server {
         let server = self.clone();
         server.stats.streams.start();
         let held = Arc::new(AtomicU64::new(0));
-        let handle: Arc<OnceLock<GateHandle>> = Arc::new(OnceLock::new());
         let on_release = {
-            let (server, held, handle) = (server.clone(), held.clone(), handle.clone());
-            move |reason: EndReason| {
+            let (server, held) = (server.clone(), held.clone());
+            move |reason: EndReason, gate: GateStats| {
                 let stats = &server.stats;
                 stats
                     .kv_blocks_in_use
                     .fetch_sub(held.swap(0, Ordering::SeqCst), Ordering::SeqCst);
-                let wasted = handle.get().map_or(0, |h| h.stats().chunks_after_end);
                 stats
                     .tokens_after_cancel
-                    .fetch_add(wasted, Ordering::Relaxed);
+                    .fetch_add(gate.chunks_after_end, Ordering::Relaxed);
                 stats.streams.end(reason);
             }
         };
@@ -298,7 +296,6 @@ impl Server {
                     tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
                     Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
                 });
-        let _ = handle.set(consumer.handle());
         consumer
     }
 

@@ -12,9 +12,17 @@
 //!   drain: pause the generator, coalesce waiting text deltas losslessly, or end the stream with
 //!   a visible reason after a deadline;
 //! - **cancellation reaches the generator**: dropping the consumer (hyper drops the body when
-//!   the client disconnects) drops the generator at its next await point and runs a release
-//!   hook (where an engine frees KV blocks) exactly once, on every end, panics included; the
-//!   chunks produced after the end are counted as wasted.
+//!   the client disconnects) stops the generator (at once, or after a grace in which it may
+//!   finish its step) and then runs a release hook (where an engine frees KV blocks) exactly
+//!   once, on every end, panics included, with the end reason and the stream's counters; the
+//!   chunks produced after the end are counted as wasted (at most one per stream);
+//! - **event ids** are positions in the generator's output, counted at `send`: the same event
+//!   has the same id at every hop and on every reconnect, and a coalesced event names the run
+//!   of ids it covers;
+//! - **engine loops** that feed many streams from one task use [`Gate::channel`]: `try_send`
+//!   never waits, and the gate still keeps the policy's clock and the release;
+//! - a [`Group`] shuts all its streams down with a visible reason and bounds the bytes their
+//!   buffers hold together.
 //!
 //! # Quick start
 //!
@@ -27,9 +35,11 @@
 //! // A generator: here a decode loop producing three token deltas.
 //! let mut consumer = Gate::new()
 //!     .max_events(64)
-//!     .on_release(|reason: EndReason| {
-//!         // Free the stream's KV blocks here: runs once, however the stream ended.
+//!     .on_release(|reason, stats| {
+//!         // Free the stream's KV blocks here: runs once, however the stream ended, after
+//!         // the generator has stopped.
 //!         assert_eq!(reason, EndReason::Completed);
+//!         assert_eq!(stats.events_delivered, 3);
 //!     })
 //!     .spawn(|_cancel, mut tx| async move {
 //!         for i in 0..3 {
@@ -45,6 +55,7 @@
 //! while let Some(event) = consumer.next().await {
 //!     // An `Err` would say why the stream ended early; everything before it is intact.
 //!     let event = event.expect("the generator completes");
+//!     assert_eq!(event.id() as usize, text.len() / 3); // its position in the output
 //!     text.push_str(event.chunk());
 //! }
 //! assert_eq!(text, "t0 t1 t2 ");
@@ -81,8 +92,13 @@
 //! # Cancel safety
 //!
 //! [`Consumer`] is a plain [`Stream`](futures_core::Stream): dropping a pending `next()` loses
-//! nothing, and the next poll yields the same event. Dropping the consumer itself cancels the
-//! stream. [`Sender::send`] drops its chunk if its future is dropped before completing.
+//! nothing, and the next poll yields the same event. Dropping the consumer itself ends the
+//! stream. [`Sender::send`] drops its chunk if its future is dropped before completing;
+//! [`Sender::ready`] and [`Sender::closed`] lose nothing when dropped.
+//!
+//! Both halves take part in tokio's cooperative budget (`tokio::task::coop`): a generator with
+//! no other await point, or a consumer draining a fast stream, still lets the other tasks of
+//! its runtime run.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(unsafe_code)]
 #![warn(
@@ -109,6 +125,7 @@ pub mod transport;
 pub use chunk::{Chunk, Kind};
 pub use ext::GateExt;
 pub use gate::{
-    BoxError, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, EndReason, Event, Gate, GateError,
-    GateHandle, GateStats, Policy, SendError, Sender,
+    BoxError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_MAX_PAUSE,
+    DEFAULT_RELEASE_TIMEOUT, EndReason, Event, Gate, GateError, GateHandle, GateStats, Group,
+    GroupStats, Policy, SendError, Sender, ShutdownReport, TrySendError,
 };

@@ -17,7 +17,7 @@ async fn drain<T: Chunk>(consumer: &mut Consumer<T>) -> (Vec<(u64, T)>, Option<E
     let mut events = Vec::new();
     while let Some(item) = consumer.next().await {
         match item {
-            Ok(event) => events.push((event.seq(), event.into_chunk())),
+            Ok(event) => events.push((event.id(), event.into_chunk())),
             Err(error) => return (events, Some(error.reason())),
         }
     }
@@ -92,7 +92,7 @@ async fn flush_per_event_by_handshake() {
                 .expect("the stream is not over")
                 .expect("no error");
             assert_eq!(
-                (event.seq(), event.chunk().as_str()),
+                (event.id(), event.chunk().as_str()),
                 (i, token(i as usize).as_str())
             );
             go_tx.send(()).unwrap();
@@ -132,7 +132,9 @@ async fn random_schedule(seed: u64, policy: Policy) {
         });
     let handle = consumer.handle();
     let mut received = String::new();
-    let mut next_seq = 0;
+    // Each event covers the ids of the chunks merged into it: together they tile 0..count.
+    let mut next_id = 0;
+    let mut events = 0;
     loop {
         for _ in 0..rng.below(4) {
             tokio::task::yield_now().await;
@@ -148,8 +150,11 @@ async fn random_schedule(seed: u64, policy: Policy) {
         );
         match timeout(HANG, consumer.next()).await.expect("no hang") {
             Some(Ok(event)) => {
-                assert_eq!(event.seq(), next_seq, "seed {seed}");
-                next_seq += 1;
+                assert_eq!(*event.ids().start(), next_id, "seed {seed}");
+                assert!(event.ids().end() >= event.ids().start(), "seed {seed}");
+                assert_eq!(event.id(), *event.ids().end(), "seed {seed}");
+                next_id = event.id() + 1;
+                events += 1;
                 received.push_str(event.chunk());
             }
             Some(Err(error)) => panic!("seed {seed}: {error}"),
@@ -160,7 +165,12 @@ async fn random_schedule(seed: u64, policy: Policy) {
     let stats = handle.stats();
     assert!(stats.peak_buffered_events <= max_events, "seed {seed}");
     assert_eq!(stats.chunks_sent + stats.chunks_merged, count as u64);
-    assert_eq!(stats.events_delivered, next_seq);
+    assert_eq!(
+        next_id, count as u64,
+        "seed {seed}: the ids tile 0..{count}"
+    );
+    assert_eq!(stats.next_id, count as u64);
+    assert_eq!(stats.events_delivered, events);
     assert_eq!(stats.bytes_delivered, sent.len() as u64);
 }
 
@@ -196,7 +206,8 @@ fn counting_gate(gate: Gate) -> (Consumer<String>, Arc<AtomicU64>) {
 
 #[tokio::test(start_paused = true)]
 async fn backpressure_pauses_the_generator_while_the_consumer_stalls() {
-    let (mut consumer, produced) = counting_gate(Gate::new().max_events(8));
+    let unlimited = Policy::Backpressure { max_pause: None };
+    let (mut consumer, produced) = counting_gate(Gate::new().max_events(8).policy(unlimited));
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(3600)).await;
     // The buffer is full and the generator waits in its ninth send.
@@ -210,7 +221,19 @@ async fn backpressure_pauses_the_generator_while_the_consumer_stalls() {
     }
     drop(consumer);
     handle.released().await;
-    assert_eq!(handle.end_reason(), Some(EndReason::Cancelled));
+    assert_eq!(handle.end_reason(), Some(EndReason::ConsumerGone));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_default_policy_ends_a_reader_that_stopped() {
+    let (consumer, produced) = counting_gate(Gate::new().max_events(8));
+    let handle = consumer.handle();
+    tokio::time::sleep(streamgate::DEFAULT_MAX_PAUSE - Duration::from_millis(100)).await;
+    assert_eq!(handle.end_reason(), None);
+    handle.released().await;
+    assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+    assert_eq!(produced.load(Ordering::SeqCst), 8);
+    drop(consumer);
 }
 
 #[tokio::test(start_paused = true)]
@@ -245,13 +268,22 @@ async fn coalesce_merges_waiting_deltas_losslessly() {
             });
     let handle = consumer.handle();
     // Nobody reads: the generator still finishes, merging into the newest waiting event.
-    handle.released().await;
+    while handle.stats().next_id < 1000 {
+        tokio::task::yield_now().await;
+    }
     let stats = handle.stats();
+    assert_eq!(stats.next_id, 1000, "the generator finished: {stats:?}");
     assert_eq!(stats.chunks_sent, 4);
     assert_eq!(stats.chunks_merged, 996);
+    assert_eq!(
+        stats.end_reason, None,
+        "complete only once the consumer has it all"
+    );
     let (events, end) = drain(&mut consumer).await;
     assert_eq!(end, None);
     assert_eq!(events.len(), 4);
+    handle.released().await;
+    assert_eq!(handle.end_reason(), Some(EndReason::Completed));
     let text: String = events.into_iter().map(|(_, t)| t).collect();
     assert_eq!(text, (0..1000).map(token).collect::<String>());
 }
@@ -262,7 +294,7 @@ async fn coalesce_is_bounded_by_bytes_and_then_pauses() {
         Gate::new()
             .max_events(4)
             .max_bytes(100)
-            .policy(Policy::coalesce()),
+            .policy(Policy::Coalesce { max_pause: None }),
     );
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -303,7 +335,7 @@ async fn coalesce_without_merge_is_backpressure() {
                 Ok::<_, streamgate::SendError<Opaque>>(())
             });
     let handle = consumer.handle();
-    tokio::time::sleep(Duration::from_secs(60)).await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
     assert_eq!(handle.stats().chunks_sent, 2);
     assert_eq!(handle.stats().chunks_merged, 0);
     let (events, end) = drain(&mut consumer).await;

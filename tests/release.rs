@@ -17,7 +17,7 @@ impl Hook {
         let calls = self.0.clone();
         Gate::new()
             .max_events(4)
-            .on_release(move |reason| calls.lock().unwrap().push(reason))
+            .on_release(move |reason, _| calls.lock().unwrap().push(reason))
     }
 
     fn calls(&self) -> Vec<EndReason> {
@@ -100,7 +100,7 @@ async fn each_end_path() {
     let handle = consumer.handle();
     consumer.next().await.unwrap().unwrap();
     drop(consumer);
-    released_once(&hook, &handle, EndReason::Cancelled).await;
+    released_once(&hook, &handle, EndReason::ConsumerGone).await;
 
     // Consumer dropped while the generator awaits something else entirely.
     let hook = Hook::default();
@@ -111,7 +111,7 @@ async fn each_end_path() {
     });
     let handle = consumer.handle();
     drop(consumer);
-    released_once(&hook, &handle, EndReason::Cancelled).await;
+    released_once(&hook, &handle, EndReason::ConsumerGone).await;
 
     // Cancelled through the handle: waiting events, then the reason.
     let hook = Hook::default();
@@ -182,7 +182,7 @@ async fn at_most_one_token_after_cancel() {
         let released = released.clone();
         let consumer = Gate::new()
             .max_events(4)
-            .on_release(move |_| {
+            .on_release(move |_, _| {
                 released.fetch_add(1, Ordering::SeqCst);
             })
             .spawn(|_, mut tx| async move {
@@ -208,7 +208,7 @@ async fn at_most_one_token_after_cancel() {
     }
     for stream in streams {
         let stats = stream.await.unwrap();
-        assert_eq!(stats.end_reason, Some(EndReason::Cancelled));
+        assert_eq!(stats.end_reason, Some(EndReason::ConsumerGone));
         assert!(stats.chunks_after_end <= 1, "{stats:?}");
         assert!(stats.end_to_release.is_some());
     }

@@ -161,7 +161,7 @@ async fn an_early_end_is_a_visible_error_frame_before_eof() {
 fn stalled() -> (Consumer<SseEvent>, oneshot::Receiver<EndReason>) {
     let (released, on_release) = oneshot::channel();
     let consumer = Gate::new()
-        .on_release(move |reason| {
+        .on_release(move |reason, _| {
             released.send(reason).ok();
         })
         .spawn(|_, mut tx| async move {
@@ -196,7 +196,7 @@ async fn a_client_that_vanishes_during_a_stall_cancels_the_generator() {
         .await
         .expect("the generator is released")
         .unwrap();
-    assert_eq!(reason, EndReason::Cancelled);
+    assert_eq!(reason, EndReason::ConsumerGone);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -115,12 +115,15 @@ impl GateFlags {
         Some(parsed)
     }
 
-    /// A gate with these bounds and policy (`disconnect` ends a stream after the slow deadline).
+    /// A gate with these bounds and policy: the slow deadline ends a stream whose consumer
+    /// took nothing from a full buffer for that long (`disconnect`), or whose generator was
+    /// paused that long (`backpressure`, `coalesce`).
     pub fn gate(&self) -> streamgate::Gate {
+        let pause = Some(self.slow_deadline);
         let policy = match self.policy.as_str() {
-            "coalesce" => streamgate::Policy::coalesce(),
+            "coalesce" => streamgate::Policy::Coalesce { max_pause: pause },
             "disconnect" => streamgate::Policy::disconnect(self.slow_deadline),
-            _ => streamgate::Policy::backpressure(),
+            _ => streamgate::Policy::Backpressure { max_pause: pause },
         };
         streamgate::Gate::new()
             .max_events(self.buffer_events)

@@ -1,14 +1,16 @@
 //! The bounded buffer between a generator and its consumer.
 //!
 //! A single-producer, single-consumer queue bounded by events *and* bytes, with in-place merging
-//! for the `Coalesce` policy and a set-once end.
+//! for the `Coalesce` policy, event ids counted at `send`, a set-once end, and the state of the
+//! slow-consumer clock that the gate's task keeps.
 //!
 //! One mutex guards the queue, the wakers, the end and the per-stream counters: a send takes it
 //! once. The consumer takes it only when its own batch is empty, and then swaps *every* waiting
 //! chunk into its batch at once, so a consumer that is behind drains a run of events per lock.
 //! The batch stays counted against the bounds until the consumer has yielded it, so what the
 //! gate holds never exceeds them; the consumer publishes its progress through two counters it
-//! alone writes, which keeps the stats and the slow-consumer clock exact per event.
+//! alone writes, which keeps the stats exact per event and lets it wake a sender that waits for
+//! room the moment it yields an event.
 //!
 //! No foreign code runs under the lock except [`Chunk::merge`]. Built on [`crate::sync`] so the
 //! same code is model-checked under loom.
@@ -18,23 +20,31 @@ use std::mem;
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
+use tokio::time::Instant as Clock;
+use tokio_util::sync::CancellationToken;
+
 use super::end::{BoxError, EndReason, GateError};
+use super::group::Budget;
+use super::policy::Policy;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
-use crate::sync::{AtomicU64, Mutex, Ordering, lock};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, fence, lock};
 
 /// Why [`Buffer::try_push`] handed a chunk back.
 pub(crate) enum Refused<T> {
-    /// No room: the consumer is behind. `takes` is how many events the consumer had taken when
-    /// the buffer was found full (a slow-consumer deadline restarts when it moves).
-    Full { chunk: T, takes: u64 },
-    /// The stream has ended; nothing more will be delivered.
+    /// No room: the consumer is behind.
+    Full(T),
+    /// The stream has ended (or its producer has finished); nothing more will be delivered.
     Ended(T),
 }
 
-/// A waiting chunk.
+/// A waiting chunk and the ids it covers.
 pub(crate) struct Entry<T> {
     pub(crate) chunk: T,
+    /// The id of the first chunk merged into this one.
+    pub(crate) first: u64,
+    /// The id of the last chunk merged into this one.
+    pub(crate) last: u64,
     /// The byte length it was counted at.
     len: usize,
     /// When it entered the buffer, if the gate stamps its events.
@@ -44,10 +54,20 @@ pub(crate) struct Entry<T> {
 /// Waiting chunks: the queue, and the consumer's batch.
 pub(crate) type Batch<T> = VecDeque<Entry<T>>;
 
+/// How the buffer is set up: bounds, policy, group budget.
+pub(crate) struct Config {
+    pub(crate) max_events: usize,
+    pub(crate) max_bytes: usize,
+    pub(crate) policy: Policy,
+    pub(crate) first_id: u64,
+    pub(crate) budget: Option<std::sync::Arc<Budget>>,
+}
+
 /// Shared by the generator's sender, the consumer, the gate's task and every handle.
 pub(crate) struct Buffer<T> {
-    max_events: usize,
-    max_bytes: usize,
+    config: Config,
+    /// Cancelled at every end, right after it is recorded: the generator's stop signal.
+    token: CancellationToken,
     state: Mutex<State<T>>,
     delivered: Delivered,
 }
@@ -58,6 +78,20 @@ pub(crate) struct Buffer<T> {
 struct Delivered {
     events: AtomicU64,
     bytes: AtomicU64,
+    /// A sender waits for room: the consumer wakes it when it yields an event.
+    sender_waits: AtomicBool,
+}
+
+/// The slow-consumer clock: armed when a chunk finds the buffer full (or a finished generator
+/// leaves events waiting), disarmed when a chunk is admitted.
+///
+/// Times here are tokio's (`Clock`), so the gate's timers agree with them when a test pauses
+/// time.
+#[derive(Clone, Copy)]
+struct Stall {
+    since: Clock,
+    /// The consumer's take count when the clock started.
+    takes: u64,
 }
 
 struct State<T> {
@@ -68,108 +102,241 @@ struct State<T> {
     /// The `delivered` totals once the consumer has yielded its current batch: what is lent to
     /// the consumer and still counts against the bounds is the difference.
     lent_until: (u64, u64),
+    /// The id the next accepted chunk gets.
+    next_id: u64,
+    /// The producer has finished: once the consumer has taken everything, the stream completed.
+    finished: bool,
     /// The first end, set once.
     end: Option<(EndReason, Option<GateError>)>,
     /// The consumer has been given the end (or was dropped): the stream yields nothing more.
     end_seen: bool,
-    consumer_gone: bool,
+    stall: Option<Stall>,
+    /// The gate's task holds a timer for the stall clock: a re-armed clock needs no wake-up.
+    stall_watched: bool,
+    /// The producer's work has stopped: the generator waits in a send after the end, or the
+    /// engine dropped its sender.
+    producer_stopped: bool,
     rx_waker: Option<Waker>,
     tx_waker: Option<Waker>,
+    task_waker: Option<Waker>,
     release_wakers: Vec<Waker>,
     stats: GateStats,
-    ended_at: Option<Instant>,
+    ended_at: Option<Clock>,
+}
+
+/// What the gate's task must do next, from [`Buffer::poll_task`].
+pub(crate) struct TaskView {
+    /// When the stream ended, if it has.
+    pub(crate) ended_at: Option<Clock>,
+    /// When the slow-consumer clock runs out, if it runs.
+    pub(crate) stall_deadline: Option<Clock>,
+    /// Whether the producer's work has stopped (see [`Buffer::producer_stopped`]).
+    pub(crate) producer_stopped: bool,
 }
 
 impl<T: Chunk> Buffer<T> {
-    /// A buffer holding at most `max_events` events and `max_bytes` bytes (one larger chunk is
-    /// admitted into an empty buffer). Both bounds are at least 1.
-    pub(crate) fn new(max_events: usize, max_bytes: usize) -> Self {
-        debug_assert!(max_events > 0 && max_bytes > 0);
+    /// A buffer as `config` says. Both bounds are at least 1.
+    pub(crate) fn new(config: Config, token: CancellationToken) -> Self {
+        debug_assert!(config.max_events > 0 && config.max_bytes > 0);
+        let first_id = config.first_id;
+        let stats = GateStats {
+            next_id: first_id,
+            ..GateStats::default()
+        };
         Buffer {
-            max_events,
-            max_bytes,
             state: Mutex::new(State {
-                queue: VecDeque::with_capacity(max_events.min(1024)),
+                queue: VecDeque::with_capacity(config.max_events.min(1024)),
                 bytes: 0,
                 lent_until: (0, 0),
+                next_id: first_id,
+                finished: false,
                 end: None,
                 end_seen: false,
-                consumer_gone: false,
+                stall: None,
+                stall_watched: false,
+                producer_stopped: false,
                 rx_waker: None,
                 tx_waker: None,
+                task_waker: None,
                 release_wakers: Vec::new(),
-                stats: GateStats::default(),
+                stats,
                 ended_at: None,
             }),
+            config,
+            token,
             delivered: Delivered::default(),
         }
     }
 
-    /// Queues `chunk`, or with `coalesce` merges it into the newest waiting chunk when the
-    /// buffer is full by events and the merged bytes still fit. When it is refused as
-    /// [`Refused::Full`] and `waker` is given, the waker is woken once room may have appeared.
+    /// The stream's stop signal, cancelled at every end.
+    pub(crate) fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+
+    /// Queues `chunk`, or with `Coalesce` merges it into the newest waiting chunk when the
+    /// buffer is full by events and the merged bytes still fit. A chunk refused as
+    /// [`Refused::Full`] starts the slow-consumer clock; with `waker`, the sender is woken as
+    /// soon as the consumer makes room (or the stream ends). A chunk refused as
+    /// [`Refused::Ended`] is counted as wasted.
     pub(crate) fn try_push(
         &self,
         chunk: T,
         enqueued_at: Option<Instant>,
-        coalesce: bool,
         waker: Option<&Waker>,
     ) -> Result<(), Refused<T>> {
         let len = chunk.byte_len();
         let mut state = lock(&self.state);
-        if state.end.is_some() {
+        if state.end.is_some() || state.finished {
             state.stats.chunks_after_end += 1;
             return Err(Refused::Ended(chunk));
         }
-        let (events, bytes) = self.held(&state);
-        let fits_bytes = bytes.saturating_add(len) <= self.max_bytes;
-        let refused = if events == 0 || (events < self.max_events && fits_bytes) {
-            state.queue.push_back(Entry {
-                chunk,
-                len,
-                enqueued_at,
-            });
-            state.bytes += len;
-            state.stats.chunks_sent += 1;
-            state.stats.bytes_sent += len as u64;
-            state.stats.peak_buffered_events = state.stats.peak_buffered_events.max(events + 1);
-            state.stats.peak_buffered_bytes = state.stats.peak_buffered_bytes.max(bytes + len);
-            None
-        } else if let Some(newest) = state.queue.back_mut().filter(|_| coalesce && fits_bytes) {
-            // Only a chunk still in the queue can absorb more: the consumer's batch is already
-            // on its way out. The merged event keeps the older stamp: it has waited since then.
-            match newest.chunk.merge(chunk) {
-                Ok(()) => {
-                    let merged_len = newest.chunk.byte_len();
-                    let old_len = mem::replace(&mut newest.len, merged_len);
-                    state.bytes = state.bytes - old_len + merged_len;
-                    state.stats.chunks_merged += 1;
-                    state.stats.bytes_sent += len as u64;
-                    None
-                }
-                Err(chunk) => Some(chunk),
-            }
-        } else {
-            Some(chunk)
-        };
-        match refused {
-            None => {
+        let refused = match self.admit(&mut state, chunk, len, enqueued_at) {
+            Ok(()) => {
+                state.stall = None;
                 let rx = state.rx_waker.take();
                 drop(state);
                 if let Some(rx) = rx {
                     rx.wake();
                 }
-                Ok(())
+                return Ok(());
             }
-            Some(chunk) => {
-                if let Some(waker) = waker {
-                    register(&mut state.tx_waker, waker);
-                }
-                Err(Refused::Full {
-                    chunk,
-                    takes: self.delivered.events.load(Ordering::Relaxed),
-                })
+            Err(chunk) => chunk,
+        };
+        let task = self.start_stall(&mut state);
+        if let Some(waker) = waker {
+            register(&mut state.tx_waker, waker);
+            // Paired with the consumer's fence in `yield_from`: either it sees this flag, or
+            // the held count below sees what it yielded.
+            self.delivered.sender_waits.store(true, Ordering::SeqCst);
+            fence(Ordering::SeqCst);
+            let (events, bytes) = self.held(&state);
+            if events < self.config.max_events && bytes.saturating_add(len) <= self.config.max_bytes
+            {
+                // Room appeared while the flag was being raised: try again at once.
+                waker.wake_by_ref();
             }
+        }
+        drop(state);
+        if let Some(task) = task {
+            task.wake();
+        }
+        Err(Refused::Full(refused))
+    }
+
+    /// Puts `chunk` in the queue (or merges it) if the bounds and the group's budget allow;
+    /// hands it back otherwise.
+    fn admit(
+        &self,
+        state: &mut State<T>,
+        chunk: T,
+        len: usize,
+        enqueued_at: Option<Instant>,
+    ) -> Result<(), T> {
+        let (events, bytes) = self.held(state);
+        let fits_bytes = bytes.saturating_add(len) <= self.config.max_bytes
+            && self
+                .config
+                .budget
+                .as_ref()
+                .is_none_or(|budget| budget.admits(bytes, len));
+        let id = state.next_id;
+        if events == 0 || (events < self.config.max_events && fits_bytes) {
+            state.queue.push_back(Entry {
+                chunk,
+                first: id,
+                last: id,
+                len,
+                enqueued_at,
+            });
+            state.bytes += len;
+            state.stats.chunks_sent += 1;
+            state.stats.peak_buffered_events = state.stats.peak_buffered_events.max(events + 1);
+            state.stats.peak_buffered_bytes = state.stats.peak_buffered_bytes.max(bytes + len);
+            self.accepted(state, len, (0, len));
+            return Ok(());
+        }
+        if !(self.config.policy.coalesces() && fits_bytes) {
+            return Err(chunk);
+        }
+        // Only a chunk still in the queue can absorb more: the consumer's batch is already on
+        // its way out. The merged event keeps the older stamp: it has waited since then.
+        let Some(newest) = state.queue.back_mut() else {
+            return Err(chunk);
+        };
+        newest.chunk.merge(chunk)?;
+        newest.last = id;
+        let merged_len = newest.chunk.byte_len();
+        let old_len = mem::replace(&mut newest.len, merged_len);
+        state.bytes = state.bytes - old_len + merged_len;
+        state.stats.chunks_merged += 1;
+        self.accepted(state, len, (old_len, merged_len));
+        Ok(())
+    }
+
+    /// Counts an accepted chunk of `len` bytes that changed what the buffer holds from
+    /// `held.0` to `held.1` bytes (a new event: from 0 to `len`).
+    fn accepted(&self, state: &mut State<T>, len: usize, held: (usize, usize)) {
+        state.next_id += 1;
+        state.stats.next_id = state.next_id;
+        state.stats.bytes_sent += len as u64;
+        if let Some(budget) = &self.config.budget {
+            budget.add(held.1);
+            budget.sub(held.0);
+        }
+    }
+
+    /// Starts the slow-consumer clock unless it runs or the policy has none; returns the
+    /// gate's task to wake when it holds no timer for it yet.
+    fn start_stall(&self, state: &mut State<T>) -> Option<Waker> {
+        if state.stall.is_some() || self.config.policy.deadline().is_none() {
+            return None;
+        }
+        state.stall = Some(Stall {
+            since: Clock::now(),
+            takes: self.delivered.events.load(Ordering::Relaxed),
+        });
+        if state.stall_watched {
+            None
+        } else {
+            state.task_waker.take()
+        }
+    }
+
+    /// Ready when a chunk would be admitted as an event of its own (or the stream has ended);
+    /// otherwise starts the slow-consumer clock and registers `cx` for room.
+    pub(crate) fn poll_room(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        let mut state = lock(&self.state);
+        if state.end.is_some() || state.finished {
+            return Poll::Ready(false);
+        }
+        let (events, bytes) = self.held(&state);
+        let has_room = |events: usize, bytes: usize| {
+            events == 0
+                || (events < self.config.max_events
+                    && bytes < self.config.max_bytes
+                    && self
+                        .config
+                        .budget
+                        .as_ref()
+                        .is_none_or(|budget| budget.admits(bytes, 1)))
+        };
+        if has_room(events, bytes) {
+            return Poll::Ready(true);
+        }
+        let task = self.start_stall(&mut state);
+        register(&mut state.tx_waker, cx.waker());
+        self.delivered.sender_waits.store(true, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        let (events, bytes) = self.held(&state);
+        let ready = has_room(events, bytes);
+        drop(state);
+        if let Some(task) = task {
+            task.wake();
+        }
+        if ready {
+            Poll::Ready(true)
+        } else {
+            Poll::Pending
         }
     }
 
@@ -194,10 +361,17 @@ impl<T: Chunk> Buffer<T> {
             events + batch.len() as u64,
             bytes + mem::take(&mut state.bytes) as u64,
         );
+        let mut wakers = [tx, None];
         // What to yield, decided under the lock; the chunk itself is popped after it.
         let end = if !batch.is_empty() {
             None
         } else if state.end_seen {
+            Some(Poll::Ready(None))
+        } else if state.end.is_none() && state.finished {
+            // The producer finished and the consumer has everything: this is completion.
+            let (_, mut woken) = self.end_locked(&mut state, EndReason::Completed, None);
+            wakers[1] = woken[2].take();
+            state.end_seen = true;
             Some(Poll::Ready(None))
         } else if let Some((reason, error)) = &state.end {
             debug_assert!(error.is_some() || *reason == EndReason::Completed);
@@ -209,24 +383,43 @@ impl<T: Chunk> Buffer<T> {
             Some(Poll::Pending)
         };
         drop(state);
-        if let Some(tx) = tx {
-            tx.wake();
-        }
+        wakers.into_iter().flatten().for_each(Waker::wake);
         end.unwrap_or_else(|| Poll::Ready(self.yield_from(batch).map(Ok)))
     }
 
-    /// Pops the batch's next chunk and publishes the consumer's progress.
+    /// Pops the batch's next chunk, publishes the consumer's progress, and wakes a sender that
+    /// waits for the room this makes.
     fn yield_from(&self, batch: &mut Batch<T>) -> Option<Entry<T>> {
         let entry = batch.pop_front()?;
         let len = entry.len;
         // Only the consumer writes these, so a load and a store (not a read-modify-write) will
-        // do; `Relaxed`, because they order no other memory.
+        // do.
         let delivered = &self.delivered;
         let events = delivered.events.load(Ordering::Relaxed);
         delivered.events.store(events + 1, Ordering::Relaxed);
         let bytes = delivered.bytes.load(Ordering::Relaxed);
         delivered.bytes.store(bytes + len as u64, Ordering::Relaxed);
+        if let Some(budget) = &self.config.budget {
+            budget.sub(len);
+        }
+        // Paired with the sender's fence in `try_push`/`poll_room`: either the sender sees the
+        // counts above, or this load sees its flag.
+        fence(Ordering::SeqCst);
+        if delivered.sender_waits.load(Ordering::Relaxed) {
+            self.wake_sender();
+        }
         Some(entry)
+    }
+
+    #[cold]
+    fn wake_sender(&self) {
+        let mut state = lock(&self.state);
+        self.delivered.sender_waits.store(false, Ordering::Relaxed);
+        let tx = state.tx_waker.take();
+        drop(state);
+        if let Some(tx) = tx {
+            tx.wake();
+        }
     }
 
     /// The consumer's totals: events and bytes yielded.
@@ -247,44 +440,156 @@ impl<T: Chunk> Buffer<T> {
         )
     }
 
-    /// Ends the stream for `reason` unless it has already ended, and returns the reason that
-    /// stands. The consumer still receives every waiting chunk before the end.
+    /// Ends the stream for `reason` unless it has already ended, cancels the token, and returns
+    /// the reason that stands. The consumer still receives every waiting chunk before the end.
     pub(crate) fn end(&self, reason: EndReason, source: Option<BoxError>) -> EndReason {
         let mut state = lock(&self.state);
-        let (reason, wakers) = state.end(reason, source);
+        let (reason, wakers) = self.end_locked(&mut state, reason, source);
         drop(state);
         wakers.into_iter().flatten().for_each(Waker::wake);
+        self.token.cancel();
         reason
     }
 
+    /// The producer has finished: the stream completes once the consumer has taken every
+    /// event. Until then the slow-consumer clock watches the consumer.
+    pub(crate) fn finish(&self) {
+        let mut state = lock(&self.state);
+        if state.end.is_some() || state.finished {
+            return;
+        }
+        state.finished = true;
+        let (events, _) = self.held(&state);
+        let task = if events > 0 {
+            self.start_stall(&mut state)
+        } else {
+            None
+        };
+        let rx = state.rx_waker.take();
+        drop(state);
+        [rx, task].into_iter().flatten().for_each(Waker::wake);
+    }
+
+    /// Sets the end unless one stands; returns the reason that stands and the wakers to wake
+    /// once the lock is released (consumer, sender, the gate's task).
+    fn end_locked(
+        &self,
+        state: &mut State<T>,
+        reason: EndReason,
+        source: Option<BoxError>,
+    ) -> (EndReason, [Option<Waker>; 3]) {
+        if let Some((first, _)) = &state.end {
+            return (*first, [None, None, None]);
+        }
+        let error = (reason != EndReason::Completed).then(|| GateError::new(reason, source));
+        state.end = Some((reason, error));
+        state.ended_at = Some(Clock::now());
+        state.stall = None;
+        (
+            reason,
+            [
+                state.rx_waker.take(),
+                state.tx_waker.take(),
+                state.task_waker.take(),
+            ],
+        )
+    }
+
     /// The consumer is gone, leaving `batch` unread: drops what it will never read and ends the
-    /// stream as cancelled (unless it had already ended). Returns the reason that stands.
+    /// stream, as completed if the producer had finished and nothing was left unread, as
+    /// consumer-gone otherwise (unless it had already ended). Returns the reason that stands.
     pub(crate) fn close_consumer(&self, batch: Batch<T>) -> EndReason {
         let mut state = lock(&self.state);
-        state.consumer_gone = true;
         state.end_seen = true;
+        let unread = state.queue.len() + batch.len();
+        let reason = if state.finished && unread == 0 {
+            EndReason::Completed
+        } else {
+            EndReason::ConsumerGone
+        };
         // Ended under the same lock that empties the queue, so no chunk can slip in between.
-        let (reason, wakers) = state.end(EndReason::Cancelled, None);
-        state.stats.events_undelivered += (state.queue.len() + batch.len()) as u64;
+        let (reason, wakers) = self.end_locked(&mut state, reason, None);
+        state.stats.events_undelivered += unread as u64;
         let undelivered = mem::take(&mut state.queue);
+        let (_, held_bytes) = self.held(&state);
+        if let Some(budget) = &self.config.budget {
+            budget.sub(held_bytes);
+        }
         state.bytes = 0;
         state.lent_until = self.delivered();
         drop(state);
         // Dropping chunks runs their destructors: never under the lock.
         drop((undelivered, batch));
         wakers.into_iter().flatten().for_each(Waker::wake);
+        self.token.cancel();
         reason
     }
 
-    /// Records that the release hook has run and wakes everyone waiting for it.
-    pub(crate) fn mark_released(&self) {
+    /// For the gate's task: registers `cx` for everything it must act on (the end, the
+    /// slow-consumer clock) and says what stands.
+    pub(crate) fn poll_task(&self, cx: &mut Context<'_>) -> TaskView {
         let mut state = lock(&self.state);
-        let now = Instant::now();
+        register(&mut state.task_waker, cx.waker());
+        let stall_deadline = match (state.stall, self.config.policy.deadline()) {
+            (Some(stall), Some(deadline)) => Some(stall.since.checked_add(deadline.limit)),
+            _ => None,
+        };
+        // A deadline too far away to represent is no deadline at all.
+        let stall_deadline = stall_deadline.flatten();
+        state.stall_watched = stall_deadline.is_some();
+        TaskView {
+            ended_at: state.ended_at,
+            stall_deadline,
+            producer_stopped: state.producer_stopped,
+        }
+    }
+
+    /// For the gate's task, when the slow-consumer clock may have run out at `now`: ends the
+    /// stream as [`EndReason::SlowConsumer`] if it has, restarts the clock if the policy
+    /// forgives a consumer that took something meanwhile.
+    pub(crate) fn check_stall(&self, now: Clock) {
+        let mut state = lock(&self.state);
+        let (Some(stall), Some(deadline)) = (state.stall, self.config.policy.deadline()) else {
+            return;
+        };
+        if stall
+            .since
+            .checked_add(deadline.limit)
+            .is_none_or(|at| now < at)
+        {
+            return;
+        }
+        let takes = self.delivered.events.load(Ordering::Relaxed);
+        // A generator that finished waits for its consumer on every policy's terms: the
+        // consumer must take something within the limit.
+        if (deadline.restarts_on_take || state.finished) && takes != stall.takes {
+            state.stall = Some(Stall { since: now, takes });
+            return;
+        }
+        let (_, wakers) = self.end_locked(&mut state, EndReason::SlowConsumer, None);
+        drop(state);
+        wakers.into_iter().flatten().for_each(Waker::wake);
+        self.token.cancel();
+    }
+
+    /// Records that the release hook has run (or timed out) and wakes everyone waiting for it.
+    pub(crate) fn mark_released(&self, timed_out: bool) {
+        let mut state = lock(&self.state);
+        let now = Clock::now();
         state.stats.released = true;
+        state.stats.release_timed_out = timed_out;
         state.stats.end_to_release = state.ended_at.map(|at| now.saturating_duration_since(at));
         let wakers = mem::take(&mut state.release_wakers);
         drop(state);
         wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// Records when (and how) the generator's work stopped after the end.
+    pub(crate) fn mark_stopped(&self, forced: bool) {
+        let mut state = lock(&self.state);
+        let now = Clock::now();
+        state.stats.stop_forced = forced;
+        state.stats.end_to_stop = state.ended_at.map(|at| now.saturating_duration_since(at));
     }
 
     /// Ready once the release hook has run.
@@ -310,44 +615,53 @@ impl<T: Chunk> Buffer<T> {
         lock(&self.state).end.as_ref().map(|(reason, _)| *reason)
     }
 
-    /// A snapshot of the counters.
+    /// Whether a chunk sent now would be refused as ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        let state = lock(&self.state);
+        state.end.is_some() || state.finished
+    }
+
+    /// A snapshot of the counters, with `end_to_release` measured to now if the stream has
+    /// ended and is not released yet (what the release hook sees).
     pub(crate) fn stats(&self) -> GateStats {
         let state = lock(&self.state);
         let (buffered_events, buffered_bytes) = self.held(&state);
         let (events_delivered, bytes_delivered) = self.delivered();
+        let end_reason = state.end.as_ref().map(|(reason, _)| *reason);
+        // After an early end, what still waits is not going to reach the consumer as the
+        // stream was meant to.
+        let undelivered_now = match end_reason {
+            Some(EndReason::Completed) | None => 0,
+            Some(_) => buffered_events as u64,
+        };
+        let end_to_release = match state.stats.end_to_release {
+            Some(measured) => Some(measured),
+            None => state
+                .ended_at
+                .map(|at| Clock::now().saturating_duration_since(at)),
+        };
         GateStats {
             events_delivered,
             bytes_delivered,
             buffered_events,
             buffered_bytes,
-            end_reason: state.end.as_ref().map(|(reason, _)| *reason),
+            end_reason,
+            events_undelivered: state.stats.events_undelivered + undelivered_now,
+            end_to_release,
             ..state.stats.clone()
         }
     }
-}
 
-impl<T> State<T> {
-    /// Sets the end unless one stands; returns the reason that stands and the wakers to wake
-    /// once the lock is released.
-    fn end(
-        &mut self,
-        reason: EndReason,
-        source: Option<BoxError>,
-    ) -> (EndReason, [Option<Waker>; 2]) {
-        if let Some((first, _)) = &self.end {
-            return (*first, [None, None]);
+    /// The producer's work has stopped: the generator waits in a send on an ended stream (so
+    /// it can be dropped at once), or the engine dropped its sender.
+    pub(crate) fn producer_stopped(&self) {
+        let mut state = lock(&self.state);
+        state.producer_stopped = true;
+        let task = state.task_waker.take();
+        drop(state);
+        if let Some(task) = task {
+            task.wake();
         }
-        // A consumer that is gone cannot be told the generator completed: that stream was
-        // cancelled, whatever the generator did next.
-        let reason = if self.consumer_gone && reason == EndReason::Completed {
-            EndReason::Cancelled
-        } else {
-            reason
-        };
-        let error = (reason != EndReason::Completed).then(|| GateError::new(reason, source));
-        self.end = Some((reason, error));
-        self.ended_at = Some(Instant::now());
-        (reason, [self.rx_waker.take(), self.tx_waker.take()])
     }
 }
 

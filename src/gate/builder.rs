@@ -1,19 +1,24 @@
 //! Configuring a gate and starting its generator.
 
+use std::convert::Infallible;
 use std::fmt;
-use std::future::{Future, poll_fn};
+use std::future::{Future, Pending, poll_fn};
 use std::pin::pin;
+use std::time::Duration;
 
 use futures_core::Stream;
 use tokio_util::sync::CancellationToken;
 
-use super::buffer::Buffer;
+use super::buffer::{Buffer, Config};
 use super::consumer::Consumer;
 use super::end::{BoxError, EndReason};
+use super::group::Group;
+use super::handle::GateHandle;
 use super::policy::Policy;
 use super::release::{Release, ReleaseHook};
 use super::run::drive;
 use super::sender::Sender;
+use super::stats::GateStats;
 use crate::chunk::Chunk;
 use crate::sync::Arc;
 
@@ -21,11 +26,22 @@ use crate::sync::Arc;
 pub const DEFAULT_MAX_EVENTS: usize = 64;
 /// The default byte bound: 64 KiB.
 pub const DEFAULT_MAX_BYTES: usize = 64 * 1024;
+/// The default time an async release hook may take: 10 seconds.
+pub const DEFAULT_RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Configures one gated stream and starts its generator.
 ///
 /// Defaults: [`DEFAULT_MAX_EVENTS`] events, [`DEFAULT_MAX_BYTES`] bytes,
-/// [`Policy::Backpressure`] with no deadline, no release hook.
+/// [`Policy::backpressure`] (a generator may be paused at most
+/// [`DEFAULT_MAX_PAUSE`](crate::DEFAULT_MAX_PAUSE)), ids from 0, no stop grace (an early end
+/// drops the generator at once), no release hook, no group.
+///
+/// Two shapes:
+/// - [`spawn`](Gate::spawn) (and [`stream`](Gate::stream), [`try_stream`](Gate::try_stream)):
+///   the gate's task owns and runs one generator;
+/// - [`channel`](Gate::channel): an engine loop that feeds many streams keeps the
+///   [`Sender`] and never awaits any one stream; the gate's small task keeps the slow-consumer
+///   clock and runs the release.
 ///
 /// # Examples
 ///
@@ -39,14 +55,18 @@ pub const DEFAULT_MAX_BYTES: usize = 64 * 1024;
 ///     .max_events(32)
 ///     .max_bytes(16 * 1024)
 ///     .policy(Policy::disconnect(Duration::from_secs(10)))
-///     .on_release(|reason| println!("stream ended: {reason}; free its KV blocks here"))
+///     .stop_grace(Duration::from_millis(50))
+///     .on_release(|reason, stats| {
+///         println!("stream ended: {reason}, {} chunks wasted; free its KV blocks here", stats.chunks_after_end)
+///     })
 ///     .spawn(|cancel, mut tx| async move {
 ///         for i in 0..3 {
-///             if cancel.is_cancelled() || tx.send(format!("t{i} ")).await.is_err() {
-///                 break;
+///             if cancel.is_cancelled() {
+///                 break; // asked to stop: finish the step, return
 ///             }
+///             tx.send(format!("t{i} ")).await?;
 ///         }
-///         Ok::<(), std::io::Error>(())
+///         Ok::<_, streamgate::SendError<String>>(())
 ///     });
 /// # drop(consumer);
 /// # }
@@ -56,7 +76,11 @@ pub struct Gate {
     max_bytes: usize,
     policy: Policy,
     stamp: bool,
+    first_id: u64,
+    stop_grace: Duration,
+    release_timeout: Duration,
     on_release: Option<ReleaseHook>,
+    group: Option<Group>,
 }
 
 impl Gate {
@@ -67,30 +91,25 @@ impl Gate {
             max_bytes: DEFAULT_MAX_BYTES,
             policy: Policy::default(),
             stamp: false,
+            first_id: 0,
+            stop_grace: Duration::ZERO,
+            release_timeout: DEFAULT_RELEASE_TIMEOUT,
             on_release: None,
+            group: None,
         }
     }
 
-    /// The most events the buffer holds.
-    ///
-    /// # Panics
-    ///
-    /// If `max_events` is 0.
+    /// The most events the buffer holds. 0 is taken as 1.
     pub fn max_events(mut self, max_events: usize) -> Self {
-        assert!(max_events > 0, "a gate's event bound must be at least 1");
-        self.max_events = max_events;
+        self.max_events = max_events.max(1);
         self
     }
 
     /// The most bytes (by [`Chunk::byte_len`]) the buffer holds. One chunk larger than this is
     /// still admitted into an empty buffer, so an oversized chunk never deadlocks the stream.
-    ///
-    /// # Panics
-    ///
-    /// If `max_bytes` is 0.
+    /// 0 is taken as 1.
     pub fn max_bytes(mut self, max_bytes: usize) -> Self {
-        assert!(max_bytes > 0, "a gate's byte bound must be at least 1");
-        self.max_bytes = max_bytes;
+        self.max_bytes = max_bytes.max(1);
         self
     }
 
@@ -108,27 +127,89 @@ impl Gate {
         self
     }
 
-    /// A hook run exactly once when the stream ends, after the generator has been dropped, with
-    /// the reason that stands: where an engine frees the stream's KV blocks.
+    /// The id of the first chunk (0 by default). A gateway re-gating an upstream stream that
+    /// starts at id `n` (a resumed stream) starts here, so every hop numbers each event the
+    /// same way.
+    pub fn first_id(mut self, id: u64) -> Self {
+        self.first_id = id;
+        self
+    }
+
+    /// How long a generator may go on after an early end (the consumer gone, a slow-consumer
+    /// end, a cancel, a shutdown) before it is dropped: the two-phase stop.
     ///
-    /// It runs on every end: completion, generator error or panic, consumer dropped,
-    /// slow-consumer end, cancellation, and the runtime shutting down. It runs on the gate's
-    /// task, so it should be quick and must not block.
+    /// At the end the generator's `CancellationToken` is cancelled (the *stop*): a generator
+    /// that checks it can finish its step (a `spawn_blocking` decode step, an engine call in
+    /// flight) and return. If it is still running when the grace is over, it is dropped (the
+    /// *kill*). A generator that sends on the ended stream has nothing in progress and is
+    /// dropped at once. The release waits for either, so the hook runs after the work stopped;
+    /// [`GateStats::end_to_stop`] and [`GateStats::stop_forced`] say how it went.
+    ///
+    /// The default, zero, drops the generator at once. For a [`channel`](Gate::channel) gate,
+    /// the work has stopped when the engine drops the [`Sender`] (or calls
+    /// [`finish`](Sender::finish)/[`abort`](Sender::abort)); the release waits for it at most
+    /// this long. Any duration is accepted; one too long to represent waits for ever.
+    pub fn stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
+    }
+
+    /// A hook run exactly once per stream, after the generator's work has stopped, with the
+    /// reason that stands and the final counters: where an engine frees the stream's KV blocks
+    /// and counts what the stream cost.
+    ///
+    /// It runs on every end: completion, generator error or panic, consumer gone, slow-consumer
+    /// end, cancellation, shutdown, and the runtime shutting down. It runs on the gate's task,
+    /// so it should be quick and must not block; see
+    /// [`on_release_async`](Gate::on_release_async) for work that awaits.
+    /// [`GateHandle::released`] completes after it has returned.
     pub fn on_release<F>(mut self, hook: F) -> Self
     where
-        F: FnOnce(EndReason) + Send + 'static,
+        F: FnOnce(EndReason, GateStats) + Send + 'static,
     {
-        self.on_release = Some(Box::new(hook));
+        self.on_release = Some(ReleaseHook::Sync(Box::new(hook)));
+        self
+    }
+
+    /// Like [`on_release`](Gate::on_release), for a hook that awaits (an engine's
+    /// `abort(id).await`). The stream counts as released once the future has completed or
+    /// the [`release_timeout`](Gate::release_timeout) has cut it off
+    /// ([`GateStats::release_timed_out`]).
+    ///
+    /// If the runtime shuts down before the release, no runtime is left to await it on: the
+    /// future is polled once, so it runs up to its first await.
+    pub fn on_release_async<F, Fut>(mut self, hook: F) -> Self
+    where
+        F: FnOnce(EndReason, GateStats) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.on_release = Some(ReleaseHook::Async(Box::new(move |reason, stats| {
+            Box::pin(hook(reason, stats))
+        })));
+        self
+    }
+
+    /// How long an async release hook may take ([`DEFAULT_RELEASE_TIMEOUT`] by default).
+    pub fn release_timeout(mut self, timeout: Duration) -> Self {
+        self.release_timeout = timeout;
+        self
+    }
+
+    /// Makes the stream a member of `group`: it ends at the group's
+    /// [`shutdown`](Group::shutdown) and counts against its byte budget. A gate started after
+    /// the shutdown began ends at once, as [`EndReason::Shutdown`].
+    pub fn group(mut self, group: &Group) -> Self {
+        self.group = Some(group.clone());
         self
     }
 
     /// Spawns `generator` on the current tokio runtime and returns the consumer half.
     ///
     /// The generator is a closure given the stream's [`CancellationToken`] (cancelled when the
-    /// stream ends early) and the [`Sender`] for its chunks; its future owns whatever the
-    /// stream holds. An `Err` it returns ends the stream as
-    /// [`GeneratorError`](EndReason::GeneratorError); a panic is caught and ends it as
-    /// [`GeneratorPanic`](EndReason::GeneratorPanic).
+    /// stream ends) and the [`Sender`] for its chunks; its future owns whatever the stream
+    /// holds. Returning `Ok` finishes the stream: it completes once the consumer has taken
+    /// every event. An `Err` ends it as [`GeneratorError`](EndReason::GeneratorError); a panic
+    /// is caught and ends it as [`GeneratorPanic`](EndReason::GeneratorPanic).
     ///
     /// # Panics
     ///
@@ -140,17 +221,93 @@ impl Gate {
         G: Future<Output = Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        let buffer = Arc::new(Buffer::new(self.max_events, self.max_bytes));
-        let token = CancellationToken::new();
-        let sender = Sender::new(buffer.clone(), token.clone(), self.policy, self.stamp);
-        let release = Release::new(buffer.clone(), token.clone(), self.on_release);
-        let generator = generator(token.clone(), sender);
-        tokio::spawn(drive(generator, token.clone(), release));
-        Consumer::new(buffer, token)
+        let (buffer, release, stop_grace, stamp) = self.start();
+        let sender = Sender::new(buffer.clone(), stamp, true);
+        let generator = generator(buffer.token().clone(), sender);
+        tokio::spawn(drive(Some(generator), buffer.clone(), release, stop_grace));
+        Consumer::new(buffer)
+    }
+
+    /// A gate fed from outside its task: the [`Sender`] for an engine loop that produces chunks
+    /// for many streams, and the consumer half.
+    ///
+    /// The engine never awaits one stream: [`Sender::try_send`] hands a chunk back when the
+    /// buffer is full, [`Sender::ready`] says when there is room, [`Sender::closed`] when the
+    /// stream has ended, and [`Sender::finish`]/[`Sender::abort`] end it. Dropping the sender
+    /// without either ends the stream as a generator error (output cut short must not look
+    /// complete). The gate's own small task keeps the slow-consumer clock and runs the release
+    /// once the stream has ended and the engine has dropped the sender (or the
+    /// [`stop_grace`](Gate::stop_grace) ran out).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, TrySendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().max_events(2).channel::<String>();
+    /// // One step of an engine loop: never waits for this stream.
+    /// for token in ["a", "b", "c"] {
+    ///     match tx.try_send(token.to_owned()) {
+    ///         Ok(()) => {}
+    ///         Err(TrySendError::Full(token)) => assert_eq!(token, "c"), // keep it for later
+    ///         Err(TrySendError::Ended(_)) => return, // the client left: drop the request
+    ///         Err(_) => unreachable!(),
+    ///     }
+    /// }
+    /// tx.finish();
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().into_chunk(), "a");
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// If called outside a tokio runtime.
+    pub fn channel<T>(self) -> (Sender<T>, Consumer<T>)
+    where
+        T: Chunk + Send + 'static,
+    {
+        let (buffer, release, stop_grace, stamp) = self.start();
+        let sender = Sender::new(buffer.clone(), stamp, false);
+        tokio::spawn(drive(
+            None::<Pending<Result<(), Infallible>>>,
+            buffer.clone(),
+            release,
+            stop_grace,
+        ));
+        (sender, Consumer::new(buffer))
+    }
+
+    /// The buffer and the release of a new stream, joined to the group.
+    fn start<T: Chunk + Send + 'static>(self) -> (Arc<Buffer<T>>, Release<T>, Duration, bool) {
+        let config = Config {
+            max_events: self.max_events,
+            max_bytes: self.max_bytes,
+            policy: self.policy,
+            first_id: self.first_id,
+            budget: self.group.as_ref().and_then(Group::shared_budget),
+        };
+        let buffer = Arc::new(Buffer::new(config, CancellationToken::new()));
+        let membership = self.group.as_ref().and_then(|group| {
+            let membership = group.join(&GateHandle::new(buffer.clone()));
+            if membership.is_none() {
+                buffer.end(EndReason::Shutdown, None);
+            }
+            membership
+        });
+        let release = Release::new(
+            buffer.clone(),
+            self.on_release,
+            self.release_timeout,
+            membership,
+        );
+        (buffer, release, self.stop_grace, self.stamp)
     }
 
     /// Spawns a task that forwards every chunk of `generator` through the gate; the stream
-    /// completes when `generator` does.
+    /// finishes when `generator` does.
     ///
     /// # Panics
     ///
@@ -160,7 +317,7 @@ impl Gate {
         S: Stream + Send + 'static,
         S::Item: Chunk + Send + 'static,
     {
-        self.spawn(|_, tx| forward(generator, tx, Ok::<_, std::convert::Infallible>))
+        self.spawn(|_, tx| forward(generator, tx, Ok::<_, Infallible>))
     }
 
     /// Like [`stream`](Gate::stream) for a generator that can fail: its first `Err` ends the
@@ -212,7 +369,11 @@ impl fmt::Debug for Gate {
             .field("max_bytes", &self.max_bytes)
             .field("policy", &self.policy)
             .field("stamp", &self.stamp)
+            .field("first_id", &self.first_id)
+            .field("stop_grace", &self.stop_grace)
+            .field("release_timeout", &self.release_timeout)
             .field("on_release", &self.on_release.is_some())
+            .field("group", &self.group.is_some())
             .finish()
     }
 }

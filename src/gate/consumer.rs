@@ -1,12 +1,13 @@
 //! The consumer's half: a `Stream` of events, and what dropping it means.
 
 use std::fmt;
+use std::ops::RangeInclusive;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use futures_core::{FusedStream, Stream};
-use tokio_util::sync::CancellationToken;
+use tokio::task::coop;
 
 use super::buffer::{Batch, Buffer};
 use super::end::GateError;
@@ -16,19 +17,32 @@ use crate::probe::{Observation, Observed, Seen};
 use crate::sync::Arc;
 
 /// A chunk and its place in the stream.
+///
+/// An event's ids are positions in the generator's output, counted at `send`: the first chunk
+/// is 0 (or the gate's [`first_id`](crate::Gate::first_id)), the next 1, and so on, whatever
+/// the consumer does. They never depend on the connection, so they can be sent as the SSE
+/// `id:` to resume from and used to line up the same event at every hop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event<T> {
-    seq: u64,
+    first: u64,
+    last: u64,
     chunk: T,
     enqueued_at: Option<Instant>,
     waiting: usize,
 }
 
 impl<T> Event<T> {
-    /// The event's number in this stream: 0, 1, 2, … in the order the consumer receives them,
-    /// never repeated and never going back.
-    pub fn seq(&self) -> u64 {
-        self.seq
+    /// The event's id: the position of its (last) chunk in the generator's output. Ids a
+    /// consumer receives strictly increase; this is the SSE `id:` of the event.
+    pub fn id(&self) -> u64 {
+        self.last
+    }
+
+    /// The ids of every chunk in this event: one id, or under
+    /// [`Coalesce`](crate::Policy::Coalesce) the run of chunks merged into it. The ranges of
+    /// consecutive events tile the ids with no gap and no overlap.
+    pub fn ids(&self) -> RangeInclusive<u64> {
+        self.first..=self.last
     }
 
     /// The chunk (after `Coalesce`, possibly several of the generator's chunks merged).
@@ -59,7 +73,7 @@ impl<T: Chunk> Observed for Result<Event<T>, GateError> {
         match self {
             Ok(event) => {
                 let mut seen = Observation::new(
-                    Some(event.seq),
+                    Some(event.id()),
                     event.chunk.byte_len() as u64,
                     event.chunk.kind(),
                 )
@@ -81,29 +95,30 @@ impl<T: Chunk> Observed for Result<Event<T>, GateError> {
 /// stream that completed then yields `None`; a stream that ended any other way yields one
 /// `Err(GateError)` saying why, then `None`.
 ///
-/// Dropping it (as hyper drops a response body when the client disconnects) cancels the stream:
-/// the generator is dropped at its next await point and the release hook runs.
+/// Dropping it (as hyper drops a response body when the client disconnects) ends the stream:
+/// as [`Completed`](crate::EndReason::Completed) if the generator had finished and every event
+/// was taken, as [`ConsumerGone`](crate::EndReason::ConsumerGone) otherwise. The generator is
+/// stopped and the release hook runs.
+///
+/// It takes part in tokio's cooperative budget: a task that drains a fast stream still yields
+/// to the other tasks of its runtime.
 #[must_use = "streams do nothing unless polled"]
 pub struct Consumer<T: Chunk> {
     buffer: Arc<Buffer<T>>,
-    token: CancellationToken,
     batch: Batch<T>,
-    next_seq: u64,
 }
 
 impl<T: Chunk + Send + 'static> Consumer<T> {
-    pub(crate) fn new(buffer: Arc<Buffer<T>>, token: CancellationToken) -> Self {
+    pub(crate) fn new(buffer: Arc<Buffer<T>>) -> Self {
         Consumer {
             buffer,
-            token,
             batch: Batch::new(),
-            next_seq: 0,
         }
     }
 
     /// A handle to this stream's end reason and counters that outlives the consumer.
     pub fn handle(&self) -> GateHandle {
-        GateHandle::new(self.buffer.clone(), self.token.clone())
+        GateHandle::new(self.buffer.clone())
     }
 }
 
@@ -115,20 +130,18 @@ impl<T: Chunk> Stream for Consumer<T> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        this.buffer.poll_recv(cx, &mut this.batch).map(|item| {
-            item.map(|result| {
-                result.map(|entry| {
-                    let seq = this.next_seq;
-                    this.next_seq += 1;
-                    Event {
-                        seq,
-                        chunk: entry.chunk,
-                        enqueued_at: entry.enqueued_at,
-                        waiting: this.batch.len(),
-                    }
-                })
+        let budget = ready!(coop::poll_proceed(cx));
+        let item = ready!(this.buffer.poll_recv(cx, &mut this.batch));
+        budget.made_progress();
+        Poll::Ready(item.map(|result| {
+            result.map(|entry| Event {
+                first: entry.first,
+                last: entry.last,
+                chunk: entry.chunk,
+                enqueued_at: entry.enqueued_at,
+                waiting: this.batch.len(),
             })
-        })
+        }))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -145,17 +158,14 @@ impl<T: Chunk> FusedStream for Consumer<T> {
 
 impl<T: Chunk> Drop for Consumer<T> {
     fn drop(&mut self) {
-        // Record the end first, so the generator's task reports the cancel rather than a
-        // completion it could race to.
+        // Ends the stream (and cancels its token) under the lock that empties the queue.
         self.buffer.close_consumer(std::mem::take(&mut self.batch));
-        self.token.cancel();
     }
 }
 
 impl<T: Chunk> fmt::Debug for Consumer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Consumer")
-            .field("next_seq", &self.next_seq)
             .field("batch", &self.batch.len())
             .field("end_reason", &self.buffer.end_reason())
             .finish()

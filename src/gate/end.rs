@@ -13,10 +13,14 @@ pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum EndReason {
-    /// The generator finished and the consumer was still there to be told so.
+    /// The generator finished and the consumer took every event it sent.
     Completed,
-    /// The consumer went away (dropped, e.g. the client disconnected) or the stream was
-    /// cancelled through its [`GateHandle`](crate::GateHandle).
+    /// The consumer went away (dropped: the client disconnected) before it had taken every
+    /// event; [`GateStats::events_undelivered`](crate::GateStats::events_undelivered) says how
+    /// many it missed.
+    ConsumerGone,
+    /// The stream was stopped on purpose through its [`GateHandle`](crate::GateHandle) (a user
+    /// pressing Stop).
     Cancelled,
     /// The slow-consumer policy ended the stream: the consumer did not drain it in time.
     SlowConsumer,
@@ -24,17 +28,18 @@ pub enum EndReason {
     GeneratorError,
     /// The generator panicked; the panic was caught and did not reach the consumer.
     GeneratorPanic,
-    /// The runtime shut down (or the gate's task was otherwise dropped) before the generator
-    /// finished.
+    /// The process is shutting down: its [`Group`](crate::Group) was shut down, or the runtime
+    /// shut down (dropping the gate's task) before the generator finished.
     Shutdown,
 }
 
 impl EndReason {
-    /// A short snake-case name for labels and wire frames: `completed`, `cancelled`,
-    /// `slow_consumer`, `generator_error`, `generator_panic`, `shutdown`.
+    /// A short snake-case name for labels and wire frames: `completed`, `consumer_gone`,
+    /// `cancelled`, `slow_consumer`, `generator_error`, `generator_panic`, `shutdown`.
     pub fn as_str(self) -> &'static str {
         match self {
             EndReason::Completed => "completed",
+            EndReason::ConsumerGone => "consumer_gone",
             EndReason::Cancelled => "cancelled",
             EndReason::SlowConsumer => "slow_consumer",
             EndReason::GeneratorError => "generator_error",
@@ -90,11 +95,12 @@ impl fmt::Display for GateError {
         // error reporters that walk the chain print it once.
         f.write_str(match self.reason {
             EndReason::Completed => "stream completed",
+            EndReason::ConsumerGone => "stream ended: consumer gone",
             EndReason::Cancelled => "stream cancelled",
             EndReason::SlowConsumer => "stream ended: consumer too slow",
             EndReason::GeneratorError => "stream ended: generator failed",
             EndReason::GeneratorPanic => "stream ended: generator panicked",
-            EndReason::Shutdown => "stream ended: runtime shut down",
+            EndReason::Shutdown => "stream ended: shutting down",
         })
     }
 }

@@ -4,8 +4,6 @@ use std::fmt;
 use std::future::poll_fn;
 use std::task::{Context, Poll};
 
-use tokio_util::sync::CancellationToken;
-
 use super::buffer::Buffer;
 use super::end::EndReason;
 use super::stats::GateStats;
@@ -16,7 +14,7 @@ use crate::sync::Arc;
 trait Status: Send + Sync {
     fn stats(&self) -> GateStats;
     fn end_reason(&self) -> Option<EndReason>;
-    fn cancel(&self) -> EndReason;
+    fn end(&self, reason: EndReason) -> EndReason;
     fn poll_released(&self, cx: &mut Context<'_>) -> Poll<()>;
 }
 
@@ -31,8 +29,8 @@ impl<T: Chunk + Send> Status for Arc<Buffer<T>> {
         Buffer::end_reason(self)
     }
 
-    fn cancel(&self) -> EndReason {
-        self.end(EndReason::Cancelled, None)
+    fn end(&self, reason: EndReason) -> EndReason {
+        Buffer::end(self, reason, None)
     }
 
     fn poll_released(&self, cx: &mut Context<'_>) -> Poll<()> {
@@ -43,21 +41,16 @@ impl<T: Chunk + Send> Status for Arc<Buffer<T>> {
 /// A cloneable handle to one gated stream, from [`Consumer::handle`](crate::Consumer::handle).
 ///
 /// It outlives the consumer, so a server can hand the consumer to its transport and still read
-/// why the stream ended and what it cost.
+/// why the stream ended and what it cost, or stop it.
 #[derive(Clone)]
 pub struct GateHandle {
     status: std::sync::Arc<dyn Status>,
-    token: CancellationToken,
 }
 
 impl GateHandle {
-    pub(crate) fn new<T: Chunk + Send + 'static>(
-        buffer: Arc<Buffer<T>>,
-        token: CancellationToken,
-    ) -> Self {
+    pub(crate) fn new<T: Chunk + Send + 'static>(buffer: Arc<Buffer<T>>) -> Self {
         GateHandle {
             status: std::sync::Arc::new(buffer),
-            token,
         }
     }
 
@@ -71,19 +64,32 @@ impl GateHandle {
         self.status.end_reason()
     }
 
-    /// Ends the stream as [`EndReason::Cancelled`] (unless it has already ended) and stops the
-    /// generator. The consumer still receives the events that were waiting, then the error.
+    /// Stops the stream on purpose (a user pressing Stop): it ends as
+    /// [`EndReason::Cancelled`] unless it has already ended, and the generator is stopped. The
+    /// consumer still receives the events that were waiting, then the error.
     pub fn cancel(&self) {
-        self.status.cancel();
-        self.token.cancel();
+        self.cancel_with(EndReason::Cancelled);
     }
 
-    /// Whether the release hook has run (the generator is gone and its resources freed).
+    /// Like [`cancel`](GateHandle::cancel), with the reason to report (e.g.
+    /// [`EndReason::Shutdown`], so a shutdown is not counted as a user's stop). `Completed` is
+    /// not a reason to cut a stream short: it is reported as `Cancelled`. Returns the reason
+    /// that stands (the first end wins).
+    pub fn cancel_with(&self, reason: EndReason) -> EndReason {
+        let reason = match reason {
+            EndReason::Completed => EndReason::Cancelled,
+            reason => reason,
+        };
+        self.status.end(reason)
+    }
+
+    /// Whether the stream has been released (the generator's work stopped and the release hook
+    /// ran).
     pub fn is_released(&self) -> bool {
         self.status.stats().released
     }
 
-    /// Waits until the release hook has run.
+    /// Waits until the stream has been released.
     pub async fn released(&self) {
         poll_fn(|cx| self.status.poll_released(cx)).await;
     }

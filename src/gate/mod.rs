@@ -14,6 +14,7 @@ mod buffer;
 mod builder;
 mod consumer;
 mod end;
+mod group;
 mod handle;
 mod policy;
 mod release;
@@ -24,10 +25,11 @@ mod stats;
 #[cfg(all(test, loom))]
 mod tests;
 
-pub use self::builder::{DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, Gate};
+pub use self::builder::{DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_RELEASE_TIMEOUT, Gate};
 pub use self::consumer::{Consumer, Event};
 pub use self::end::{BoxError, EndReason, GateError};
+pub use self::group::{Group, GroupStats, ShutdownReport};
 pub use self::handle::GateHandle;
-pub use self::policy::Policy;
-pub use self::sender::{SendError, Sender};
+pub use self::policy::{DEFAULT_MAX_PAUSE, Policy};
+pub use self::sender::{Closed, SendError, Sender, TrySendError};
 pub use self::stats::GateStats;

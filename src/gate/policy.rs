@@ -2,21 +2,32 @@
 
 use std::time::Duration;
 
+/// How long a generator may be paused by a consumer that takes nothing, under the default
+/// policy ([`Policy::backpressure`]): 30 seconds.
+///
+/// A reader that stopped must not hold a stream's resources (its KV blocks) for ever, so the
+/// default is never unbounded; [`Policy::Backpressure`] with `max_pause: None` opts out.
+pub const DEFAULT_MAX_PAUSE: Duration = Duration::from_secs(30);
+
 /// What the gate does when the consumer falls behind and the buffer is full.
 ///
 /// Every policy keeps the buffer within its bounds; they differ in what the generator does
-/// meanwhile and in when the stream is given up.
+/// meanwhile and in when the stream is given up. The clock is the gate's own: it runs on the
+/// gate's task, whichever way chunks arrive ([`Sender::send`](crate::Sender::send),
+/// [`Sender::try_send`](crate::Sender::try_send)), and also while a generator that has finished
+/// waits for the consumer to take its last events (there the limit is "nothing taken for that
+/// long", for every policy).
 ///
 /// The deadlines are measured with tokio's timer, so a runtime with time enabled is needed when
-/// one is set.
+/// one is set. A zero limit ends the stream as soon as the buffer is found full.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Policy {
-    /// The generator's [`send`](crate::Sender::send) waits for room: it produces nothing while
-    /// the consumer is stalled. With `max_pause`, a single send that has waited that long ends
-    /// the stream as [`SlowConsumer`](crate::EndReason::SlowConsumer).
+    /// The generator waits for room: it produces nothing while the consumer is stalled. With
+    /// `max_pause`, a chunk that has waited that long for room ends the stream as
+    /// [`SlowConsumer`](crate::EndReason::SlowConsumer).
     Backpressure {
-        /// How long one send may wait for room; `None` waits as long as the consumer lives.
+        /// How long one chunk may wait for room; `None` waits as long as the consumer lives.
         max_pause: Option<Duration>,
     },
     /// When the buffer is full by events, the new chunk is merged into the newest waiting one
@@ -24,11 +35,11 @@ pub enum Policy {
     /// reader gets fewer, larger events and loses nothing. A chunk that cannot merge (or would
     /// exceed the byte bound) waits as under `Backpressure`, with the same optional `max_pause`.
     Coalesce {
-        /// How long one send may wait for room; `None` waits as long as the consumer lives.
+        /// How long one chunk may wait for room; `None` waits as long as the consumer lives.
         max_pause: Option<Duration>,
     },
     /// The generator waits for room, and once the consumer has taken nothing for `after` while
-    /// the buffer is full, the stream ends as [`SlowConsumer`](crate::EndReason::SlowConsumer)
+    /// the buffer was full, the stream ends as [`SlowConsumer`](crate::EndReason::SlowConsumer)
     /// and the generator is stopped. Unlike `max_pause`, the clock restarts whenever the
     /// consumer takes an event, so a reader that trickles along is not cut off.
     Disconnect {
@@ -38,14 +49,18 @@ pub enum Policy {
 }
 
 impl Policy {
-    /// `Backpressure` with no limit on the pause: the default.
+    /// `Backpressure` with a pause of at most [`DEFAULT_MAX_PAUSE`]: the default.
     pub const fn backpressure() -> Self {
-        Policy::Backpressure { max_pause: None }
+        Policy::Backpressure {
+            max_pause: Some(DEFAULT_MAX_PAUSE),
+        }
     }
 
-    /// `Coalesce` with no limit on the pause.
+    /// `Coalesce` with a pause of at most [`DEFAULT_MAX_PAUSE`].
     pub const fn coalesce() -> Self {
-        Policy::Coalesce { max_pause: None }
+        Policy::Coalesce {
+            max_pause: Some(DEFAULT_MAX_PAUSE),
+        }
     }
 
     /// `Disconnect` after the consumer took nothing from a full buffer for `after`.

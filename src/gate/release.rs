@@ -1,64 +1,126 @@
-//! The release guard: ends the stream and runs the release hook exactly once, on every path.
+//! The release: runs the release hook exactly once, after the generator's work has stopped, on
+//! every path.
 
 use std::fmt;
+use std::future::{Future, poll_fn};
 use std::panic::{AssertUnwindSafe, catch_unwind, resume_unwind};
-
-use tokio_util::sync::CancellationToken;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use super::buffer::Buffer;
-use super::end::{BoxError, EndReason};
+use super::end::EndReason;
+use super::group::Membership;
+use super::stats::GateStats;
 use crate::chunk::Chunk;
 use crate::sync::Arc;
 
-/// The hook an engine gives to free what a stream holds (KV blocks): called once with the
-/// reason that stands.
-pub(crate) type ReleaseHook = Box<dyn FnOnce(EndReason) + Send + 'static>;
+/// A boxed, sendable future of an async release hook.
+type HookFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
-/// Owned by the gate's task. Its `Drop` is the one place a stream ends from the generator's
-/// side, so the hook runs exactly once whether the generator completed, failed, panicked, was
-/// cancelled, or the task was dropped with its runtime.
+/// The hook an engine gives to free what a stream holds (KV blocks): called once with the
+/// reason that stands and the final counters.
+pub(crate) enum ReleaseHook {
+    Sync(Box<dyn FnOnce(EndReason, GateStats) + Send + 'static>),
+    Async(Box<dyn FnOnce(EndReason, GateStats) -> HookFuture + Send + 'static>),
+}
+
+/// Owned by the gate's task. [`run`](Release::run) releases the stream when the work has
+/// stopped; its `Drop` does it if the task is dropped first (the runtime shutting down), so the
+/// hook runs exactly once on every path.
 pub(crate) struct Release<T: Chunk> {
     buffer: Arc<Buffer<T>>,
-    token: CancellationToken,
     hook: Option<ReleaseHook>,
-    outcome: Option<(EndReason, Option<BoxError>)>,
+    timeout: Duration,
+    // Dropped with the release, after the hook: the group's shutdown waits for `released()`,
+    // not for this.
+    membership: Option<Membership>,
+    done: bool,
 }
 
 impl<T: Chunk> Release<T> {
     pub(crate) fn new(
         buffer: Arc<Buffer<T>>,
-        token: CancellationToken,
         hook: Option<ReleaseHook>,
+        timeout: Duration,
+        membership: Option<Membership>,
     ) -> Self {
         Release {
             buffer,
-            token,
             hook,
-            outcome: None,
+            timeout,
+            membership,
+            done: false,
         }
     }
 
-    /// Records how the generator ended; without this the guard reports
-    /// [`EndReason::Shutdown`].
-    pub(crate) fn set_outcome(&mut self, reason: EndReason, source: Option<BoxError>) {
-        self.outcome = Some((reason, source));
+    /// Runs the hook with the reason that stands and the final counters, awaiting an async hook
+    /// for at most the release timeout, then marks the stream released.
+    pub(crate) async fn run(mut self) {
+        let (reason, stats) = self.ending();
+        let mut timed_out = false;
+        let panicked = match self.hook.take() {
+            None => None,
+            Some(ReleaseHook::Sync(hook)) => {
+                catch_unwind(AssertUnwindSafe(|| hook(reason, stats))).err()
+            }
+            Some(ReleaseHook::Async(hook)) => {
+                match catch_unwind(AssertUnwindSafe(|| hook(reason, stats))) {
+                    Err(panic) => Some(panic),
+                    Ok(mut future) => {
+                        let guarded = poll_fn(|cx| {
+                            catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx)))
+                                .map_or_else(|panic| Poll::Ready(Some(panic)), |p| p.map(|()| None))
+                        });
+                        match tokio::time::timeout(self.timeout, guarded).await {
+                            Ok(panicked) => panicked,
+                            Err(_) => {
+                                timed_out = true;
+                                None
+                            }
+                        }
+                    }
+                }
+            }
+        };
+        self.done = true;
+        // Released even if the hook panicked, so nobody waits for ever on `released()`.
+        self.buffer.mark_released(timed_out);
+        if let Some(panic) = panicked {
+            resume_unwind(panic);
+        }
+    }
+
+    /// The reason that stands (ending the stream as `Shutdown` if nothing has) and the counters.
+    fn ending(&self) -> (EndReason, GateStats) {
+        let reason = self.buffer.end(EndReason::Shutdown, None);
+        (reason, self.buffer.stats())
     }
 }
 
 impl<T: Chunk> Drop for Release<T> {
     fn drop(&mut self) {
-        let (reason, source) = self.outcome.take().unwrap_or((EndReason::Shutdown, None));
-        let reason = self.buffer.end(reason, source);
-        // Every end cancels the token: a `Sender` that outlived the generator (moved to another
-        // task) stops waiting, and the generator's own `CancellationToken` tells it too.
-        self.token.cancel();
-        let hooked = self
-            .hook
-            .take()
-            .map(|hook| catch_unwind(AssertUnwindSafe(|| hook(reason))));
-        // Released even if the hook panicked, so nobody waits for ever on `released()`.
-        self.buffer.mark_released();
-        if let Some(Err(panic)) = hooked {
+        if self.done {
+            return;
+        }
+        // The task was dropped before the release ran: its runtime is shutting down.
+        let (reason, stats) = self.ending();
+        let panicked = match self.hook.take() {
+            None => None,
+            Some(ReleaseHook::Sync(hook)) => {
+                catch_unwind(AssertUnwindSafe(|| hook(reason, stats))).err()
+            }
+            // No runtime is left to await it on: it runs up to its first await.
+            Some(ReleaseHook::Async(hook)) => catch_unwind(AssertUnwindSafe(|| {
+                let mut future = hook(reason, stats);
+                let _ = future
+                    .as_mut()
+                    .poll(&mut Context::from_waker(Waker::noop()));
+            }))
+            .err(),
+        };
+        self.buffer.mark_released(false);
+        if let Some(panic) = panicked {
             if !std::thread::panicking() {
                 resume_unwind(panic);
             }
@@ -70,7 +132,8 @@ impl<T: Chunk> fmt::Debug for Release<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Release")
             .field("has_hook", &self.hook.is_some())
-            .field("outcome", &self.outcome.as_ref().map(|(reason, _)| reason))
+            .field("in_group", &self.membership.is_some())
+            .field("done", &self.done)
             .finish()
     }
 }

@@ -1,129 +1,199 @@
-//! The generator's half: sends chunks into the gate's buffer under the slow-consumer policy.
+//! The generator's half: sends chunks into the gate's buffer, waiting or not.
 
 use std::fmt;
 use std::future::poll_fn;
-use std::pin::Pin;
-use std::task::Poll;
+use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
-use tokio::time::Sleep;
-use tokio_util::sync::CancellationToken;
+use tokio::task::coop;
+use tokio_util::sync::WaitForCancellationFuture;
 
 use super::buffer::{Buffer, Refused};
-use super::end::EndReason;
-use super::policy::Policy;
+use super::end::{BoxError, EndReason};
 use crate::chunk::Chunk;
 use crate::sync::Arc;
 
-/// The generator's half of a gate, handed to the generator closure given to
-/// [`Gate::spawn`](crate::Gate::spawn).
+/// The generator's half of a gate: given to the generator closure of
+/// [`Gate::spawn`](crate::Gate::spawn), or returned by [`Gate::channel`](crate::Gate::channel)
+/// to an engine loop that feeds many streams.
 ///
-/// `send` fails once the stream has ended (the consumer went away, the slow-consumer policy ended
-/// it, or it was cancelled): a generator should stop then. It will be dropped at its next await
-/// point in any case.
-pub struct Sender<T> {
+/// - [`send`](Sender::send) waits for room as the gate's [`Policy`](crate::Policy) says;
+/// - [`try_send`](Sender::try_send) never waits: the chunk comes back when the buffer is full or
+///   the stream has ended;
+/// - [`ready`](Sender::ready) / [`poll_ready`](Sender::poll_ready) wait for room without a
+///   chunk in hand, and [`closed`](Sender::closed) for the end;
+/// - [`finish`](Sender::finish) and [`abort`](Sender::abort) end the stream with the reason the
+///   engine chooses.
+///
+/// The slow-consumer clock runs in the gate, so the policy holds whichever of these is used.
+///
+/// Every id is the chunk's position in the stream: the first accepted chunk has the gate's
+/// first id (0 unless [`Gate::first_id`](crate::Gate::first_id) says otherwise), the next one
+/// the next number, whether it becomes an event of its own or is merged into one.
+pub struct Sender<T: Chunk> {
     buffer: Arc<Buffer<T>>,
-    token: CancellationToken,
-    policy: Policy,
     stamp: bool,
+    /// Whether the gate's own task runs the generator that owns this sender: then a send on an
+    /// ended stream waits there until the generator is dropped.
+    in_task: bool,
+    /// `finish` or `abort` has been called.
+    done: bool,
 }
 
 impl<T: Chunk> Sender<T> {
-    pub(crate) fn new(
-        buffer: Arc<Buffer<T>>,
-        token: CancellationToken,
-        policy: Policy,
-        stamp: bool,
-    ) -> Self {
+    pub(crate) fn new(buffer: Arc<Buffer<T>>, stamp: bool, in_task: bool) -> Self {
         Sender {
             buffer,
-            token,
-            policy,
             stamp,
+            in_task,
+            done: false,
         }
     }
 
-    /// Sends one chunk to the consumer, waiting for room as the gate's [`Policy`] says.
+    /// Sends one chunk to the consumer, waiting for room as the gate's
+    /// [`Policy`](crate::Policy) says.
     ///
     /// Returns as soon as the chunk is in the buffer (or merged into a waiting event): a
-    /// consumer that keeps up has it at once, without waiting for another chunk.
+    /// consumer that keeps up has it at once, without waiting for another chunk. It takes part
+    /// in tokio's cooperative budget, so a generator with no other await point still lets the
+    /// other tasks of its runtime run.
     ///
     /// # Errors
     ///
     /// Hands the chunk back when the stream has ended; the chunk is counted in
     /// [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end). Inside the gate's
-    /// own task the generator is dropped at this point instead, so the error is only seen by a
-    /// `Sender` moved elsewhere.
+    /// own task ([`Gate::spawn`](crate::Gate::spawn)) such a send never completes: the
+    /// generator is stopped there, having made at most this one chunk after the end. A
+    /// generator that wants to finish its step on its own checks its `CancellationToken` (or
+    /// [`is_closed`](Sender::is_closed)) before sending.
     ///
     /// # Cancel safety
     ///
     /// Dropping the returned future before it completes drops the chunk, which was never sent.
     pub async fn send(&mut self, chunk: T) -> Result<(), SendError<T>> {
-        let coalesce = self.policy.coalesces();
         let at = self.stamp.then(Instant::now);
-        // The fast path: room, or an ended stream, found with one lock and no waker.
-        let result = match self.buffer.try_push(chunk, at, coalesce, None) {
-            Ok(()) => return Ok(()),
-            Err(Refused::Ended(chunk)) => Err(SendError(chunk)),
-            Err(Refused::Full { chunk, .. }) => self.wait_for_room(chunk, at).await,
-        };
-        if result.is_err() {
-            // Every end cancels the token right after it is recorded. Waiting for that here
-            // means the gate's task, which polls the token first, drops the generator inside
-            // this send: even a generator that ignores the error produces nothing more.
-            self.token.cancelled().await;
-        }
-        result
-    }
-
-    /// Whether the stream has ended, so that every send would fail.
-    pub fn is_closed(&self) -> bool {
-        self.buffer.end_reason().is_some()
-    }
-
-    /// The slow path of [`send`](Sender::send): the buffer is full.
-    async fn wait_for_room(&mut self, chunk: T, at: Option<Instant>) -> Result<(), SendError<T>> {
-        let coalesce = self.policy.coalesces();
-        let deadline = self.policy.deadline();
         let mut held = Some(chunk);
-        // The consumer's take count when the current stall began, and the timer for it.
-        let mut stall: Option<(u64, Pin<Box<Sleep>>)> = None;
+        let mut refused = None;
         poll_fn(|cx| {
-            let chunk = held.take().expect("polled after completion");
-            let (chunk, takes) = match self.buffer.try_push(chunk, at, coalesce, Some(cx.waker())) {
-                Ok(()) => return Poll::Ready(Ok(())),
-                Err(Refused::Ended(chunk)) => return Poll::Ready(Err(SendError(chunk))),
-                Err(Refused::Full { chunk, takes }) => (chunk, takes),
-            };
-            let Some(deadline) = deadline else {
-                held = Some(chunk);
-                return Poll::Pending;
-            };
-            let restart = match &stall {
-                None => true,
-                Some((since, _)) => deadline.restarts_on_take && *since != takes,
-            };
-            if restart {
-                stall = Some((takes, Box::pin(tokio::time::sleep(deadline.limit))));
+            if held.is_some() {
+                let budget = ready!(coop::poll_proceed(cx));
+                let chunk = held.take().expect("checked above");
+                match self.buffer.try_push(chunk, at, Some(cx.waker())) {
+                    Ok(()) => {
+                        budget.made_progress();
+                        return Poll::Ready(Ok(()));
+                    }
+                    Err(Refused::Full(chunk)) => {
+                        held = Some(chunk);
+                        return Poll::Pending;
+                    }
+                    Err(Refused::Ended(chunk)) => {
+                        budget.made_progress();
+                        refused = Some(chunk);
+                        if self.in_task {
+                            // Nothing is in progress: the gate's task may drop the generator
+                            // now instead of waiting out the stop grace.
+                            self.buffer.producer_stopped();
+                        }
+                    }
+                }
             }
-            let (_, timer) = stall.as_mut().expect("set above");
-            if timer.as_mut().poll(cx).is_ready() {
-                self.buffer.end(EndReason::SlowConsumer, None);
-                self.token.cancel();
-                return Poll::Ready(Err(SendError(chunk)));
+            if self.in_task {
+                // Only a sender moved out of the generator's task gets this far.
+                ready!(self.buffer.poll_released(cx));
             }
-            held = Some(chunk);
-            Poll::Pending
+            let chunk = refused.take().expect("polled after completion");
+            Poll::Ready(Err(SendError(chunk)))
         })
         .await
     }
+
+    /// Sends one chunk if the buffer has room for it now (or, under `Coalesce`, a waiting event
+    /// absorbs it); never waits.
+    ///
+    /// A chunk refused as [`TrySendError::Full`] starts the slow-consumer clock, so a stream
+    /// whose consumer stopped reading is ended by its policy even if the engine never sends to
+    /// it again; [`ready`](Sender::ready) says when to try again.
+    ///
+    /// # Errors
+    ///
+    /// [`TrySendError::Full`] or [`TrySendError::Ended`], with the chunk. An ended stream counts
+    /// the chunk in [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end).
+    pub fn try_send(&mut self, chunk: T) -> Result<(), TrySendError<T>> {
+        let at = self.stamp.then(Instant::now);
+        self.buffer
+            .try_push(chunk, at, None)
+            .map_err(|refused| match refused {
+                Refused::Full(chunk) => TrySendError::Full(chunk),
+                Refused::Ended(chunk) => TrySendError::Ended(chunk),
+            })
+    }
+
+    /// Polls for room for one more event: `Ready(Ok(()))` when a [`try_send`](Sender::try_send)
+    /// would not find the buffer full, `Ready(Err(Closed))` once the stream has ended. While
+    /// it is pending, the slow-consumer clock runs.
+    pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        let budget = ready!(coop::poll_proceed(cx));
+        let room = ready!(self.buffer.poll_room(cx));
+        budget.made_progress();
+        Poll::Ready(if room { Ok(()) } else { Err(Closed(())) })
+    }
+
+    /// Waits for room for one more event; see [`poll_ready`](Sender::poll_ready).
+    pub async fn ready(&mut self) -> Result<(), Closed> {
+        poll_fn(|cx| self.poll_ready(cx)).await
+    }
+
+    /// Completes when the stream has ended, for whatever reason (including completion): an
+    /// engine learns that a stream is over without sending to it.
+    pub fn closed(&self) -> WaitForCancellationFuture<'_> {
+        self.buffer.token().cancelled()
+    }
+
+    /// Whether the stream has ended (or [`finish`](Sender::finish) was called), so that every
+    /// send would fail.
+    pub fn is_closed(&self) -> bool {
+        self.buffer.is_closed()
+    }
+
+    /// The producer is done: the stream completes once the consumer has taken every event
+    /// already sent. Returning `Ok` from a spawned generator does the same.
+    pub fn finish(mut self) {
+        self.done = true;
+        self.buffer.finish();
+    }
+
+    /// Ends the stream as [`GeneratorError`](EndReason::GeneratorError) with `error` as its
+    /// source: the consumer receives the events already sent, then the error.
+    pub fn abort(mut self, error: impl Into<BoxError>) {
+        self.done = true;
+        self.buffer
+            .end(EndReason::GeneratorError, Some(error.into()));
+    }
 }
 
-impl<T> fmt::Debug for Sender<T> {
+impl<T: Chunk> Drop for Sender<T> {
+    fn drop(&mut self) {
+        if self.in_task {
+            // The generator's outcome, not its sender, says how the stream ends.
+            return;
+        }
+        if !self.done {
+            // Output cut short must not look complete.
+            self.buffer.end(
+                EndReason::GeneratorError,
+                Some("the sender was dropped before `finish`".into()),
+            );
+        }
+        self.buffer.producer_stopped();
+    }
+}
+
+impl<T: Chunk> fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Sender")
-            .field("policy", &self.policy)
-            .field("cancelled", &self.token.is_cancelled())
+            .field("closed", &self.is_closed())
+            .field("in_task", &self.in_task)
             .finish_non_exhaustive()
     }
 }
@@ -151,3 +221,59 @@ impl<T> fmt::Display for SendError<T> {
 }
 
 impl<T> std::error::Error for SendError<T> {}
+
+/// The error of [`Sender::try_send`], holding the chunk that was not sent.
+#[non_exhaustive]
+pub enum TrySendError<T> {
+    /// The buffer is full: the consumer is behind. Try again once
+    /// [`Sender::ready`] completes.
+    Full(T),
+    /// The stream has ended; nothing more will be delivered.
+    Ended(T),
+}
+
+impl<T> TrySendError<T> {
+    /// The chunk that was not sent.
+    pub fn into_inner(self) -> T {
+        match self {
+            TrySendError::Full(chunk) | TrySendError::Ended(chunk) => chunk,
+        }
+    }
+
+    /// Whether the stream has ended (rather than being full).
+    pub fn is_ended(&self) -> bool {
+        matches!(self, TrySendError::Ended(_))
+    }
+}
+
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TrySendError::Full(_) => "Full(..)",
+            TrySendError::Ended(_) => "Ended(..)",
+        })
+    }
+}
+
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TrySendError::Full(_) => "buffer full",
+            TrySendError::Ended(_) => "stream ended",
+        })
+    }
+}
+
+impl<T> std::error::Error for TrySendError<T> {}
+
+/// The error of [`Sender::ready`]: the stream has ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Closed(());
+
+impl fmt::Display for Closed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("stream ended")
+    }
+}
+
+impl std::error::Error for Closed {}

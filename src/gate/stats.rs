@@ -1,4 +1,5 @@
-//! Per-stream counters, read through a [`GateHandle`](crate::GateHandle).
+//! Per-stream counters, read through a [`GateHandle`](crate::GateHandle) and given to the
+//! release hook.
 
 use std::time::Duration;
 
@@ -7,8 +8,8 @@ use super::end::EndReason;
 /// A snapshot of one gated stream's counters.
 ///
 /// "Wasted tokens" in the sense of the release measures are
-/// [`chunks_after_end`](GateStats::chunks_after_end): chunks the generator produced after the
-/// stream had ended (the consumer gone, or ended by the slow-consumer policy).
+/// [`chunks_after_end`](GateStats::chunks_after_end): chunks the generator produced that nobody
+/// could read because the stream had ended. The release hook receives the final snapshot.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GateStats {
@@ -18,13 +19,17 @@ pub struct GateStats {
     pub chunks_merged: u64,
     /// Bytes of every accepted chunk, merged or not.
     pub bytes_sent: u64,
+    /// The id the next accepted chunk gets: the first id plus every chunk accepted so far.
+    pub next_id: u64,
     /// Events the consumer has taken.
     pub events_delivered: u64,
     /// Bytes of the events the consumer has taken.
     pub bytes_delivered: u64,
-    /// Chunks offered after the stream had ended: generator work nobody could read.
+    /// Chunks offered after the stream had ended (or waiting for room when it ended):
+    /// generator work nobody could read.
     pub chunks_after_end: u64,
-    /// Events that were waiting in the buffer when the consumer went away.
+    /// Events the consumer did not take before the end: dropped with a consumer that went
+    /// away, or still waiting once the stream ended early.
     pub events_undelivered: u64,
     /// Events waiting in the buffer now.
     pub buffered_events: usize,
@@ -36,8 +41,17 @@ pub struct GateStats {
     pub peak_buffered_bytes: usize,
     /// Why the stream ended, once it has.
     pub end_reason: Option<EndReason>,
-    /// Whether the release hook has run.
+    /// Time from an early end until the generator's work had stopped (it returned, or was
+    /// dropped when the stop grace ran out); zero when it had already stopped.
+    pub end_to_stop: Option<Duration>,
+    /// Whether the stop grace ran out, so the generator was dropped in the middle of its work
+    /// (or an engine still held the sender).
+    pub stop_forced: bool,
+    /// Whether the release hook has run (the generator is gone and its resources freed).
     pub released: bool,
-    /// Time from the end (for a cancelled stream: the cancel) until the release hook had run.
+    /// Whether an async release hook was cut off by its time limit.
+    pub release_timed_out: bool,
+    /// Time from the end until the release hook had run (in the hook's own snapshot: until it
+    /// was called).
     pub end_to_release: Option<Duration>,
 }

@@ -37,8 +37,9 @@ impl<S> EncodeSse<S> {
         }
     }
 
-    /// Gives every event without an id of its own the gate's `seq` as its `id:`, so a client
-    /// reconnecting with `Last-Event-ID` names where it stopped, and hops can correlate events.
+    /// Gives every event without an id of its own its event id ([`Event::id`]: the position of
+    /// its last chunk in the generator's output) as its SSE `id:`, so a client reconnecting
+    /// with `Last-Event-ID` names where it stopped, and hops can line events up.
     pub fn with_ids(mut self) -> Self {
         self.ids = true;
         self
@@ -60,14 +61,18 @@ where
         let frame = match ready!(this.events.poll_next(cx)) {
             Some(Ok(event)) => {
                 // The gated chunk's kind stands: a control chunk stays control once encoded.
-                let (seq, kind) = (event.seq(), event.chunk().kind());
+                let (gate_id, kind) = (event.id(), event.chunk().kind());
                 let mut sse: SseEvent = event.into_chunk().into();
+                // An event that carries a numeric id of its own (an upstream's, kept by a
+                // gateway) is known by it, so every hop numbers it the same way.
+                let id = sse
+                    .id()
+                    .and_then(|id| id.parse::<u64>().ok())
+                    .unwrap_or(gate_id);
                 if *this.ids && sse.id().is_none() {
-                    sse = sse
-                        .with_id(seq.to_string())
-                        .expect("a number is a valid id");
+                    sse = sse.with_id(id.to_string()).expect("a number is a valid id");
                 }
-                Frame::new(sse.encode(), kind, Some(seq))
+                Frame::new(sse.encode(), kind, Some(id))
             }
             Some(Err(error)) => {
                 *this.done = true;
@@ -128,10 +133,7 @@ mod tests {
         let frames: Vec<Frame> = consumer.sse().with_ids().collect().await;
         assert_eq!(frames.len(), 2);
         assert_eq!(&frames[0].bytes()[..], b"id: 0\ndata: a\n\n");
-        assert_eq!(
-            (frames[0].kind(), frames[0].seq()),
-            (Kind::Visible, Some(0))
-        );
+        assert_eq!((frames[0].kind(), frames[0].id()), (Kind::Visible, Some(0)));
         assert_eq!(
             &frames[1].bytes()[..],
             &b"event: error\ndata: {\"error\":{\"type\":\"generator_error\",\"message\":\"stream ended: generator failed\"}}\n\n"[..]

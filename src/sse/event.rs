@@ -38,6 +38,8 @@ pub struct SseEvent {
     // small to move through the gate's buffer.
     fields: Option<Box<Fields>>,
     hidden: bool,
+    /// The data is plain text, so consecutive events may merge by concatenation.
+    text: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -49,11 +51,36 @@ struct Fields {
 }
 
 impl SseEvent {
-    /// An event carrying `data` (possibly empty, possibly several lines).
+    /// An event carrying `data` (possibly empty, possibly several lines). Its data is taken as
+    /// a document (JSON, say) that must not be concatenated: under
+    /// [`Coalesce`](crate::Policy::Coalesce) it never merges. See [`text`](SseEvent::text).
     pub fn data(data: impl Into<String>) -> Self {
         SseEvent {
             data: Some(data.into()),
             ..SseEvent::default()
+        }
+    }
+
+    /// An event whose data is a plain-text delta: consecutive text events of the same type
+    /// and kind merge by concatenating their data, which a client that appends deltas cannot
+    /// tell from receiving them one by one.
+    ///
+    /// ```
+    /// use streamgate::Chunk;
+    /// use streamgate::sse::SseEvent;
+    ///
+    /// let mut text = SseEvent::text("Hel");
+    /// assert!(text.merge(SseEvent::text("lo")).is_ok());
+    /// assert_eq!(text.data_str(), Some("Hello"));
+    ///
+    /// // JSON documents are never concatenated.
+    /// let mut json = SseEvent::data(r#"{"content":"Hel"}"#);
+    /// assert!(json.merge(SseEvent::data(r#"{"content":"lo"}"#)).is_err());
+    /// ```
+    pub fn text(data: impl Into<String>) -> Self {
+        SseEvent {
+            text: true,
+            ..SseEvent::data(data)
         }
     }
 
@@ -266,12 +293,16 @@ impl Chunk for SseEvent {
         }
     }
 
-    /// Two data events of the same type and kind, without retry or comment, merge by
-    /// concatenating their data; the merged event keeps the later id (a client that has it has
-    /// everything up to that id). This is lossless for text deltas; gate your own delta type
-    /// instead when the data is a document (JSON) that must not be concatenated.
+    /// Two [`text`](SseEvent::text) events of the same type and kind, without retry or comment,
+    /// merge by concatenating their data; the merged event keeps the later id (a client that
+    /// has it has everything up to that id). Any other event (built with
+    /// [`data`](SseEvent::data), or decoded from an upstream) never merges: its data may be a
+    /// document that concatenation would corrupt. Gate your own delta type (or the crate's
+    /// OpenAI chunk type) to coalesce those losslessly.
     fn merge(&mut self, next: Self) -> Result<(), Self> {
-        if !(self.is_plain_data()
+        if !(self.text
+            && next.text
+            && self.is_plain_data()
             && next.is_plain_data()
             && self.event_type() == next.event_type()
             && self.hidden == next.hidden)
@@ -373,23 +404,39 @@ mod tests {
     }
 
     #[test]
-    fn merge_concatenates_plain_data_of_one_type() {
-        let mut a = SseEvent::data("Hel").with_id("1").unwrap();
-        a.merge(SseEvent::data("lo").with_id("2").unwrap()).unwrap();
+    fn merge_concatenates_text_of_one_type() {
+        let mut a = SseEvent::text("Hel").with_id("1").unwrap();
+        a.merge(SseEvent::text("lo").with_id("2").unwrap()).unwrap();
         assert_eq!((a.data_str(), a.id()), (Some("Hello"), Some("2")));
-        a.merge(SseEvent::data("!")).unwrap();
+        a.merge(SseEvent::text("!")).unwrap();
         assert_eq!((a.data_str(), a.id()), (Some("Hello!"), Some("2")));
         assert!(
-            a.merge(SseEvent::data("x").with_event("other").unwrap())
+            a.merge(SseEvent::text("x").with_event("other").unwrap())
                 .is_err()
         );
-        assert!(a.merge(SseEvent::data("x").hidden()).is_err());
+        assert!(a.merge(SseEvent::text("x").hidden()).is_err());
         assert!(a.merge(SseEvent::comment("x")).is_err());
         assert!(a.merge(SseEvent::retry(Duration::from_secs(1))).is_err());
-        let mut typed = SseEvent::data("a").with_event("message").unwrap();
+        let mut typed = SseEvent::text("a").with_event("message").unwrap();
         assert!(
-            typed.merge(SseEvent::data("b")).is_ok(),
+            typed.merge(SseEvent::text("b")).is_ok(),
             "`message` is the default type"
         );
+    }
+
+    #[test]
+    fn documents_never_merge() {
+        let openai = |content: &str| {
+            SseEvent::data(format!(
+                r#"{{"choices":[{{"index":0,"delta":{{"content":"{content}"}}}}]}}"#
+            ))
+        };
+        let mut a = openai("Hel");
+        assert!(a.merge(openai("lo")).is_err(), "two JSON chunks stay two");
+        assert!(a.merge(SseEvent::data("[DONE]")).is_err());
+        // Text and data do not mix either way.
+        assert!(a.merge(SseEvent::text("x")).is_err());
+        assert!(SseEvent::text("x").merge(openai("y")).is_err());
+        assert_eq!(a, openai("Hel"));
     }
 }

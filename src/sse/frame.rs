@@ -6,12 +6,12 @@ use crate::chunk::{Chunk, Kind};
 use crate::probe::{Observation, Observed, Seen};
 
 /// One encoded SSE frame: the bytes a transport writes in one go, with what the probes need to
-/// know about it (its kind, and the gate's `seq` when it carries an event).
+/// know about it (its kind, and the event id when it carries an event).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     bytes: Bytes,
     kind: Kind,
-    seq: Option<u64>,
+    id: Option<u64>,
 }
 
 /// The frame of a heartbeat: one empty comment.
@@ -19,8 +19,8 @@ const HEARTBEAT: &[u8] = b":\n\n";
 
 impl Frame {
     /// A frame of already encoded bytes.
-    pub fn new(bytes: Bytes, kind: Kind, seq: Option<u64>) -> Self {
-        Frame { bytes, kind, seq }
+    pub fn new(bytes: Bytes, kind: Kind, id: Option<u64>) -> Self {
+        Frame { bytes, kind, id }
     }
 
     /// A heartbeat: an empty SSE comment, a control frame.
@@ -43,9 +43,10 @@ impl Frame {
         self.kind
     }
 
-    /// The gate's `seq` of the event this frame carries; `None` for heartbeats and end frames.
-    pub fn seq(&self) -> Option<u64> {
-        self.seq
+    /// The id of the event this frame carries ([`Event::id`](crate::Event::id), or the
+    /// event's own numeric SSE id); `None` for heartbeats and end frames.
+    pub fn id(&self) -> Option<u64> {
+        self.id
     }
 }
 
@@ -64,7 +65,7 @@ impl Observed for Frame {
     /// stream's end reason is seen where the gate's stream is probed.
     fn observed(&self) -> Seen {
         Seen::Event(Observation::new(
-            self.seq,
+            self.id,
             self.bytes.len() as u64,
             self.kind,
         ))

@@ -7,28 +7,72 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use tokio_util::sync::CancellationToken;
 
-use crate::gate::buffer::Buffer;
+use crate::gate::buffer::{Buffer, Config};
 use crate::gate::consumer::Consumer;
 use crate::gate::end::EndReason;
 use crate::gate::policy::Policy;
-use crate::gate::release::Release;
+use crate::gate::release::{Release, ReleaseHook};
+use crate::gate::run::drive;
 use crate::gate::sender::Sender;
 use crate::sync::Arc;
 
-/// A gate's parts without its task: the buffer, the generator's sender, the consumer.
+/// The policy without a deadline: the models run without tokio's timer.
+pub(super) const UNTIMED: Policy = Policy::Backpressure { max_pause: None };
+
+/// A stop grace too long to represent: the gate's task waits for the generator to stop on its
+/// own, without tokio's timer.
+pub(super) const UNTIMED_GRACE: std::time::Duration = std::time::Duration::MAX;
+
+/// A buffer with these bounds and policy, ids from 0, no group.
+pub(super) fn buffer(max_events: usize, max_bytes: usize, policy: Policy) -> Arc<Buffer<String>> {
+    let config = Config {
+        max_events,
+        max_bytes,
+        policy,
+        first_id: 0,
+        budget: None,
+    };
+    Arc::new(Buffer::new(config, CancellationToken::new()))
+}
+
+/// A gate's parts without its task, as [`Gate::channel`](crate::Gate::channel) makes them: the
+/// buffer, the engine's sender, the consumer.
 fn parts(
     max_events: usize,
     max_bytes: usize,
     policy: Policy,
 ) -> (Arc<Buffer<String>>, Sender<String>, Consumer<String>) {
-    let buffer = Arc::new(Buffer::new(max_events, max_bytes));
-    let token = CancellationToken::new();
-    let sender = Sender::new(buffer.clone(), token.clone(), policy, false);
-    (buffer.clone(), sender, Consumer::new(buffer, token))
+    let buffer = buffer(max_events, max_bytes, policy);
+    let sender = Sender::new(buffer.clone(), false, false);
+    (buffer.clone(), sender, Consumer::new(buffer))
+}
+
+/// A release whose hook adds `10 * code(reason) + 1` to `calls`, so one call with one reason
+/// is one exact number.
+pub(super) fn counted_release(
+    buffer: &Arc<Buffer<String>>,
+    calls: &Arc<AtomicUsize>,
+) -> Release<String> {
+    let seen = calls.clone();
+    let hook = ReleaseHook::Sync(Box::new(move |reason, _| {
+        seen.fetch_add(code(reason) * 10 + 1, Ordering::SeqCst);
+    }));
+    Release::new(buffer.clone(), Some(hook), std::time::Duration::MAX, None)
+}
+
+/// A number per end reason, for [`counted_release`].
+pub(super) fn code(reason: EndReason) -> usize {
+    match reason {
+        EndReason::Completed => 1,
+        EndReason::ConsumerGone => 2,
+        EndReason::Cancelled => 3,
+        EndReason::SlowConsumer => 4,
+        _ => 5,
+    }
 }
 
 /// Everything the consumer receives until its end, and whether that end was an error.
-fn drain(consumer: &mut Consumer<String>) -> (Vec<String>, Option<EndReason>) {
+pub(super) fn drain(consumer: &mut Consumer<String>) -> (Vec<String>, Option<EndReason>) {
     block_on(async {
         let mut received = Vec::new();
         while let Some(item) = poll_fn(|cx| Pin::new(&mut *consumer).poll_next(cx)).await {
@@ -41,7 +85,7 @@ fn drain(consumer: &mut Consumer<String>) -> (Vec<String>, Option<EndReason>) {
     })
 }
 
-fn model(f: impl Fn() + Sync + Send + 'static) {
+pub(super) fn model(f: impl Fn() + Sync + Send + 'static) {
     let mut builder = loom::model::Builder::new();
     if builder.preemption_bound.is_none() {
         builder.preemption_bound = Some(3);
@@ -53,14 +97,14 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 #[test]
 fn send_and_receive_through_a_full_buffer() {
     model(|| {
-        let (buffer, mut sender, mut consumer) = parts(1, 64, Policy::backpressure());
+        let (_, mut sender, mut consumer) = parts(1, 64, UNTIMED);
         let producer = thread::spawn(move || {
             block_on(async {
                 for text in ["a", "b", "c"] {
                     sender.send(text.to_owned()).await.unwrap();
                 }
             });
-            buffer.end(EndReason::Completed, None);
+            sender.finish();
         });
         let (received, end) = drain(&mut consumer);
         producer.join().unwrap();
@@ -73,14 +117,14 @@ fn send_and_receive_through_a_full_buffer() {
 #[test]
 fn coalesce_against_receive_is_lossless() {
     model(|| {
-        let (buffer, mut sender, mut consumer) = parts(1, 64, Policy::coalesce());
+        let (_, mut sender, mut consumer) = parts(1, 64, Policy::Coalesce { max_pause: None });
         let producer = thread::spawn(move || {
             block_on(async {
                 for text in ["a", "b", "c"] {
                     sender.send(text.to_owned()).await.unwrap();
                 }
             });
-            buffer.end(EndReason::GeneratorError, None);
+            sender.abort("the engine failed");
         });
         let (received, end) = drain(&mut consumer);
         producer.join().unwrap();
@@ -89,12 +133,12 @@ fn coalesce_against_receive_is_lossless() {
     });
 }
 
-/// The consumer goes away while the generator waits for room: the send fails rather than
-/// waiting for ever, and the stream ends as cancelled.
+/// The consumer goes away while the engine waits for room: the send fails rather than waiting
+/// for ever, and the stream ends as consumer-gone.
 #[test]
 fn consumer_drop_wakes_a_waiting_send() {
     model(|| {
-        let (buffer, mut sender, consumer) = parts(1, 64, Policy::backpressure());
+        let (buffer, mut sender, consumer) = parts(1, 64, UNTIMED);
         let producer = thread::spawn(move || {
             block_on(async {
                 let first = sender.send("a".to_owned()).await;
@@ -108,44 +152,39 @@ fn consumer_drop_wakes_a_waiting_send() {
         // a one-event buffer that nobody reads has room for exactly one.
         assert!(accepted <= 1);
         let stats = buffer.stats();
-        assert_eq!(stats.end_reason, Some(EndReason::Cancelled));
+        assert_eq!(stats.end_reason, Some(EndReason::ConsumerGone));
         assert_eq!(stats.chunks_sent, u64::from(accepted));
         assert_eq!(stats.chunks_after_end, 2 - u64::from(accepted));
         assert_eq!(stats.buffered_events, 0, "undelivered chunks are dropped");
     });
 }
 
-/// The generator's end races the consumer's drop: one reason stands, the hook sees it, once.
+/// The generator's completion races the consumer's drop, on the gate's real task: one reason
+/// stands, the hook sees it once, after the generator has stopped.
 #[test]
-fn release_races_consumer_drop() {
+fn completion_races_consumer_drop() {
     model(|| {
-        let (buffer, _sender, consumer) = parts(4, 64, Policy::backpressure());
+        let buffer = buffer(4, 64, UNTIMED);
+        let sender = Sender::new(buffer.clone(), false, true);
         let calls = Arc::new(AtomicUsize::new(0));
-        let seen = calls.clone();
-        let mut release = Release::new(
-            buffer.clone(),
-            CancellationToken::new(),
-            Some(Box::new(move |reason| {
-                let code = match reason {
-                    EndReason::Completed => 1,
-                    EndReason::Cancelled => 2,
-                    _ => 3,
-                };
-                seen.fetch_add(code * 10 + 1, Ordering::SeqCst);
-            })),
-        );
-        release.set_outcome(EndReason::Completed, None);
-        let task = thread::spawn(move || drop(release));
-        drop(consumer);
+        let release = counted_release(&buffer, &calls);
+        let generator = async move {
+            drop(sender);
+            Ok::<(), std::io::Error>(())
+        };
+        let task = {
+            let buffer = buffer.clone();
+            thread::spawn(move || block_on(drive(Some(generator), buffer, release, UNTIMED_GRACE)))
+        };
+        drop(Consumer::new(buffer.clone()));
         task.join().unwrap();
         let reason = buffer.end_reason().expect("ended");
-        let expected = match reason {
-            EndReason::Completed => 11,
-            EndReason::Cancelled => 21,
-            other => panic!("unexpected end {other:?}"),
-        };
-        // Exactly one call, with the reason that stands.
-        assert_eq!(calls.load(Ordering::SeqCst), expected);
+        // Nothing was sent: a consumer that leaves after the generator finished took everything.
+        assert!(matches!(
+            reason,
+            EndReason::Completed | EndReason::ConsumerGone
+        ));
+        assert_eq!(calls.load(Ordering::SeqCst), code(reason) * 10 + 1);
         assert!(buffer.stats().released);
     });
 }
@@ -154,7 +193,7 @@ fn release_races_consumer_drop() {
 #[test]
 fn end_wakes_a_parked_consumer() {
     model(|| {
-        let (buffer, mut sender, mut consumer) = parts(2, 64, Policy::backpressure());
+        let (buffer, mut sender, mut consumer) = parts(2, 64, UNTIMED);
         let producer = thread::spawn(move || {
             block_on(sender.send("a".to_owned())).unwrap();
             buffer.end(EndReason::SlowConsumer, None);
@@ -172,15 +211,14 @@ fn end_wakes_a_parked_consumer() {
 #[test]
 fn a_lent_batch_counts_against_the_bounds() {
     model(|| {
-        let (buffer, mut sender, mut consumer) = parts(2, 64, Policy::backpressure());
-        let done = buffer.clone();
+        let (buffer, mut sender, mut consumer) = parts(2, 64, UNTIMED);
         let producer = thread::spawn(move || {
             block_on(async {
                 for text in ["a", "b", "c", "d"] {
                     sender.send(text.to_owned()).await.unwrap();
                 }
             });
-            done.end(EndReason::Completed, None);
+            sender.finish();
         });
         let mut received = Vec::new();
         block_on(async {

@@ -1,0 +1,253 @@
+//! Groups of gates: one shutdown for all of them, and a shared byte budget.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::Duration;
+
+use super::end::EndReason;
+use super::handle::GateHandle;
+
+/// The gates of one process or tenant: [`shutdown`](Group::shutdown) ends them all with a
+/// visible reason, and an optional byte budget bounds what all their buffers hold together.
+///
+/// A gate joins with [`Gate::group`](crate::Gate::group) and leaves when it is released.
+///
+/// # The byte budget
+///
+/// Each gate is bounded by its own event and byte bounds; the budget bounds their sum. While the
+/// group's buffers hold less than the budget, every gate admits chunks as its own bounds allow.
+/// Once they hold more, a gate that holds more than its fair share (the budget divided by the
+/// number of gates in the group) is treated as full: under `Backpressure` or `Disconnect` its
+/// generator waits, under `Coalesce` it merges, and its slow-consumer clock runs, exactly as if
+/// its own bound had been reached. The streams holding the most wait first; nothing is dropped.
+/// A gate that holds nothing always admits one chunk, so no stream deadlocks: the group holds at
+/// most the budget plus one chunk per gate. [`GroupStats`] shows the use.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::{EndReason, Gate, Group};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let group = Group::new().budget(64 * 1024 * 1024);
+/// let consumer = Gate::new().group(&group).spawn(|_, mut tx| async move {
+///     loop {
+///         tx.send("t ".to_owned()).await?;
+///         tokio::time::sleep(Duration::from_millis(5)).await;
+///     }
+///     #[allow(unreachable_code)]
+///     Ok::<_, streamgate::SendError<String>>(())
+/// });
+/// let handle = consumer.handle();
+///
+/// // SIGTERM: every stream ends as `Shutdown` (transports write their terminal frame).
+/// let report = group.shutdown(Duration::from_secs(5)).await;
+/// assert_eq!((report.ended, report.released), (1, 1));
+/// assert_eq!(handle.end_reason(), Some(EndReason::Shutdown));
+/// # drop(consumer);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Group {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    budget: Option<Arc<Budget>>,
+    shutting_down: AtomicBool,
+    members: Mutex<Members>,
+}
+
+#[derive(Default)]
+struct Members {
+    next: u64,
+    handles: HashMap<u64, GateHandle>,
+}
+
+/// The byte budget shared by a group's gates.
+pub(crate) struct Budget {
+    limit: usize,
+    used: AtomicUsize,
+    gates: AtomicUsize,
+}
+
+impl Budget {
+    /// Whether a gate holding `held` bytes may add `len` more.
+    pub(crate) fn admits(&self, held: usize, len: usize) -> bool {
+        let used = self.used.load(Ordering::Relaxed);
+        if used.saturating_add(len) <= self.limit {
+            return true;
+        }
+        let share = self.limit / self.gates.load(Ordering::Relaxed).max(1);
+        held.saturating_add(len) <= share
+    }
+
+    pub(crate) fn add(&self, bytes: usize) {
+        if bytes > 0 {
+            self.used.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    pub(crate) fn sub(&self, bytes: usize) {
+        if bytes > 0 {
+            self.used.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+}
+
+/// A gate's membership, held by its release: leaving the group is part of the release.
+pub(crate) struct Membership {
+    group: Weak<Inner>,
+    id: u64,
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        if let Some(inner) = self.group.upgrade() {
+            let removed = inner.lock().handles.remove(&self.id);
+            if let Some(budget) = &inner.budget {
+                budget.gates.fetch_sub(1, Ordering::Relaxed);
+            }
+            drop(removed);
+        }
+    }
+}
+
+/// What [`Group::shutdown`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Streams that were open and have been ended as [`EndReason::Shutdown`].
+    pub ended: usize,
+    /// Of those, how many were released within the grace.
+    pub released: usize,
+}
+
+/// A snapshot of a group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct GroupStats {
+    /// Gates in the group now (joined and not yet released).
+    pub gates: usize,
+    /// Bytes held by the buffers of the group's gates, if it has a budget (only then is it
+    /// counted).
+    pub buffered_bytes: Option<usize>,
+    /// The byte budget, if any.
+    pub budget: Option<usize>,
+}
+
+impl Group {
+    /// A group without a byte budget.
+    pub fn new() -> Self {
+        Group {
+            inner: Arc::new(Inner {
+                budget: None,
+                shutting_down: AtomicBool::new(false),
+                members: Mutex::new(Members::default()),
+            }),
+        }
+    }
+
+    /// Bounds the bytes that all the group's buffers hold together (see the type's docs for what
+    /// happens when it is reached). A budget of 0 is taken as 1: every gate still admits one
+    /// chunk at a time. Set it before any gate joins: a group that already has gates keeps
+    /// its budget (as does a clone of a group).
+    pub fn budget(mut self, bytes: usize) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.budget = Some(Arc::new(Budget {
+                limit: bytes.max(1),
+                used: AtomicUsize::new(0),
+                gates: AtomicUsize::new(0),
+            }));
+        }
+        self
+    }
+
+    /// Ends every open stream of the group as [`EndReason::Shutdown`] and waits, at most
+    /// `grace`, until each has been released. Gates that join afterwards end at once.
+    ///
+    /// Each consumer still receives the events that were waiting, then the end (an SSE
+    /// transport writes its terminal `event: error` frame and closes the body), so a server's
+    /// graceful shutdown is not held open by streams that heartbeats would keep alive.
+    pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
+        self.inner.shutting_down.store(true, Ordering::SeqCst);
+        let handles: Vec<GateHandle> = self.inner.lock().handles.values().cloned().collect();
+        for handle in &handles {
+            handle.cancel_with(EndReason::Shutdown);
+        }
+        let all = async {
+            for handle in &handles {
+                handle.released().await;
+            }
+        };
+        let _ = tokio::time::timeout(grace, all).await;
+        ShutdownReport {
+            ended: handles.len(),
+            released: handles.iter().filter(|h| h.is_released()).count(),
+        }
+    }
+
+    /// Whether [`shutdown`](Group::shutdown) has been called.
+    pub fn is_shutting_down(&self) -> bool {
+        self.inner.shutting_down.load(Ordering::SeqCst)
+    }
+
+    /// A snapshot of the group.
+    pub fn stats(&self) -> GroupStats {
+        let gates = self.inner.lock().handles.len();
+        let budget = self.inner.budget.as_deref();
+        GroupStats {
+            gates,
+            buffered_bytes: budget.map(|b| b.used.load(Ordering::Relaxed)),
+            budget: budget.map(|b| b.limit),
+        }
+    }
+
+    /// Adds a gate; `None` if the group is shutting down (the gate then ends at once).
+    pub(crate) fn join(&self, handle: &GateHandle) -> Option<Membership> {
+        let mut members = self.inner.lock();
+        if self.is_shutting_down() {
+            return None;
+        }
+        let id = members.next;
+        members.next += 1;
+        members.handles.insert(id, handle.clone());
+        if let Some(budget) = &self.inner.budget {
+            budget.gates.fetch_add(1, Ordering::Relaxed);
+        }
+        Some(Membership {
+            group: Arc::downgrade(&self.inner),
+            id,
+        })
+    }
+
+    /// The group's byte budget, for a joining gate's buffer.
+    pub(crate) fn shared_budget(&self) -> Option<Arc<Budget>> {
+        self.inner.budget.clone()
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Members> {
+        self.members.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Default for Group {
+    fn default() -> Self {
+        Group::new()
+    }
+}
+
+impl fmt::Debug for Group {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Group")
+            .field("stats", &self.stats())
+            .field("shutting_down", &self.is_shutting_down())
+            .finish()
+    }
+}

@@ -1,0 +1,181 @@
+//! Model checks of the end: the gate's real task (`drive`), its cancel, the two-phase stop and
+//! the release, with the `CancellationToken` the generator really gets.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use loom::future::block_on;
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::thread;
+
+use super::loom_buffer::{UNTIMED, UNTIMED_GRACE, buffer, code, counted_release, drain, model};
+use crate::gate::consumer::Consumer;
+use crate::gate::end::EndReason;
+use crate::gate::release::{Release, ReleaseHook};
+use crate::gate::run::drive;
+use crate::gate::sender::Sender;
+use crate::sync::Arc;
+
+/// A generator that ignores every send error and has no other await point, cancelled while it
+/// sends: it makes at most one chunk after the end, is dropped, and the stream is released
+/// once as cancelled.
+#[test]
+fn a_careless_generator_makes_at_most_one_chunk_after_a_cancel() {
+    model(|| {
+        let buffer = buffer(1, 64, UNTIMED);
+        let mut tx = Sender::new(buffer.clone(), false, true);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let release = counted_release(&buffer, &calls);
+        let generator = async move {
+            loop {
+                let _ = tx.send("t".to_owned()).await;
+            }
+            #[allow(unreachable_code)]
+            Ok::<(), Infallible>(())
+        };
+        let consumer = Consumer::new(buffer.clone());
+        let handle = consumer.handle();
+        let task = {
+            let buffer = buffer.clone();
+            thread::spawn(move || block_on(drive(Some(generator), buffer, release, Duration::ZERO)))
+        };
+        handle.cancel();
+        task.join().unwrap();
+        let stats = buffer.stats();
+        assert_eq!(stats.end_reason, Some(EndReason::Cancelled));
+        assert!(stats.chunks_after_end <= 1, "{stats:?}");
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            code(EndReason::Cancelled) * 10 + 1
+        );
+        assert!(stats.released);
+        drop(consumer);
+    });
+}
+
+/// Two-phase stop: the consumer leaves, the token tells the generator, it finishes its step and
+/// returns; the release runs only after that, once, and the stop was not forced.
+#[test]
+fn the_release_waits_for_the_generator_to_stop() {
+    model(|| {
+        let buffer = buffer(2, 64, UNTIMED);
+        let mut tx = Sender::new(buffer.clone(), false, true);
+        let token = buffer.token().clone();
+        let stopped = Arc::new(AtomicBool::new(false));
+        let seen_stopped = Arc::new(AtomicBool::new(false));
+        let hook = {
+            let (stopped, seen_stopped) = (stopped.clone(), seen_stopped.clone());
+            ReleaseHook::Sync(Box::new(move |_, _| {
+                seen_stopped.store(stopped.load(Ordering::SeqCst), Ordering::SeqCst);
+            }))
+        };
+        let release = Release::new(buffer.clone(), Some(hook), Duration::MAX, None);
+        let generator = {
+            let stopped = stopped.clone();
+            async move {
+                tx.send("a".to_owned()).await.ok();
+                // The step in flight: it notices the stop, then returns.
+                token.cancelled().await;
+                stopped.store(true, Ordering::SeqCst);
+                Ok::<(), Infallible>(())
+            }
+        };
+        let task = {
+            let buffer = buffer.clone();
+            thread::spawn(move || block_on(drive(Some(generator), buffer, release, UNTIMED_GRACE)))
+        };
+        drop(Consumer::new(buffer.clone()));
+        task.join().unwrap();
+        let stats = buffer.stats();
+        assert_eq!(stats.end_reason, Some(EndReason::ConsumerGone));
+        assert!(
+            seen_stopped.load(Ordering::SeqCst),
+            "released before the work stopped"
+        );
+        assert!(!stats.stop_forced);
+        assert!(stats.released);
+    });
+}
+
+/// An engine feeds a gate from outside its task and finishes while the consumer reads or
+/// leaves: one reason stands, consistent with what was delivered, and the release waits until
+/// the engine has let go of the sender.
+#[test]
+fn an_engine_finish_races_the_consumer() {
+    model(|| {
+        let buffer = buffer(1, 64, UNTIMED);
+        let mut tx = Sender::new(buffer.clone(), false, false);
+        let engine_done = Arc::new(AtomicBool::new(false));
+        let seen_done = Arc::new(AtomicBool::new(false));
+        let hook = {
+            let (engine_done, seen_done) = (engine_done.clone(), seen_done.clone());
+            ReleaseHook::Sync(Box::new(move |_, _| {
+                seen_done.store(engine_done.load(Ordering::SeqCst), Ordering::SeqCst);
+            }))
+        };
+        let release = Release::new(buffer.clone(), Some(hook), Duration::MAX, None);
+        let task = {
+            let buffer = buffer.clone();
+            thread::spawn(move || {
+                block_on(drive(
+                    None::<std::future::Pending<Result<(), Infallible>>>,
+                    buffer,
+                    release,
+                    UNTIMED_GRACE,
+                ))
+            })
+        };
+        let engine = {
+            let engine_done = engine_done.clone();
+            thread::spawn(move || {
+                let sent = tx.try_send("a".to_owned()).is_ok();
+                engine_done.store(true, Ordering::SeqCst);
+                tx.finish();
+                sent
+            })
+        };
+        let mut consumer = Consumer::new(buffer.clone());
+        let (received, end) = drain(&mut consumer);
+        drop(consumer);
+        let sent = engine.join().unwrap();
+        task.join().unwrap();
+        let stats = buffer.stats();
+        // The consumer read to the end: everything sent arrived and the stream completed.
+        assert_eq!(received.len(), usize::from(sent));
+        assert_eq!(end, None);
+        assert_eq!(stats.end_reason, Some(EndReason::Completed));
+        assert_eq!(stats.events_undelivered, 0);
+        assert!(
+            seen_done.load(Ordering::SeqCst),
+            "released while the engine held the sender"
+        );
+        assert!(stats.released);
+    });
+}
+
+/// A send waiting for room races the end: it fails (or got in before the end), is counted at
+/// most once, and never waits for ever.
+#[test]
+fn a_waiting_send_races_the_end() {
+    model(|| {
+        let buffer = buffer(1, 64, UNTIMED);
+        let mut tx = Sender::new(buffer.clone(), false, false);
+        let consumer = Consumer::new(buffer.clone());
+        let handle = consumer.handle();
+        let engine = thread::spawn(move || {
+            block_on(async {
+                let first = tx.send("a".to_owned()).await.is_ok();
+                let second = tx.send("b".to_owned()).await.is_ok();
+                (first, second)
+            })
+        });
+        handle.cancel_with(EndReason::Shutdown);
+        let (first, second) = engine.join().unwrap();
+        let stats = buffer.stats();
+        assert_eq!(stats.end_reason, Some(EndReason::Shutdown));
+        assert!(!second || first, "in order");
+        assert!(!second, "a one-event buffer nobody reads has room for one");
+        assert_eq!(stats.chunks_sent + stats.chunks_after_end, 2);
+        drop(consumer);
+    });
+}
