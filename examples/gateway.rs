@@ -89,12 +89,22 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
         }
     }
     config.upstream = upstream.ok_or("--upstream is required")?;
+    if config.gate.policy == "coalesce" {
+        // Upstream events are OpenAI JSON chunks: concatenating two would corrupt both.
+        return Err(
+            "--policy coalesce: the upstream's events are JSON documents, which cannot \
+             merge losslessly; use backpressure or disconnect"
+                .into(),
+        );
+    }
     Ok(config)
 }
 
 pub(crate) struct Gateway {
     config: Config,
     streams: Arc<server::StreamCounts>,
+    /// Every stream: shut down together on SIGINT/SIGTERM.
+    pub(crate) group: streamgate::Group,
     recv: HopProbe,
     write: HopProbe,
     next_id: AtomicU64,
@@ -156,6 +166,7 @@ async fn chat_completions(
     let gated = config
         .gate
         .gate()
+        .group(&gateway.group)
         .on_release(move |reason, _| streams.end(reason))
         // The generator owns the upstream body: dropping it (when this client goes) closes
         // the upstream connection, and the upstream server cancels its own generator.
@@ -205,6 +216,7 @@ pub(crate) fn app(
         recv: server::hop(&records, "gateway.recv"),
         write: server::hop(&records, "gateway.write"),
         streams: Arc::default(),
+        group: streamgate::Group::new(),
         next_id: AtomicU64::new(0),
         prometheus,
         records,
@@ -230,7 +242,8 @@ async fn main() -> ExitCode {
     match started {
         Ok((listener, app, gateway)) => {
             let records = gateway.records.clone();
-            server::serve_until_ctrl_c("gateway", listener, app, records).await
+            let group = gateway.group.clone();
+            server::serve_until_signal("gateway", listener, app, records, group).await
         }
         Err(error) => {
             eprintln!("gateway: {error}");

@@ -28,11 +28,11 @@ use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::sse::SseEvent;
 use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
-use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Kind};
+use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Group, Kind};
 
 #[allow(dead_code)] // each example uses a part
 #[path = "common/mod.rs"]
-mod common;
+pub(crate) mod common;
 
 use common::server;
 
@@ -125,6 +125,8 @@ pub(crate) struct Server {
     prometheus: PrometheusHandle,
     /// Where hop records go, if anywhere.
     records: Option<RecordSink>,
+    /// Every stream: shut down together on SIGINT/SIGTERM.
+    pub(crate) streams: Group,
 }
 
 /// What a stream is about: shared by all its chunks, so each chunk can encode itself.
@@ -156,10 +158,13 @@ enum Delta {
 }
 
 impl Chunk for Delta {
+    /// What the event will hold once encoded: the text, and the stream's metadata that every
+    /// chunk repeats (a long `model` name is paid for per event, so the byte bound counts it).
     fn byte_len(&self) -> usize {
         match self {
-            Delta::Text { text, .. } => text.len(),
-            Delta::Finish { .. } | Delta::Done => 0,
+            Delta::Text { meta, text, .. } => meta.chunk_overhead() + text.len(),
+            Delta::Finish { meta } => meta.chunk_overhead(),
+            Delta::Done => "[DONE]".len(),
         }
     }
 
@@ -230,6 +235,15 @@ impl From<Delta> for SseEvent {
     }
 }
 
+impl Meta {
+    /// The bytes every chunk of this stream carries besides its text: the metadata and the
+    /// JSON around it.
+    fn chunk_overhead(&self) -> usize {
+        const ENVELOPE: usize = 128;
+        ENVELOPE + self.id.len() + self.model.len()
+    }
+}
+
 impl Server {
     /// Starts one generation of tokens `from..max_tokens` for `request`, gated as configured.
     fn generate(self: &Arc<Self>, meta: Arc<Meta>, from: u64, max_tokens: u64) -> Consumer<Delta> {
@@ -250,52 +264,52 @@ impl Server {
             }
         };
         let worker = server.clone();
-        let consumer =
-            server
-                .config
-                .gate
-                .gate()
-                .on_release(on_release)
-                .spawn(move |_, mut tx| async move {
-                    let config = &worker.config;
-                    let mut decode = worker.decode.recorder(meta.request.as_str());
-                    let mut publish = worker.publish.recorder(meta.request.as_str());
-                    for i in from..max_tokens {
-                        if config.stall_at == Some(i) {
-                            tokio::time::sleep(config.stall).await;
-                        }
-                        if !config.step.is_zero() {
-                            tokio::time::sleep(config.step).await;
-                        }
-                        if (i - from) % BLOCK_TOKENS == 0 {
-                            worker.take_block()?;
-                            held.fetch_add(1, Ordering::SeqCst);
-                        }
-                        worker
-                            .stats
-                            .tokens_generated
-                            .fetch_add(1, Ordering::Relaxed);
-                        let text = format!("t{i} ");
-                        let observed = Observation::new(Some(i), text.len() as u64, Kind::Visible);
-                        decode.observe(observed);
-                        tx.send(Delta::Text {
-                            meta: meta.clone(),
-                            first: i == 0,
-                            last: i,
-                            text,
-                        })
-                        .await
-                        .map_err(|_| "the stream ended")?;
-                        publish.observe(observed);
+        let consumer = server
+            .config
+            .gate
+            .gate()
+            .group(&server.streams)
+            .on_release(on_release)
+            .spawn(move |_, mut tx| async move {
+                let config = &worker.config;
+                let mut decode = worker.decode.recorder(meta.request.as_str());
+                let mut publish = worker.publish.recorder(meta.request.as_str());
+                for i in from..max_tokens {
+                    if config.stall_at == Some(i) {
+                        tokio::time::sleep(config.stall).await;
                     }
-                    decode.end("completed");
-                    publish.end("completed");
-                    tx.send(Delta::Finish { meta })
-                        .await
-                        .map_err(|_| "the stream ended")?;
-                    tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
-                    Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
-                });
+                    if !config.step.is_zero() {
+                        tokio::time::sleep(config.step).await;
+                    }
+                    if (i - from) % BLOCK_TOKENS == 0 {
+                        worker.take_block()?;
+                        held.fetch_add(1, Ordering::SeqCst);
+                    }
+                    worker
+                        .stats
+                        .tokens_generated
+                        .fetch_add(1, Ordering::Relaxed);
+                    let text = format!("t{i} ");
+                    let observed = Observation::new(Some(i), text.len() as u64, Kind::Visible);
+                    decode.observe(observed);
+                    tx.send(Delta::Text {
+                        meta: meta.clone(),
+                        first: i == 0,
+                        last: i,
+                        text,
+                    })
+                    .await
+                    .map_err(|_| "the stream ended")?;
+                    publish.observe(observed);
+                }
+                decode.end("completed");
+                publish.end("completed");
+                tx.send(Delta::Finish { meta })
+                    .await
+                    .map_err(|_| "the stream ended")?;
+                tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
+                Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
+            });
         consumer
     }
 
@@ -499,6 +513,7 @@ pub(crate) fn app(
         prometheus,
         config,
         records: sink,
+        streams: Group::new(),
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
@@ -516,7 +531,8 @@ async fn main() -> ExitCode {
     match started {
         Ok((listener, app, state)) => {
             let records = state.records.clone();
-            server::serve_until_ctrl_c("serve", listener, app, records).await
+            let streams = state.streams.clone();
+            server::serve_until_signal("serve", listener, app, records, streams).await
         }
         Err(error) => {
             eprintln!("serve: {error}");

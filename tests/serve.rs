@@ -15,10 +15,16 @@ use std::time::Duration;
 use common::{HANG, RawResponse, stats, wait_for};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::Value;
-use tokio::time::{Instant, sleep};
+use tokio::time::{Instant, sleep, timeout};
 
-/// Starts a server with `flags` on a free port.
-async fn start(flags: &[&str]) -> SocketAddr {
+/// Builds a server with `flags` on a free port, not yet serving.
+fn build(
+    flags: &[&str],
+) -> (
+    streamgate::transport::TunedListener,
+    axum::Router,
+    std::sync::Arc<serve::Server>,
+) {
     static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
     let prometheus = PROMETHEUS
         .get_or_init(|| serve::prometheus().expect("the test process's recorder"))
@@ -28,7 +34,12 @@ async fn start(flags: &[&str]) -> SocketAddr {
         .chain(flags)
         .map(|s| s.to_string());
     let config = serve::parse_args(args).expect("valid flags");
-    let (listener, app, _) = serve::app(config, prometheus).expect("the server starts");
+    serve::app(config, prometheus).expect("the server starts")
+}
+
+/// Starts a server with `flags` on a free port.
+async fn start(flags: &[&str]) -> SocketAddr {
+    let (listener, app, _) = build(flags);
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     addr
@@ -294,4 +305,61 @@ async fn exports_gap_histograms_and_hop_records() {
         sleep(Duration::from_millis(20)).await;
     }
     let _ = std::fs::remove_file(&records);
+}
+
+/// SIGINT/SIGTERM (here: the stop future the signal handler completes): every open stream,
+/// even one kept alive by heartbeats during a decode stall, gets its terminal frame, every
+/// generator is released, and the server returns well within its grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_every_open_stream_visibly() {
+    let (listener, app, server) = build(&[
+        "--step-ms",
+        "1",
+        "--stall-at",
+        "3",
+        "--stall-ms",
+        "600000",
+        "--heartbeat-ms",
+        "50",
+    ]);
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let streams = server.streams.clone();
+    let served = tokio::spawn(serve::common::server::serve_until(
+        listener,
+        app,
+        streams.clone(),
+        async move {
+            stopped.await.ok();
+        },
+    ));
+    let mut responses = Vec::new();
+    for _ in 0..3 {
+        let mut response =
+            RawResponse::post_json(addr, "/v1/chat/completions", &chat(100, true)).await;
+        for _ in 0..3 {
+            chunk(&response.expect_frame().await);
+        }
+        // The worker stalls; heartbeats keep the stream open.
+        assert_eq!(response.expect_frame().await, ":\n\n");
+        responses.push(response);
+    }
+    assert_eq!(streams.stats().gates, 3);
+    let asked = Instant::now();
+    stop.send(()).unwrap();
+    for mut response in responses {
+        let rest = response.rest().await;
+        let last = rest.last().expect("a terminal frame");
+        assert!(
+            last.starts_with("event: error\ndata: ") && last.contains(r#""type":"shutdown""#),
+            "{rest:?}"
+        );
+    }
+    timeout(HANG, served)
+        .await
+        .expect("the server returns")
+        .unwrap()
+        .expect("served");
+    assert!(asked.elapsed() < serve::common::server::SHUTDOWN_GRACE);
+    assert_eq!(streams.stats().gates, 0, "every stream was released");
 }

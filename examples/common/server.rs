@@ -1,5 +1,5 @@
 //! What the example servers share: JSON and metrics responses, hop records, serving until
-//! Ctrl-C.
+//! SIGINT or SIGTERM with a visible shutdown of every open stream.
 
 use std::process::ExitCode;
 
@@ -50,12 +50,18 @@ pub fn hop(records: &Option<RecordSink>, name: &str) -> HopProbe {
     }
 }
 
-/// Prints the `listening on` line, serves until Ctrl-C, then flushes the hop records.
-pub async fn serve_until_ctrl_c(
+/// How long open streams get to end and be released at shutdown.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Prints the `listening on` line, serves until SIGINT or SIGTERM, then shuts down: every open
+/// stream of `streams` ends as `shutdown` (clients get the terminal frame), then the hop
+/// records are flushed.
+pub async fn serve_until_signal(
     name: &str,
     listener: TunedListener,
     app: Router,
     records: Option<RecordSink>,
+    streams: streamgate::Group,
 ) -> ExitCode {
     match listener.local_addr() {
         Ok(addr) => println!("listening on http://{addr}"),
@@ -64,12 +70,7 @@ pub async fn serve_until_ctrl_c(
             return ExitCode::FAILURE;
         }
     }
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(ctrl_c)
-        .await;
+    let served = serve_until(listener, app, streams, signal()).await;
     // Every hop record queued so far reaches the file before the process exits.
     if let Some(records) = records {
         records.sync();
@@ -80,6 +81,48 @@ pub async fn serve_until_ctrl_c(
             eprintln!("{name}: {error}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Serves until `stop` completes, then ends every stream of `streams` (waiting at most
+/// [`SHUTDOWN_GRACE`] for their releases) and lets axum finish the connections, whose bodies
+/// have ended.
+pub async fn serve_until(
+    listener: TunedListener,
+    app: Router,
+    streams: streamgate::Group,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let shutdown = async move {
+        stop.await;
+        let report = streams.shutdown(SHUTDOWN_GRACE).await;
+        eprintln!(
+            "shutting down: {} open streams ended, {} released",
+            report.ended, report.released
+        );
+    };
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }
 
