@@ -264,7 +264,7 @@ impl Server {
             }
         };
         let worker = server.clone();
-        let consumer = server
+        server
             .config
             .gate
             .gate()
@@ -309,8 +309,7 @@ impl Server {
                     .map_err(|_| "the stream ended")?;
                 tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
                 Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
-            });
-        consumer
+            })
     }
 
     /// Takes one block from the KV pool, or fails the generation when the pool is exhausted.
