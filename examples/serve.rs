@@ -268,6 +268,8 @@ impl Server {
             .config
             .gate
             .gate()
+            // Token i is event i, whether the generation starts at 0 or resumes later.
+            .first_id(from)
             .group(&server.streams)
             .on_release(on_release)
             .spawn(move |_, mut tx| async move {

@@ -70,6 +70,8 @@ impl<T: Chunk> Sender<T> {
     /// # Cancel safety
     ///
     /// Dropping the returned future before it completes drops the chunk, which was never sent.
+    /// So an engine loop must not poll it once and drop it (`now_or_never()`): a full buffer
+    /// would silently lose the token. Use [`try_send`](Sender::try_send), which hands it back.
     pub async fn send(&mut self, chunk: T) -> Result<(), SendError<T>> {
         let at = self.stamp.then(Instant::now);
         let mut held = Some(chunk);

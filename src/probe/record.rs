@@ -19,13 +19,19 @@ use crate::chunk::Kind;
 ///
 /// `t_ns` is on the writing process's monotonic clock: comparable only with other records of
 /// the same hop and process, which is all the timeline analysis ever does.
+///
+/// `seq` is the event id: the position of the event's (last) chunk in the generator's output,
+/// which the gate counts at `send` ([`Event::id`](crate::Event::id)) and the SSE encoder writes
+/// as `id:`. A hop in another language records the SSE `id` it received (a browser's
+/// `MessageEvent.lastEventId`), so every hop numbers the same event the same way; a coalesced
+/// event is recorded under its last id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HopRecord {
     /// The request id the stream belongs to.
     pub request: String,
     /// The hop's name, e.g. `gateway.recv`.
     pub hop: String,
-    /// The event's number in its stream.
+    /// The event id: the position of the event's (last) chunk in its stream's output.
     pub seq: u64,
     /// When the hop saw it, in nanoseconds on the process's monotonic clock.
     pub t_ns: u64,

@@ -236,3 +236,28 @@ fn a_lent_batch_counts_against_the_bounds() {
         assert_eq!(stats.buffered_events, 0);
     });
 }
+
+/// A consumer takes one event from a full one-event buffer and then stops polling: the sender
+/// waiting for room is still woken by that one take (not only when the consumer comes back for
+/// a new batch), so it never waits for room that exists.
+#[test]
+fn one_take_wakes_a_waiting_sender() {
+    model(|| {
+        let (_, mut sender, mut consumer) = parts(1, 64, UNTIMED);
+        let producer = thread::spawn(move || {
+            block_on(async {
+                sender.send("a".to_owned()).await.unwrap();
+                // Waits for the consumer's one take.
+                sender.send("b".to_owned()).await.unwrap();
+            });
+            sender
+        });
+        let first = block_on(poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)));
+        assert_eq!(first.unwrap().unwrap().into_chunk(), "a");
+        // The consumer does not poll again; the producer finishes anyway.
+        let sender = producer.join().unwrap();
+        sender.finish();
+        let (rest, end) = drain(&mut consumer);
+        assert_eq!((rest, end), (vec!["b".to_owned()], None));
+    });
+}

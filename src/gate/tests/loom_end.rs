@@ -53,30 +53,33 @@ fn a_careless_generator_makes_at_most_one_chunk_after_a_cancel() {
     });
 }
 
-/// Two-phase stop: the consumer leaves, the token tells the generator, it finishes its step and
-/// returns; the release runs only after that, once, and the stop was not forced.
+/// Two-phase stop: the consumer leaves while the generator is in a step; the token tells it,
+/// it finishes the step and returns, and only then is the stream released, once, without
+/// forcing. (If the consumer left before the send, the generator parks in the send on the
+/// ended stream with nothing in progress, and is dropped there.)
 #[test]
 fn the_release_waits_for_the_generator_to_stop() {
     model(|| {
         let buffer = buffer(2, 64, UNTIMED);
         let mut tx = Sender::new(buffer.clone(), false, true);
         let token = buffer.token().clone();
-        let stopped = Arc::new(AtomicBool::new(false));
-        let seen_stopped = Arc::new(AtomicBool::new(false));
+        let in_step = Arc::new(AtomicBool::new(false));
+        let released_in_step = Arc::new(AtomicBool::new(false));
         let hook = {
-            let (stopped, seen_stopped) = (stopped.clone(), seen_stopped.clone());
+            let (in_step, released_in_step) = (in_step.clone(), released_in_step.clone());
             ReleaseHook::Sync(Box::new(move |_, _| {
-                seen_stopped.store(stopped.load(Ordering::SeqCst), Ordering::SeqCst);
+                released_in_step.store(in_step.load(Ordering::SeqCst), Ordering::SeqCst);
             }))
         };
         let release = Release::new(buffer.clone(), Some(hook), Duration::MAX, None);
         let generator = {
-            let stopped = stopped.clone();
+            let in_step = in_step.clone();
             async move {
                 tx.send("a".to_owned()).await.ok();
-                // The step in flight: it notices the stop, then returns.
+                // The next step is in flight: it notices the stop, then returns.
+                in_step.store(true, Ordering::SeqCst);
                 token.cancelled().await;
-                stopped.store(true, Ordering::SeqCst);
+                in_step.store(false, Ordering::SeqCst);
                 Ok::<(), Infallible>(())
             }
         };
@@ -89,11 +92,12 @@ fn the_release_waits_for_the_generator_to_stop() {
         let stats = buffer.stats();
         assert_eq!(stats.end_reason, Some(EndReason::ConsumerGone));
         assert!(
-            seen_stopped.load(Ordering::SeqCst),
-            "released before the work stopped"
+            !released_in_step.load(Ordering::SeqCst),
+            "released while the generator was in its step"
         );
         assert!(!stats.stop_forced);
         assert!(stats.released);
+        assert!(stats.chunks_after_end <= 1);
     });
 }
 
