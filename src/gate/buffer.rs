@@ -111,6 +111,9 @@ struct State<T> {
     /// The consumer has been given the end (or was dropped): the stream yields nothing more.
     end_seen: bool,
     stall: Option<Stall>,
+    /// The byte length of the chunk last refused as full (0 once one is admitted): what
+    /// "room" means for `poll_room` and the stall clock.
+    wanted: usize,
     /// The gate's task holds a timer for the stall clock: a re-armed clock needs no wake-up.
     stall_watched: bool,
     /// The producer's work has stopped: the generator waits in a send after the end, or the
@@ -153,6 +156,7 @@ impl<T: Chunk> Buffer<T> {
                 end: None,
                 end_seen: false,
                 stall: None,
+                wanted: 0,
                 stall_watched: false,
                 producer_stopped: false,
                 rx_waker: None,
@@ -193,6 +197,7 @@ impl<T: Chunk> Buffer<T> {
         let refused = match self.admit(&mut state, chunk, len, enqueued_at) {
             Ok(()) => {
                 state.stall = None;
+                state.wanted = 0;
                 let rx = state.rx_waker.take();
                 drop(state);
                 if let Some(rx) = rx {
@@ -202,6 +207,7 @@ impl<T: Chunk> Buffer<T> {
             }
             Err(chunk) => chunk,
         };
+        state.wanted = len;
         let task = self.start_stall(&mut state);
         if let Some(waker) = waker {
             register(&mut state.tx_waker, waker);
@@ -210,8 +216,9 @@ impl<T: Chunk> Buffer<T> {
             self.delivered.sender_waits.store(true, Ordering::SeqCst);
             fence(Ordering::SeqCst);
             let (events, bytes) = self.held(&state);
-            if events < self.config.max_events && bytes.saturating_add(len) <= self.config.max_bytes
-            {
+            // The same test as `admit` (the group's budget included): a chunk refused by the
+            // budget alone must wait for its consumer, not wake itself at once for ever.
+            if self.fits(events, bytes, len) {
                 // Room appeared while the flag was being raised: try again at once.
                 waker.wake_by_ref();
             }
@@ -276,7 +283,8 @@ impl<T: Chunk> Buffer<T> {
     /// Counts an accepted chunk of `len` bytes that changed what the buffer holds from
     /// `held.0` to `held.1` bytes (a new event: from 0 to `len`).
     fn accepted(&self, state: &mut State<T>, len: usize, held: (usize, usize)) {
-        state.next_id += 1;
+        // Saturates rather than overflow (a panic under the lock) from an absurd first id.
+        state.next_id = state.next_id.saturating_add(1);
         state.stats.next_id = state.next_id;
         state.stats.bytes_sent += len as u64;
         if let Some(budget) = &self.config.budget {
@@ -310,16 +318,10 @@ impl<T: Chunk> Buffer<T> {
             return Poll::Ready(false);
         }
         let (events, bytes) = self.held(&state);
-        let has_room = |events: usize, bytes: usize| {
-            events == 0
-                || (events < self.config.max_events
-                    && bytes < self.config.max_bytes
-                    && self
-                        .config
-                        .budget
-                        .as_ref()
-                        .is_none_or(|budget| budget.admits(bytes, 1)))
-        };
+        // Room for the chunk last refused (at least one byte), so that a `try_send` of it
+        // after `ready` does not find the buffer full again.
+        let need = state.wanted.max(1);
+        let has_room = |events: usize, bytes: usize| self.fits(events, bytes, need);
         if has_room(events, bytes) {
             return Poll::Ready(true);
         }
@@ -430,9 +432,26 @@ impl<T: Chunk> Buffer<T> {
         )
     }
 
+    /// Whether a chunk of `len` bytes would be admitted as an event of its own while the gate
+    /// holds `events` and `bytes` (as [`admit`](Buffer::admit) decides).
+    fn fits(&self, events: usize, bytes: usize, len: usize) -> bool {
+        events == 0
+            || (events < self.config.max_events
+                && bytes.saturating_add(len) <= self.config.max_bytes
+                && self
+                    .config
+                    .budget
+                    .as_ref()
+                    .is_none_or(|budget| budget.admits(bytes, len)))
+    }
+
     /// Events and bytes the gate holds: waiting, plus lent to the consumer and not yet yielded.
     fn held(&self, state: &State<T>) -> (usize, usize) {
-        let (events, bytes) = self.delivered();
+        Self::held_after(state, self.delivered())
+    }
+
+    /// What the gate holds, given the consumer's totals (`delivered`) read once.
+    fn held_after(state: &State<T>, (events, bytes): (u64, u64)) -> (usize, usize) {
         let (lent_events, lent_bytes) = state.lent_until;
         (
             state.queue.len() + lent_events.saturating_sub(events) as usize,
@@ -559,6 +578,13 @@ impl<T: Chunk> Buffer<T> {
         {
             return;
         }
+        let (events, bytes) = self.held(&state);
+        if !state.finished && self.fits(events, bytes, state.wanted.max(1)) {
+            // The consumer made room and the producer has not used it (an engine that was
+            // refused and has not sent since): the consumer is not the slow one.
+            state.stall = None;
+            return;
+        }
         let takes = self.delivered.events.load(Ordering::Relaxed);
         // A generator that finished waits for its consumer on every policy's terms: the
         // consumer must take something within the limit.
@@ -625,8 +651,11 @@ impl<T: Chunk> Buffer<T> {
     /// ended and is not released yet (what the release hook sees).
     pub(crate) fn stats(&self) -> GateStats {
         let state = lock(&self.state);
-        let (buffered_events, buffered_bytes) = self.held(&state);
+        // One reading of the consumer's totals for both, so the snapshot adds up while the
+        // consumer yields on another thread.
         let (events_delivered, bytes_delivered) = self.delivered();
+        let (buffered_events, buffered_bytes) =
+            Self::held_after(&state, (events_delivered, bytes_delivered));
         let end_reason = state.end.as_ref().map(|(reason, _)| *reason);
         // After an early end, what still waits is not going to reach the consumer as the
         // stream was meant to.

@@ -28,6 +28,9 @@ pub const DEFAULT_MAX_EVENTS: usize = 64;
 pub const DEFAULT_MAX_BYTES: usize = 64 * 1024;
 /// The default time an async release hook may take: 10 seconds.
 pub const DEFAULT_RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default stop grace of a [`Gate::channel`] gate: how long its release waits for the
+/// engine to let go of the sender after an early end.
+const DEFAULT_CHANNEL_STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// Configures one gated stream and starts its generator.
 ///
@@ -77,7 +80,8 @@ pub struct Gate {
     policy: Policy,
     stamp: bool,
     first_id: u64,
-    stop_grace: Duration,
+    /// `None`: the shape's default (0 for a spawned generator, 10 s for a channel).
+    stop_grace: Option<Duration>,
     release_timeout: Duration,
     on_release: Option<ReleaseHook>,
     group: Option<Group>,
@@ -92,7 +96,7 @@ impl Gate {
             policy: Policy::default(),
             stamp: false,
             first_id: 0,
-            stop_grace: Duration::ZERO,
+            stop_grace: None,
             release_timeout: DEFAULT_RELEASE_TIMEOUT,
             on_release: None,
             group: None,
@@ -129,7 +133,7 @@ impl Gate {
 
     /// The id of the first chunk (0 by default). A gateway re-gating an upstream stream that
     /// starts at id `n` (a resumed stream) starts here, so every hop numbers each event the
-    /// same way.
+    /// same way. Ids do not wrap: past `u64::MAX` every chunk gets `u64::MAX`.
     pub fn first_id(mut self, id: u64) -> Self {
         self.first_id = id;
         self
@@ -145,12 +149,15 @@ impl Gate {
     /// dropped at once. The release waits for either, so the hook runs after the work stopped;
     /// [`GateStats::end_to_stop`] and [`GateStats::stop_forced`] say how it went.
     ///
-    /// The default, zero, drops the generator at once. For a [`channel`](Gate::channel) gate,
-    /// the work has stopped when the engine drops the [`Sender`] (or calls
-    /// [`finish`](Sender::finish)/[`abort`](Sender::abort)); the release waits for it at most
-    /// this long. Any duration is accepted; one too long to represent waits for ever.
+    /// For a spawned generator the default, zero, drops it at once. For a
+    /// [`channel`](Gate::channel) gate, the work has stopped when the engine drops the
+    /// [`Sender`] (or calls [`finish`](Sender::finish)/[`abort`](Sender::abort)), which an
+    /// engine does when a send tells it the stream ended; the release waits for it at most
+    /// this long, 10 s by default, so an engine's KV blocks are not counted free while it
+    /// still decodes for the stream. Any duration is accepted; one too long to represent waits
+    /// for ever.
     pub fn stop_grace(mut self, grace: Duration) -> Self {
-        self.stop_grace = grace;
+        self.stop_grace = Some(grace);
         self
     }
 
@@ -221,9 +228,12 @@ impl Gate {
         G: Future<Output = Result<(), E>> + Send + 'static,
         E: Into<BoxError> + 'static,
     {
-        let (buffer, release, stop_grace, stamp) = self.start();
+        let stop_grace = self.stop_grace.unwrap_or(Duration::ZERO);
+        let (buffer, release, stamp) = self.start();
         let sender = Sender::new(buffer.clone(), stamp, true);
-        let generator = generator(buffer.token().clone(), sender);
+        // A child: the generator cancelling its own token does not end the stream behind the
+        // gate's back, while every end still reaches it.
+        let generator = generator(buffer.token().child_token(), sender);
         tokio::spawn(drive(Some(generator), buffer.clone(), release, stop_grace));
         Consumer::new(buffer)
     }
@@ -237,7 +247,7 @@ impl Gate {
     /// without either ends the stream as a generator error (output cut short must not look
     /// complete). The gate's own small task keeps the slow-consumer clock and runs the release
     /// once the stream has ended and the engine has dropped the sender (or the
-    /// [`stop_grace`](Gate::stop_grace) ran out).
+    /// [`stop_grace`](Gate::stop_grace), 10 s by default here, ran out).
     ///
     /// # Examples
     ///
@@ -269,7 +279,8 @@ impl Gate {
     where
         T: Chunk + Send + 'static,
     {
-        let (buffer, release, stop_grace, stamp) = self.start();
+        let stop_grace = self.stop_grace.unwrap_or(DEFAULT_CHANNEL_STOP_GRACE);
+        let (buffer, release, stamp) = self.start();
         let sender = Sender::new(buffer.clone(), stamp, false);
         tokio::spawn(drive(
             None::<Pending<Result<(), Infallible>>>,
@@ -281,7 +292,7 @@ impl Gate {
     }
 
     /// The buffer and the release of a new stream, joined to the group.
-    fn start<T: Chunk + Send + 'static>(self) -> (Arc<Buffer<T>>, Release<T>, Duration, bool) {
+    fn start<T: Chunk + Send + 'static>(self) -> (Arc<Buffer<T>>, Release<T>, bool) {
         let config = Config {
             max_events: self.max_events,
             max_bytes: self.max_bytes,
@@ -303,7 +314,7 @@ impl Gate {
             self.release_timeout,
             membership,
         );
-        (buffer, release, self.stop_grace, self.stamp)
+        (buffer, release, self.stamp)
     }
 
     /// Spawns a task that forwards every chunk of `generator` through the gate; the stream

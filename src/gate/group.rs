@@ -16,14 +16,15 @@ use super::handle::GateHandle;
 ///
 /// # The byte budget
 ///
-/// Each gate is bounded by its own event and byte bounds; the budget bounds their sum. While the
-/// group's buffers hold less than the budget, every gate admits chunks as its own bounds allow.
-/// Once they hold more, a gate that holds more than its fair share (the budget divided by the
-/// number of gates in the group) is treated as full: under `Backpressure` or `Disconnect` its
-/// generator waits, under `Coalesce` it merges, and its slow-consumer clock runs, exactly as if
-/// its own bound had been reached. The streams holding the most wait first; nothing is dropped.
-/// A gate that holds nothing always admits one chunk, so no stream deadlocks: the group holds at
-/// most the budget plus one chunk per gate. [`GroupStats`] shows the use.
+/// Each gate is bounded by its own event and byte bounds; the budget bounds their sum. A chunk
+/// that would take the group's buffers past the budget is refused as if the gate's own bound
+/// had been reached: its generator waits (a `Coalesce` gate cannot merge either, merging adds
+/// the same bytes) and its slow-consumer clock runs. A gate that holds more than its fair share
+/// (the budget divided by the number of gates in the group) is refused already once the group
+/// is within one fair share of the budget, so the streams holding the most wait first and the
+/// last share is kept for the others; nothing is dropped. A gate that holds nothing always
+/// admits one chunk, so no stream deadlocks: the group holds at most the budget plus one chunk
+/// per gate. [`GroupStats`] shows the use.
 ///
 /// # Examples
 ///
@@ -76,14 +77,16 @@ pub(crate) struct Budget {
 }
 
 impl Budget {
-    /// Whether a gate holding `held` bytes may add `len` more.
+    /// Whether a gate holding `held` bytes may add `len` more: never past the budget (what a
+    /// gate holds beyond its share stays held, so a share alone would not bound the sum), and
+    /// for a gate over its fair share, not into the group's last share.
     pub(crate) fn admits(&self, held: usize, len: usize) -> bool {
-        let used = self.used.load(Ordering::Relaxed);
-        if used.saturating_add(len) <= self.limit {
-            return true;
+        let after = self.used.load(Ordering::Relaxed).saturating_add(len);
+        if after > self.limit {
+            return false;
         }
         let share = self.limit / self.gates.load(Ordering::Relaxed).max(1);
-        held.saturating_add(len) <= share
+        held.saturating_add(len) <= share || after <= self.limit - share
     }
 
     pub(crate) fn add(&self, bytes: usize) {

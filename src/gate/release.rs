@@ -32,8 +32,7 @@ pub(crate) struct Release<T: Chunk> {
     buffer: Arc<Buffer<T>>,
     hook: Option<ReleaseHook>,
     timeout: Duration,
-    // Dropped with the release, after the hook: the group's shutdown waits for `released()`,
-    // not for this.
+    // Left after the hook, before the stream counts as released.
     membership: Option<Membership>,
     done: bool,
 }
@@ -84,6 +83,8 @@ impl<T: Chunk> Release<T> {
             }
         };
         self.done = true;
+        // Out of the group before anyone waiting for `released()` looks at it.
+        drop(self.membership.take());
         // Released even if the hook panicked, so nobody waits for ever on `released()`.
         self.buffer.mark_released(timed_out);
         if let Some(panic) = panicked {
@@ -119,6 +120,7 @@ impl<T: Chunk> Drop for Release<T> {
             }))
             .err(),
         };
+        drop(self.membership.take());
         self.buffer.mark_released(false);
         if let Some(panic) = panicked {
             if !std::thread::panicking() {

@@ -38,6 +38,8 @@ pub struct Sender<T: Chunk> {
     in_task: bool,
     /// `finish` or `abort` has been called.
     done: bool,
+    /// A send has already failed: the caller ignored it if it sends again.
+    failed: bool,
 }
 
 impl<T: Chunk> Sender<T> {
@@ -47,6 +49,7 @@ impl<T: Chunk> Sender<T> {
             stamp,
             in_task,
             done: false,
+            failed: false,
         }
     }
 
@@ -65,7 +68,9 @@ impl<T: Chunk> Sender<T> {
     /// own task ([`Gate::spawn`](crate::Gate::spawn)) such a send never completes: the
     /// generator is stopped there, having made at most this one chunk after the end. A
     /// generator that wants to finish its step on its own checks its `CancellationToken` (or
-    /// [`is_closed`](Sender::is_closed)) before sending.
+    /// [`is_closed`](Sender::is_closed)) before sending. Elsewhere, a send after one that
+    /// already failed never completes either: a loop that ignores the error is parked rather
+    /// than left to spin, making chunks nobody reads.
     ///
     /// # Cancel safety
     ///
@@ -73,6 +78,11 @@ impl<T: Chunk> Sender<T> {
     /// So an engine loop must not poll it once and drop it (`now_or_never()`): a full buffer
     /// would silently lose the token. Use [`try_send`](Sender::try_send), which hands it back.
     pub async fn send(&mut self, chunk: T) -> Result<(), SendError<T>> {
+        if self.failed {
+            // The error was ignored: count what was made, and stop this caller here.
+            drop(self.try_send(chunk));
+            return std::future::pending().await;
+        }
         let at = self.stamp.then(Instant::now);
         let mut held = Some(chunk);
         let mut refused = None;
@@ -108,6 +118,7 @@ impl<T: Chunk> Sender<T> {
             Poll::Ready(Err(SendError(chunk)))
         })
         .await
+        .inspect_err(|_| self.failed = true)
     }
 
     /// Sends one chunk if the buffer has room for it now (or, under `Coalesce`, a waiting event
@@ -132,8 +143,10 @@ impl<T: Chunk> Sender<T> {
     }
 
     /// Polls for room for one more event: `Ready(Ok(()))` when a [`try_send`](Sender::try_send)
-    /// would not find the buffer full, `Ready(Err(Closed))` once the stream has ended. While
-    /// it is pending, the slow-consumer clock runs.
+    /// of a chunk as large as the last one refused would not find the buffer full,
+    /// `Ready(Err(Closed))` once the stream has ended. While it is pending, the slow-consumer
+    /// clock runs. Under `Coalesce` it waits for room for an event of its own even when a
+    /// `try_send` would merge: try first, wait when refused.
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
         let budget = ready!(coop::poll_proceed(cx));
         let room = ready!(self.buffer.poll_room(cx));

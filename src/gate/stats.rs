@@ -25,11 +25,12 @@ pub struct GateStats {
     pub events_delivered: u64,
     /// Bytes of the events the consumer has taken.
     pub bytes_delivered: u64,
-    /// Chunks offered after the stream had ended (or waiting for room when it ended):
-    /// generator work nobody could read.
+    /// Chunks offered after the stream had ended (including a send that was waiting for room
+    /// and polled again after the end): generator work nobody could read.
     pub chunks_after_end: u64,
-    /// Events the consumer did not take before the end: dropped with a consumer that went
-    /// away, or still waiting once the stream ended early.
+    /// Events not taken by the consumer as the stream was meant to deliver them: dropped with a
+    /// consumer that went away, plus, after an early end, those still waiting at the time of
+    /// the snapshot (a consumer that is still there may yet read them, before the error).
     pub events_undelivered: u64,
     /// Events waiting in the buffer now.
     pub buffered_events: usize,
