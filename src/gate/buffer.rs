@@ -28,7 +28,7 @@ use super::group::Budget;
 use super::policy::Policy;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
-use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, fence, lock};
+use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, lock};
 
 /// Why [`Buffer::try_push`] handed a chunk back.
 pub(crate) enum Refused<T> {
@@ -211,11 +211,8 @@ impl<T: Chunk> Buffer<T> {
         let task = self.start_stall(&mut state);
         if let Some(waker) = waker {
             register(&mut state.tx_waker, waker);
-            // Paired with the consumer's fence in `yield_from`: either it sees this flag, or
-            // the held count below sees what it yielded.
-            self.delivered.sender_waits.store(true, Ordering::SeqCst);
-            fence(Ordering::SeqCst);
-            let (events, bytes) = self.held(&state);
+            self.delivered.sender_waits.store(true, Ordering::Relaxed);
+            let (events, bytes) = self.held_fresh(&state);
             // The same test as `admit` (the group's budget included): a chunk refused by the
             // budget alone must wait for its consumer, not wake itself at once for ever.
             if self.fits(events, bytes, len) {
@@ -327,9 +324,8 @@ impl<T: Chunk> Buffer<T> {
         }
         let task = self.start_stall(&mut state);
         register(&mut state.tx_waker, cx.waker());
-        self.delivered.sender_waits.store(true, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
-        let (events, bytes) = self.held(&state);
+        self.delivered.sender_waits.store(true, Ordering::Relaxed);
+        let (events, bytes) = self.held_fresh(&state);
         let ready = has_room(events, bytes);
         drop(state);
         if let Some(task) = task {
@@ -385,7 +381,14 @@ impl<T: Chunk> Buffer<T> {
             Some(Poll::Pending)
         };
         drop(state);
-        wakers.into_iter().flatten().for_each(Waker::wake);
+        // Almost always empty: tested inline rather than iterated.
+        let [tx, task] = wakers;
+        if let Some(tx) = tx {
+            tx.wake();
+        }
+        if let Some(task) = task {
+            task.wake();
+        }
         end.unwrap_or_else(|| Poll::Ready(self.yield_from(batch).map(Ok)))
     }
 
@@ -394,19 +397,20 @@ impl<T: Chunk> Buffer<T> {
     fn yield_from(&self, batch: &mut Batch<T>) -> Option<Entry<T>> {
         let entry = batch.pop_front()?;
         let len = entry.len;
-        // Only the consumer writes these, so a load and a store (not a read-modify-write) will
-        // do.
+        // Only the consumer writes these, so a load and a store would do for the bytes. The
+        // event count is a read-modify-write: the consumer's half of the handshake with a
+        // sender that waits for room, which raises its flag and then reads this count with a
+        // read-modify-write too (`held_fresh`). The two read-modify-writes are ordered: if the
+        // sender's came first, this one acquires its flag; if this one came first, the sender
+        // reads this take (and the bytes stored before it). So either the sender sees the room
+        // or the consumer sees the flag and wakes it.
         let delivered = &self.delivered;
-        let events = delivered.events.load(Ordering::Relaxed);
-        delivered.events.store(events + 1, Ordering::Relaxed);
         let bytes = delivered.bytes.load(Ordering::Relaxed);
         delivered.bytes.store(bytes + len as u64, Ordering::Relaxed);
+        delivered.events.fetch_add(1, Ordering::AcqRel);
         if let Some(budget) = &self.config.budget {
             budget.sub(len);
         }
-        // Paired with the sender's fence in `try_push`/`poll_room`: either the sender sees the
-        // counts above, or this load sees its flag.
-        fence(Ordering::SeqCst);
         if delivered.sender_waits.load(Ordering::Relaxed) {
             self.wake_sender();
         }
@@ -448,6 +452,14 @@ impl<T: Chunk> Buffer<T> {
     /// Events and bytes the gate holds: waiting, plus lent to the consumer and not yet yielded.
     fn held(&self, state: &State<T>) -> (usize, usize) {
         Self::held_after(state, self.delivered())
+    }
+
+    /// What the gate holds, read after raising the sender's flag: the consumer's count through
+    /// a read-modify-write, which sees its latest take (see `yield_from`).
+    fn held_fresh(&self, state: &State<T>) -> (usize, usize) {
+        let events = self.delivered.events.fetch_add(0, Ordering::AcqRel);
+        let bytes = self.delivered.bytes.load(Ordering::Relaxed);
+        Self::held_after(state, (events, bytes))
     }
 
     /// What the gate holds, given the consumer's totals (`delivered`) read once.

@@ -264,7 +264,6 @@ impl Gate {
     ///         Ok(()) => {}
     ///         Err(TrySendError::Full(token)) => assert_eq!(token, "c"), // keep it for later
     ///         Err(TrySendError::Ended(_)) => return, // the client left: drop the request
-    ///         Err(_) => unreachable!(),
     ///     }
     /// }
     /// tx.finish();

@@ -6,7 +6,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Instant;
 
 use tokio::task::coop;
-use tokio_util::sync::WaitForCancellationFuture;
+use tokio_util::sync::{WaitForCancellationFuture, WaitForCancellationFutureOwned};
 
 use super::buffer::{Buffer, Refused};
 use super::end::{BoxError, EndReason};
@@ -165,6 +165,12 @@ impl<T: Chunk> Sender<T> {
         self.buffer.token().cancelled()
     }
 
+    /// Like [`closed`](Sender::closed), a future that does not borrow the sender, so an
+    /// engine can wait on many streams' ends while it goes on sending.
+    pub fn closed_owned(&self) -> WaitForCancellationFutureOwned {
+        self.buffer.token().clone().cancelled_owned()
+    }
+
     /// Whether the stream has ended (or [`finish`](Sender::finish) was called), so that every
     /// send would fail.
     pub fn is_closed(&self) -> bool {
@@ -175,6 +181,7 @@ impl<T: Chunk> Sender<T> {
     /// already sent. Returning `Ok` from a spawned generator does the same.
     pub fn finish(mut self) {
         self.done = true;
+        self.stop_producing();
         self.buffer.finish();
     }
 
@@ -182,25 +189,33 @@ impl<T: Chunk> Sender<T> {
     /// source: the consumer receives the events already sent, then the error.
     pub fn abort(mut self, error: impl Into<BoxError>) {
         self.done = true;
+        self.stop_producing();
         self.buffer
             .end(EndReason::GeneratorError, Some(error.into()));
+    }
+
+    /// Outside the gate's task, letting go of the sender is the producer's work stopping: said
+    /// before the end it causes, so the release never waits for it (or counts it forced).
+    fn stop_producing(&self) {
+        if !self.in_task {
+            self.buffer.producer_stopped();
+        }
     }
 }
 
 impl<T: Chunk> Drop for Sender<T> {
     fn drop(&mut self) {
-        if self.in_task {
-            // The generator's outcome, not its sender, says how the stream ends.
+        if self.in_task || self.done {
+            // In the task, the generator's outcome says how the stream ends; `finish` and
+            // `abort` have said it already.
             return;
         }
-        if !self.done {
-            // Output cut short must not look complete.
-            self.buffer.end(
-                EndReason::GeneratorError,
-                Some("the sender was dropped before `finish`".into()),
-            );
-        }
-        self.buffer.producer_stopped();
+        self.stop_producing();
+        // Output cut short must not look complete.
+        self.buffer.end(
+            EndReason::GeneratorError,
+            Some("the sender was dropped before `finish`".into()),
+        );
     }
 }
 
@@ -238,7 +253,6 @@ impl<T> fmt::Display for SendError<T> {
 impl<T> std::error::Error for SendError<T> {}
 
 /// The error of [`Sender::try_send`], holding the chunk that was not sent.
-#[non_exhaustive]
 pub enum TrySendError<T> {
     /// The buffer is full: the consumer is behind. Try again once
     /// [`Sender::ready`] completes.
