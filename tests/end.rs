@@ -562,20 +562,17 @@ async fn a_generator_that_ignores_its_token_is_dropped_when_the_grace_runs_out()
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_generator_parked_in_a_send_after_the_end_is_dropped_at_once() {
-    // A long grace does not hold up a generator that has nothing in progress.
+async fn a_generator_that_returns_on_the_failed_send_is_released_at_once() {
+    // A long grace does not hold up a generator that stops when its send fails.
     let releases = Releases::default();
     let consumer = releases
         .gate()
         .max_events(2)
         .stop_grace(Duration::from_secs(3600))
         .spawn(|_, mut tx| async move {
-            let mut i = 0;
-            loop {
-                let _ = tx.send(token(i)).await;
-                i += 1;
+            for i in 0.. {
+                tx.send(token(i)).await?;
             }
-            #[allow(unreachable_code)]
             Ok::<_, SendError<String>>(())
         });
     let handle = consumer.handle();
@@ -589,6 +586,37 @@ async fn a_generator_parked_in_a_send_after_the_end_is_dropped_at_once() {
     assert!(!stats.stop_forced);
     assert_eq!(stats.chunks_after_end, 1);
     assert_eq!(stats.events_undelivered, 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_generator_that_ignores_the_failed_send_is_parked_until_the_grace_ends() {
+    let releases = Releases::default();
+    let consumer = releases
+        .gate()
+        .max_events(2)
+        .stop_grace(Duration::from_secs(1))
+        .spawn(|_, mut tx| async move {
+            let mut i = 0;
+            loop {
+                let _ = tx.send(token(i)).await;
+                i += 1;
+            }
+            #[allow(unreachable_code)]
+            Ok::<_, SendError<String>>(())
+        });
+    let handle = consumer.handle();
+    sleep(Duration::from_millis(10)).await;
+    drop(consumer);
+    timeout(HANG, handle.released()).await.expect("released");
+    let (reason, stats) = releases.once();
+    assert_eq!(reason, EndReason::ConsumerGone);
+    assert!(
+        stats.stop_forced,
+        "parked, then dropped when the grace ran out"
+    );
+    assert!(stats.end_to_stop.unwrap() >= Duration::from_secs(1));
+    // The failed one and the one it is parked in: never a spin.
+    assert!(stats.chunks_after_end <= 2, "{stats:?}");
 }
 
 #[tokio::test(start_paused = true)]

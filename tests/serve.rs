@@ -363,3 +363,37 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
     assert!(asked.elapsed() < serve::common::server::SHUTDOWN_GRACE);
     assert_eq!(streams.stats().gates, 0, "every stream was released");
 }
+
+/// A client that stopped reading holds its connection's last bytes in the kernel for ever; the
+/// shutdown ends its stream, gives the connection a short drain, and returns anyway.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_is_not_held_by_a_reader_that_stopped() {
+    let (listener, app, server) = build(&["--step-ms", "0", "--sndbuf", "16384"]);
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let streams = server.streams.clone();
+    let served = tokio::spawn(serve::common::server::serve_until(
+        listener,
+        app,
+        streams.clone(),
+        async move {
+            stopped.await.ok();
+        },
+    ));
+    let mut reader =
+        RawResponse::post_json(addr, "/v1/chat/completions", &chat(1_000_000, true)).await;
+    chunk(&reader.expect_frame().await);
+    // The reader stops: the kernel's buffers fill, then the gate's, and the generator waits.
+    sleep(Duration::from_millis(500)).await;
+    let asked = Instant::now();
+    stop.send(()).unwrap();
+    timeout(HANG, served)
+        .await
+        .expect("the server returns")
+        .unwrap()
+        .expect("served");
+    let limit = serve::common::server::SHUTDOWN_GRACE + serve::common::server::DRAIN_LIMIT;
+    assert!(asked.elapsed() < limit, "{:?}", asked.elapsed());
+    assert_eq!(streams.stats().gates, 0, "the stream was released");
+    drop(reader);
+}

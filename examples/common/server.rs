@@ -86,13 +86,15 @@ pub async fn serve_until_signal(
 
 /// Serves until `stop` completes, then ends every stream of `streams` (waiting at most
 /// [`SHUTDOWN_GRACE`] for their releases) and lets axum finish the connections, whose bodies
-/// have ended.
+/// have ended. A connection that cannot take its last bytes (a client that stopped reading)
+/// gets [`DRAIN_LIMIT`] more, then is abandoned: one stopped reader must not hold the process.
 pub async fn serve_until(
     listener: TunedListener,
     app: Router,
     streams: streamgate::Group,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let (ended, streams_ended) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         stop.await;
         let report = streams.shutdown(SHUTDOWN_GRACE).await;
@@ -100,11 +102,27 @@ pub async fn serve_until(
             "shutting down: {} open streams ended, {} released",
             report.ended, report.released
         );
+        let _ = ended.send(());
     };
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let drain_limit = async {
+        if streams_ended.await.is_ok() {
+            tokio::time::sleep(DRAIN_LIMIT).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = served => served,
+        () = drain_limit => {
+            eprintln!("shutting down: connections still draining after {DRAIN_LIMIT:?} abandoned");
+            Ok(())
+        }
+    }
 }
+
+/// How long connections may take to drain once every stream has ended.
+pub const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
 async fn signal() {

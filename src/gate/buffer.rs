@@ -111,6 +111,8 @@ struct State<T> {
     /// The consumer has been given the end (or was dropped): the stream yields nothing more.
     end_seen: bool,
     stall: Option<Stall>,
+    /// When the consumer last took an event while a sender waited for room.
+    last_take: Option<Clock>,
     /// The byte length of the chunk last refused as full (0 once one is admitted): what
     /// "room" means for `poll_room` and the stall clock.
     wanted: usize,
@@ -156,6 +158,7 @@ impl<T: Chunk> Buffer<T> {
                 end: None,
                 end_seen: false,
                 stall: None,
+                last_take: None,
                 wanted: 0,
                 stall_watched: false,
                 producer_stopped: false,
@@ -360,6 +363,7 @@ impl<T: Chunk> Buffer<T> {
             bytes + mem::take(&mut state.bytes) as u64,
         );
         let mut wakers = [tx, None];
+        let mut completed = false;
         // What to yield, decided under the lock; the chunk itself is popped after it.
         let end = if !batch.is_empty() {
             None
@@ -370,6 +374,7 @@ impl<T: Chunk> Buffer<T> {
             let (_, mut woken) = self.end_locked(&mut state, EndReason::Completed, None);
             wakers[1] = woken[2].take();
             state.end_seen = true;
+            completed = true;
             Some(Poll::Ready(None))
         } else if let Some((reason, error)) = &state.end {
             debug_assert!(error.is_some() || *reason == EndReason::Completed);
@@ -388,6 +393,11 @@ impl<T: Chunk> Buffer<T> {
         }
         if let Some(task) = task {
             task.wake();
+        }
+        if completed {
+            // Every end cancels the token, completion too: a generator still running
+            // (finished through `Sender::finish`) is told.
+            self.token.cancel();
         }
         end.unwrap_or_else(|| Poll::Ready(self.yield_from(batch).map(Ok)))
     }
@@ -420,6 +430,8 @@ impl<T: Chunk> Buffer<T> {
     #[cold]
     fn wake_sender(&self) {
         let mut state = lock(&self.state);
+        // The sender waits, so the slow-consumer clock runs: it restarts from this take.
+        state.last_take = Some(Clock::now());
         self.delivered.sender_waits.store(false, Ordering::Relaxed);
         let tx = state.tx_waker.take();
         drop(state);
@@ -591,9 +603,16 @@ impl<T: Chunk> Buffer<T> {
             return;
         }
         let (events, bytes) = self.held(&state);
-        if !state.finished && self.fits(events, bytes, state.wanted.max(1)) {
+        let caught_up = if state.finished {
+            // The consumer has every event; only the end is still to be taken.
+            events == 0
+        } else {
             // The consumer made room and the producer has not used it (an engine that was
-            // refused and has not sent since): the consumer is not the slow one.
+            // refused and has not sent since).
+            self.fits(events, bytes, state.wanted.max(1))
+        };
+        if caught_up {
+            // The consumer is not the slow one.
             state.stall = None;
             return;
         }
@@ -601,8 +620,16 @@ impl<T: Chunk> Buffer<T> {
         // A generator that finished waits for its consumer on every policy's terms: the
         // consumer must take something within the limit.
         if (deadline.restarts_on_take || state.finished) && takes != stall.takes {
-            state.stall = Some(Stall { since: now, takes });
-            return;
+            // The clock restarts at the last take, when it is known (a sender was waiting),
+            // so a reader that took one event and stopped is ended on time.
+            let since = state
+                .last_take
+                .filter(|&at| at > stall.since)
+                .unwrap_or(now);
+            state.stall = Some(Stall { since, takes });
+            if since.checked_add(deadline.limit).is_none_or(|at| now < at) {
+                return;
+            }
         }
         let (_, wakers) = self.end_locked(&mut state, EndReason::SlowConsumer, None);
         drop(state);

@@ -142,12 +142,13 @@ impl Gate {
     /// How long a generator may go on after an early end (the consumer gone, a slow-consumer
     /// end, a cancel, a shutdown) before it is dropped: the two-phase stop.
     ///
-    /// At the end the generator's `CancellationToken` is cancelled (the *stop*): a generator
-    /// that checks it can finish its step (a `spawn_blocking` decode step, an engine call in
-    /// flight) and return. If it is still running when the grace is over, it is dropped (the
-    /// *kill*). A generator that sends on the ended stream has nothing in progress and is
-    /// dropped at once. The release waits for either, so the hook runs after the work stopped;
-    /// [`GateStats::end_to_stop`] and [`GateStats::stop_forced`] say how it went.
+    /// At the end the generator's `CancellationToken` is cancelled (the *stop*) and its next
+    /// send fails: a generator that checks either can finish its step (a `spawn_blocking`
+    /// decode step, an engine call in flight) and return. If it is still running when the
+    /// grace is over, it is dropped (the *kill*); a generator that ignores the failed send is
+    /// parked in its next one until then. The release waits for either, so the hook runs after
+    /// the work stopped; [`GateStats::end_to_stop`] and [`GateStats::stop_forced`] say how it
+    /// went.
     ///
     /// For a spawned generator the default, zero, drops it at once. For a
     /// [`channel`](Gate::channel) gate, the work has stopped when the engine drops the
@@ -230,7 +231,10 @@ impl Gate {
     {
         let stop_grace = self.stop_grace.unwrap_or(Duration::ZERO);
         let (buffer, release, stamp) = self.start();
-        let sender = Sender::new(buffer.clone(), stamp, true);
+        let mut sender = Sender::new(buffer.clone(), stamp, true);
+        if stop_grace.is_zero() {
+            sender = sender.parking_at_end();
+        }
         // A child: the generator cancelling its own token does not end the stream behind the
         // gate's back, while every end still reaches it.
         let generator = generator(buffer.token().child_token(), sender);

@@ -87,12 +87,6 @@ pub(crate) async fn drive<T, G, E>(
                 buffer.mark_stopped(false);
                 return Poll::Ready(());
             }
-            if view.producer_stopped {
-                // The generator waits in a send on the ended stream: nothing is in progress.
-                running.generator = None;
-                buffer.mark_stopped(false);
-                return Poll::Ready(());
-            }
             if timers.stop_grace_over(cx, ended_at, stop_grace) {
                 running.generator = None;
                 buffer.mark_stopped(true);

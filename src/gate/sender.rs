@@ -33,13 +33,17 @@ use crate::sync::Arc;
 pub struct Sender<T: Chunk> {
     buffer: Arc<Buffer<T>>,
     stamp: bool,
-    /// Whether the gate's own task runs the generator that owns this sender: then a send on an
-    /// ended stream waits there until the generator is dropped.
+    /// Whether the gate's own task runs the generator that owns this sender: then the
+    /// generator's outcome, not the sender, says how the stream ends.
     in_task: bool,
     /// `finish` or `abort` has been called.
     done: bool,
-    /// A send has already failed: the caller ignored it if it sends again.
+    /// A `send` or `ready` has already failed: the caller ignored it if it waits to send
+    /// again.
     failed: bool,
+    /// A spawned generator with no stop grace: it is dropped at the end, so a send that meets
+    /// the end (racing it on another thread) parks at once rather than failing.
+    park_at_end: bool,
 }
 
 impl<T: Chunk> Sender<T> {
@@ -50,7 +54,14 @@ impl<T: Chunk> Sender<T> {
             in_task,
             done: false,
             failed: false,
+            park_at_end: false,
         }
+    }
+
+    /// Makes a send that meets the end park at once (see `park_at_end`).
+    pub(crate) fn parking_at_end(mut self) -> Self {
+        self.park_at_end = true;
+        self
     }
 
     /// Sends one chunk to the consumer, waiting for room as the gate's
@@ -64,13 +75,13 @@ impl<T: Chunk> Sender<T> {
     /// # Errors
     ///
     /// Hands the chunk back when the stream has ended; the chunk is counted in
-    /// [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end). Inside the gate's
-    /// own task ([`Gate::spawn`](crate::Gate::spawn)) such a send never completes: the
-    /// generator is stopped there, having made at most this one chunk after the end. A
-    /// generator that wants to finish its step on its own checks its `CancellationToken` (or
-    /// [`is_closed`](Sender::is_closed)) before sending. Elsewhere, a send after one that
-    /// already failed never completes either: a loop that ignores the error is parked rather
-    /// than left to spin, making chunks nobody reads.
+    /// [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end). A generator should
+    /// stop then (`tx.send(chunk).await?` returns from it, which is also how a spawned
+    /// generator finishes its step within the stop grace). A send after one that already
+    /// failed never completes: a loop that ignores the error is parked there, making at most
+    /// one more chunk, rather than left to spin making chunks nobody reads (a spawned
+    /// generator parked so is dropped when its stop grace runs out). With the default stop
+    /// grace of zero, a spawned generator is not polled again after the end at all.
     ///
     /// # Cancel safety
     ///
@@ -84,38 +95,30 @@ impl<T: Chunk> Sender<T> {
             return std::future::pending().await;
         }
         let at = self.stamp.then(Instant::now);
+        let park_at_end = self.park_at_end;
         let mut held = Some(chunk);
-        let mut refused = None;
         poll_fn(|cx| {
-            if held.is_some() {
-                let budget = ready!(coop::poll_proceed(cx));
-                let chunk = held.take().expect("checked above");
-                match self.buffer.try_push(chunk, at, Some(cx.waker())) {
-                    Ok(()) => {
-                        budget.made_progress();
-                        return Poll::Ready(Ok(()));
-                    }
-                    Err(Refused::Full(chunk)) => {
-                        held = Some(chunk);
+            let budget = ready!(coop::poll_proceed(cx));
+            let chunk = held.take().expect("polled after completion");
+            match self.buffer.try_push(chunk, at, Some(cx.waker())) {
+                Ok(()) => {
+                    budget.made_progress();
+                    Poll::Ready(Ok(()))
+                }
+                Err(Refused::Full(chunk)) => {
+                    held = Some(chunk);
+                    Poll::Pending
+                }
+                Err(Refused::Ended(chunk)) => {
+                    budget.made_progress();
+                    if park_at_end {
+                        // Counted; the gate's task drops the generator here.
+                        drop(chunk);
                         return Poll::Pending;
                     }
-                    Err(Refused::Ended(chunk)) => {
-                        budget.made_progress();
-                        refused = Some(chunk);
-                        if self.in_task {
-                            // Nothing is in progress: the gate's task may drop the generator
-                            // now instead of waiting out the stop grace.
-                            self.buffer.producer_stopped();
-                        }
-                    }
+                    Poll::Ready(Err(SendError(chunk)))
                 }
             }
-            if self.in_task {
-                // Only a sender moved out of the generator's task gets this far.
-                ready!(self.buffer.poll_released(cx));
-            }
-            let chunk = refused.take().expect("polled after completion");
-            Poll::Ready(Err(SendError(chunk)))
         })
         .await
         .inspect_err(|_| self.failed = true)
@@ -147,11 +150,22 @@ impl<T: Chunk> Sender<T> {
     /// `Ready(Err(Closed))` once the stream has ended. While it is pending, the slow-consumer
     /// clock runs. Under `Coalesce` it waits for room for an event of its own even when a
     /// `try_send` would merge: try first, wait when refused.
+    ///
+    /// Once it (or a `send`) has failed, it never completes again: a loop that ignores the end
+    /// is parked rather than left to spin.
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
+        if self.failed {
+            return Poll::Pending;
+        }
         let budget = ready!(coop::poll_proceed(cx));
         let room = ready!(self.buffer.poll_room(cx));
         budget.made_progress();
-        Poll::Ready(if room { Ok(()) } else { Err(Closed(())) })
+        if room {
+            Poll::Ready(Ok(()))
+        } else {
+            self.failed = true;
+            Poll::Ready(Err(Closed(())))
+        }
     }
 
     /// Waits for room for one more event; see [`poll_ready`](Sender::poll_ready).

@@ -23,7 +23,8 @@ use crate::sync::Arc;
 fn a_careless_generator_makes_at_most_one_chunk_after_a_cancel() {
     model(|| {
         let buffer = buffer(1, 64, UNTIMED);
-        let mut tx = Sender::new(buffer.clone(), false, true);
+        // As `Gate::spawn` makes it with no stop grace.
+        let mut tx = Sender::new(buffer.clone(), false, true).parking_at_end();
         let calls = Arc::new(AtomicUsize::new(0));
         let release = counted_release(&buffer, &calls);
         let generator = async move {
