@@ -281,7 +281,7 @@ async fn budget_schedule(seed: u64, policy: Policy) {
     const STOPPED: usize = 6;
     const TOKENS: u64 = 60;
     let mut rng = Rng(seed);
-    let group = Group::new().budget(BUDGET);
+    let group = Group::with_budget(BUDGET);
     let gates = STOPPED + 1;
     let bound = BUDGET + gates * LEN;
     let worst = Arc::new(AtomicUsize::new(0));
@@ -386,7 +386,7 @@ fn the_budget_bounds_the_group_and_refuses_the_streams_holding_the_most() {
 #[test]
 fn a_zero_budget_is_one_byte_and_every_stream_still_flows() {
     paused(|| async {
-        let group = Group::new().budget(0);
+        let group = Group::with_budget(0);
         assert_eq!(group.stats().budget, Some(1));
         let mut consumers: Vec<_> = (0..3)
             .map(|_| tokens(Gate::new().group(&group), Some(20)))

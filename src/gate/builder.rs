@@ -39,6 +39,12 @@ const DEFAULT_CHANNEL_STOP_GRACE: Duration = Duration::from_secs(10);
 /// [`DEFAULT_MAX_PAUSE`](crate::DEFAULT_MAX_PAUSE)), ids from 0, no stop grace (an early end
 /// drops the generator at once), no release hook, no group.
 ///
+/// The policy's clock, the stop grace and an async hook's time limit use tokio's timer: the
+/// runtime needs it enabled (`#[tokio::main]` and `Builder::enable_all` do). The default
+/// policy has a pause limit, so on a runtime built without `enable_time` the gate's task
+/// panics with tokio's "timers are disabled" message the first time a consumer falls behind;
+/// give such a runtime `Policy::Backpressure { max_pause: None }`.
+///
 /// Two shapes:
 /// - [`spawn`](Gate::spawn) (and [`stream`](Gate::stream), [`try_stream`](Gate::try_stream)):
 ///   the gate's task owns and runs one generator;
@@ -167,7 +173,12 @@ impl Gate {
     /// and counts what the stream cost.
     ///
     /// It runs on every end: completion, generator error or panic, consumer gone, slow-consumer
-    /// end, cancellation, shutdown, and the runtime shutting down. It runs on the gate's task,
+    /// end, cancellation, shutdown, and the runtime shutting down. The counters are those at
+    /// the release: after an early end a consumer that is still there may yet read the events
+    /// that were waiting (the hook counts them in `events_undelivered`). When a runtime shuts
+    /// down with the consumer's task on it, whichever task it drops first decides the reason:
+    /// `Shutdown`, or `ConsumerGone` if the consumer went first (shut streams down through a
+    /// [`Group`] first to report them as `Shutdown`). It runs on the gate's task,
     /// so it should be quick and must not block; see
     /// [`on_release_async`](Gate::on_release_async) for work that awaits.
     /// [`GateHandle::released`] completes after it has returned.

@@ -34,7 +34,7 @@ use super::handle::GateHandle;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
-/// let group = Group::new().budget(64 * 1024 * 1024);
+/// let group = Group::with_budget(64 * 1024 * 1024);
 /// let consumer = Gate::new().group(&group).spawn(|_, mut tx| async move {
 ///     loop {
 ///         tx.send("t ".to_owned()).await?;
@@ -155,19 +155,21 @@ impl Group {
         }
     }
 
-    /// Bounds the bytes that all the group's buffers hold together (see the type's docs for what
+    /// A group whose buffers hold at most `bytes` together (see the type's docs for what
     /// happens when it is reached). A budget of 0 is taken as 1: every gate still admits one
-    /// chunk at a time. Set it before any gate joins: a group that already has gates keeps
-    /// its budget (as does a clone of a group).
-    pub fn budget(mut self, bytes: usize) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.budget = Some(Arc::new(Budget {
-                limit: bytes.max(1),
-                used: AtomicUsize::new(0),
-                gates: AtomicUsize::new(0),
-            }));
+    /// chunk at a time.
+    pub fn with_budget(bytes: usize) -> Self {
+        Group {
+            inner: Arc::new(Inner {
+                budget: Some(Arc::new(Budget {
+                    limit: bytes.max(1),
+                    used: AtomicUsize::new(0),
+                    gates: AtomicUsize::new(0),
+                })),
+                shutting_down: AtomicBool::new(false),
+                members: Mutex::new(Members::default()),
+            }),
         }
-        self
     }
 
     /// Ends every open stream of the group as [`EndReason::Shutdown`] and waits, at most

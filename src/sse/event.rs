@@ -297,8 +297,9 @@ impl Chunk for SseEvent {
     /// merge by concatenating their data; the merged event keeps the later id (a client that
     /// has it has everything up to that id). Any other event (built with
     /// [`data`](SseEvent::data), or decoded from an upstream) never merges: its data may be a
-    /// document that concatenation would corrupt. Gate your own delta type (or the crate's
-    /// OpenAI chunk type) to coalesce those losslessly.
+    /// document that concatenation would corrupt. To coalesce those losslessly, gate a delta
+    /// type of your own whose `merge` understands the document (as the reference server's
+    /// token delta does, merging text before it is encoded as JSON).
     fn merge(&mut self, next: Self) -> Result<(), Self> {
         if !(self.text
             && next.text
