@@ -664,3 +664,27 @@ async fn the_generators_token_cannot_end_the_stream() {
     assert!(consumer.next().await.is_none());
     assert_eq!(consumer.handle().end_reason(), Some(EndReason::Completed));
 }
+
+/// A spawned generator that hands its sender to another task and returns: the stream finishes
+/// when that sender is done, with every chunk it sent, not when the generator returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_handed_to_another_task_finishes_the_stream_when_dropped() {
+    let mut consumer = Gate::new().spawn(|_, mut tx| async move {
+        tokio::spawn(async move {
+            for i in 0..3 {
+                sleep(Duration::from_millis(5)).await;
+                tx.send(format!("t{i} ")).await?;
+            }
+            Ok::<_, streamgate::SendError<String>>(())
+        });
+        Ok::<_, streamgate::SendError<String>>(())
+    });
+    let handle = consumer.handle();
+    let mut text = String::new();
+    while let Some(event) = timeout(HANG, consumer.next()).await.expect("no hang") {
+        text.push_str(event.expect("completes").chunk());
+    }
+    assert_eq!(text, "t0 t1 t2 ");
+    timeout(HANG, handle.released()).await.expect("released");
+    assert_eq!(handle.end_reason(), Some(EndReason::Completed));
+}

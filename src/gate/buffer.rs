@@ -118,9 +118,12 @@ struct State<T> {
     wanted: usize,
     /// The gate's task holds a timer for the stall clock: a re-armed clock needs no wake-up.
     stall_watched: bool,
-    /// The producer's work has stopped: the generator waits in a send after the end, or the
-    /// engine dropped its sender.
+    /// The producer's work has stopped: the engine dropped its sender.
     producer_stopped: bool,
+    /// A spawned generator returned `Ok` ...
+    generator_returned: bool,
+    /// ... and its sender is still alive (moved to another task): not finished until it goes.
+    task_sender_alive: bool,
     rx_waker: Option<Waker>,
     tx_waker: Option<Waker>,
     task_waker: Option<Waker>,
@@ -162,6 +165,8 @@ impl<T: Chunk> Buffer<T> {
                 wanted: 0,
                 stall_watched: false,
                 producer_stopped: false,
+                generator_returned: false,
+                task_sender_alive: true,
                 rx_waker: None,
                 tx_waker: None,
                 task_waker: None,
@@ -498,19 +503,52 @@ impl<T: Chunk> Buffer<T> {
     /// event. Until then the slow-consumer clock watches the consumer.
     pub(crate) fn finish(&self) {
         let mut state = lock(&self.state);
+        let wakers = self.finish_locked(&mut state);
+        drop(state);
+        wakers.into_iter().flatten().for_each(Waker::wake);
+    }
+
+    /// A spawned generator returned `Ok`: the stream finishes once its sender is gone too (a
+    /// generator may hand its sender to another task and return).
+    pub(crate) fn generator_returned(&self) {
+        let mut state = lock(&self.state);
+        state.generator_returned = true;
+        let wakers = if state.task_sender_alive {
+            [None, None]
+        } else {
+            self.finish_locked(&mut state)
+        };
+        drop(state);
+        wakers.into_iter().flatten().for_each(Waker::wake);
+    }
+
+    /// A spawned generator's sender was dropped: if the generator has returned, the stream
+    /// finishes.
+    pub(crate) fn task_sender_dropped(&self) {
+        let mut state = lock(&self.state);
+        state.task_sender_alive = false;
+        let wakers = if state.generator_returned {
+            self.finish_locked(&mut state)
+        } else {
+            [None, None]
+        };
+        drop(state);
+        wakers.into_iter().flatten().for_each(Waker::wake);
+    }
+
+    /// Marks the stream finished (unless it has ended); returns the wakers to wake.
+    fn finish_locked(&self, state: &mut State<T>) -> [Option<Waker>; 2] {
         if state.end.is_some() || state.finished {
-            return;
+            return [None, None];
         }
         state.finished = true;
-        let (events, _) = self.held(&state);
+        let (events, _) = self.held(state);
         let task = if events > 0 {
-            self.start_stall(&mut state)
+            self.start_stall(state)
         } else {
             None
         };
-        let rx = state.rx_waker.take();
-        drop(state);
-        [rx, task].into_iter().flatten().for_each(Waker::wake);
+        [state.rx_waker.take(), task]
     }
 
     /// Sets the end unless one stands; returns the reason that stands and the wakers to wake

@@ -227,7 +227,8 @@ impl Gate {
     /// The generator is a closure given the stream's [`CancellationToken`] (cancelled when the
     /// stream ends) and the [`Sender`] for its chunks; its future owns whatever the stream
     /// holds. Returning `Ok` finishes the stream: it completes once the consumer has taken
-    /// every event. An `Err` ends it as [`GeneratorError`](EndReason::GeneratorError); a panic
+    /// every event. A generator that hands its `Sender` to another task and returns finishes
+    /// the stream when that sender is dropped (or [`finish`](Sender::finish)ed) instead. An `Err` ends it as [`GeneratorError`](EndReason::GeneratorError); a panic
     /// is caught and ends it as [`GeneratorPanic`](EndReason::GeneratorPanic).
     ///
     /// # Panics

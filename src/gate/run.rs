@@ -161,11 +161,11 @@ where
     }
 }
 
-/// Records how the generator ended: a success finishes the stream (it completes once the
-/// consumer has taken everything), an error or a panic ends it.
+/// Records how the generator ended: a success finishes the stream once its sender is gone too
+/// (it completes once the consumer has taken everything), an error or a panic ends it.
 fn end_with<T: Chunk, E: Into<BoxError>>(buffer: &Buffer<T>, outcome: Outcome<E>) {
     match outcome {
-        Ok(Ok(())) => buffer.finish(),
+        Ok(Ok(())) => buffer.generator_returned(),
         Ok(Err(error)) => {
             buffer.end(EndReason::GeneratorError, Some(error.into()));
         }

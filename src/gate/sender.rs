@@ -219,9 +219,13 @@ impl<T: Chunk> Sender<T> {
 
 impl<T: Chunk> Drop for Sender<T> {
     fn drop(&mut self) {
-        if self.in_task || self.done {
-            // In the task, the generator's outcome says how the stream ends; `finish` and
-            // `abort` have said it already.
+        if self.in_task {
+            // The generator's outcome says how the stream ends, once its sender is gone too.
+            self.buffer.task_sender_dropped();
+            return;
+        }
+        if self.done {
+            // `finish` and `abort` have said how the stream ends.
             return;
         }
         self.stop_producing();
