@@ -10,47 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
+use common::gate::{Releases, drain};
 use common::{HANG, Rng};
 use futures_util::StreamExt;
 use streamgate::{
-    BoxError, Consumer, EndReason, Gate, GateError, GateStats, Group, Policy, SendError, Sender,
-    TrySendError,
+    BoxError, Consumer, EndReason, Gate, Group, Policy, SendError, Sender, TrySendError,
 };
 use tokio::runtime::{Builder, Runtime};
 use tokio::time::{Instant, sleep, timeout};
-
-/// Every call of a release hook: the reason and the stats it was given.
-#[derive(Clone, Default)]
-struct Releases(Arc<Mutex<Vec<(EndReason, GateStats)>>>);
-
-impl Releases {
-    fn gate(&self) -> Gate {
-        let calls = self.0.clone();
-        Gate::new().on_release(move |reason, stats| calls.lock().unwrap().push((reason, stats)))
-    }
-
-    /// The only release: fails if there was none or more than one.
-    fn once(&self) -> (EndReason, GateStats) {
-        let calls = self.0.lock().unwrap();
-        assert_eq!(calls.len(), 1, "released exactly once: {calls:?}");
-        calls[0].clone()
-    }
-}
-
-/// The events of a consumer until its end, and the end (`None` when it completed).
-async fn drain(consumer: &mut Consumer<String>) -> (Vec<(u64, String)>, Option<GateError>) {
-    let mut events = Vec::new();
-    while let Some(item) = consumer.next().await {
-        match item {
-            Ok(event) => events.push((event.id(), event.into_chunk())),
-            Err(error) => {
-                assert!(consumer.next().await.is_none(), "nothing after the end");
-                return (events, Some(error));
-            }
-        }
-    }
-    (events, None)
-}
 
 fn token(i: u64) -> String {
     format!("t{i} ")
@@ -265,7 +232,7 @@ fn end_path(path: Path, style: Style, flavor: Flavor) {
         );
     });
     drop(rt);
-    assert_eq!(releases.0.lock().unwrap().len(), 1, "{case}: once, still");
+    assert_eq!(releases.count(), 1, "{case}: once, still");
 }
 
 fn every_style_and_flavor(path: Path) {

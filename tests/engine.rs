@@ -6,41 +6,16 @@ mod common;
 
 use std::future::Future;
 use std::pin::pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::HANG;
+use common::gate::{Releases, drain, drain_within};
 use futures_util::StreamExt;
-use streamgate::{
-    Consumer, EndReason, Gate, GateError, GateHandle, GateStats, Policy, Sender, TrySendError,
-};
+use streamgate::{EndReason, Gate, GateHandle, Policy, Sender, TrySendError};
 use tokio::time::{Instant, sleep, timeout};
-
-/// Every call of a release hook: the reason, the stats, and when (on tokio's clock).
-#[derive(Clone, Default)]
-struct Releases(Arc<Mutex<Vec<(EndReason, GateStats, Instant)>>>);
-
-impl Releases {
-    fn gate(&self) -> Gate {
-        let calls = self.0.clone();
-        Gate::new().on_release(move |reason, stats| {
-            calls.lock().unwrap().push((reason, stats, Instant::now()))
-        })
-    }
-
-    /// The only release: fails if there was none or more than one.
-    fn once(&self) -> (EndReason, GateStats, Instant) {
-        let calls = self.0.lock().unwrap();
-        assert_eq!(calls.len(), 1, "released exactly once");
-        calls[0].clone()
-    }
-
-    fn count(&self) -> usize {
-        self.0.lock().unwrap().len()
-    }
-}
 
 /// Polls `future` once, with a waker that does nothing.
 fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
@@ -49,30 +24,6 @@ fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
 
 /// A hang guard for tests on paused time, where the clock jumps to the next timer.
 const PAUSED_HANG: Duration = Duration::from_secs(3600);
-
-/// The events of a consumer until its end, and the end (`None` when it completed).
-async fn drain(consumer: &mut Consumer<String>) -> (Vec<(u64, String)>, Option<GateError>) {
-    drain_within(consumer, HANG).await
-}
-
-/// `drain`, waiting at most `limit` for each item: on paused time HANG is only 20 s of the
-/// test's clock, so those tests use `PAUSED_HANG`.
-async fn drain_within(
-    consumer: &mut Consumer<String>,
-    limit: Duration,
-) -> (Vec<(u64, String)>, Option<GateError>) {
-    let mut events = Vec::new();
-    while let Some(item) = timeout(limit, consumer.next()).await.expect("no hang") {
-        match item {
-            Ok(event) => events.push((event.id(), event.into_chunk())),
-            Err(error) => {
-                assert!(consumer.next().await.is_none(), "nothing after the end");
-                return (events, Some(error));
-            }
-        }
-    }
-    (events, None)
-}
 
 async fn released(handle: &GateHandle) {
     timeout(HANG, handle.released())
@@ -112,7 +63,7 @@ async fn try_send_hands_a_full_chunk_back_and_counts_chunks_after_the_consumer_l
 
     drop(tx);
     released(&handle).await;
-    let (reason, stats, _) = releases.once();
+    let (reason, stats, _) = releases.once_at();
     assert_eq!(reason, EndReason::ConsumerGone);
     assert_eq!(stats.chunks_after_end, 2);
     assert_eq!(stats.events_undelivered, 2);
@@ -243,7 +194,7 @@ async fn finish_completes_only_after_the_consumer_drained_it() {
     assert!(end.is_none());
     assert_eq!(events.len(), 3);
     released(&handle).await;
-    let (reason, stats, _) = releases.once();
+    let (reason, stats, _) = releases.once_at();
     assert_eq!(reason, EndReason::Completed);
     assert_eq!(stats.events_delivered, 3);
     assert_eq!(stats.events_undelivered, 0);
@@ -259,7 +210,7 @@ async fn finish_completes_only_after_the_consumer_drained_it() {
     tx.finish();
     drop(consumer);
     released(&handle).await;
-    let (reason, stats, _) = releases.once();
+    let (reason, stats, _) = releases.once_at();
     assert_eq!(reason, EndReason::ConsumerGone);
     assert_eq!(stats.events_undelivered, 3);
     assert_eq!(stats.events_delivered, 0);
@@ -280,7 +231,7 @@ async fn abort_delivers_the_events_then_the_error_with_its_source() {
     let source = std::error::Error::source(&error).expect("the engine's error");
     assert_eq!(source.to_string(), "device lost");
     released(&handle).await;
-    let (reason, stats, _) = releases.once();
+    let (reason, stats, _) = releases.once_at();
     assert_eq!(reason, EndReason::GeneratorError);
     assert_eq!(stats.next_id, 9);
     assert!(!stats.stop_forced);
@@ -353,7 +304,7 @@ async fn disconnect_ends_a_stopped_reader_within_after_plus_a_tick_with_try_send
         }
         let (first_full, _) = timeout(HANG * 10, engine).await.expect("ended").unwrap();
         released(&handle).await;
-        let (reason, stats, at) = releases.once();
+        let (reason, stats, at) = releases.once_at();
         assert_eq!(reason, EndReason::SlowConsumer, "interval {interval:?}");
         let waited = at - first_full;
         assert!(
@@ -548,7 +499,7 @@ async fn one_engine_loop_feeds_many_streams_and_no_stream_holds_it_up() {
         let (ids, texts, end, ended_at, handle) =
             timeout(HANG, reader).await.expect("reader ends").unwrap();
         released(&handle).await;
-        let (reason, stats, _) = releases[i].once();
+        let (reason, stats, _) = releases[i].once_at();
         match kind(i) {
             Reader::KeepsUp | Reader::Slow => {
                 assert_eq!(end, None, "stream {i}");
@@ -601,7 +552,7 @@ async fn the_release_of_a_channel_waits_for_the_engine_within_the_stop_grace() {
     assert!(tx.try_send("b".into()).unwrap_err().is_ended());
     drop(tx);
     released(&handle).await;
-    let (reason, stats, at) = releases.once();
+    let (reason, stats, at) = releases.once_at();
     assert_eq!(reason, EndReason::ConsumerGone);
     assert!(!stats.stop_forced);
     assert_eq!(at - start, Duration::from_millis(100));
@@ -618,7 +569,7 @@ async fn the_release_of_a_channel_waits_for_the_engine_within_the_stop_grace() {
     let start = Instant::now();
     handle.cancel();
     released(&handle).await;
-    let (reason, stats, at) = releases.once();
+    let (reason, stats, at) = releases.once_at();
     assert_eq!(reason, EndReason::Cancelled);
     assert!(stats.stop_forced);
     assert_eq!(at - start, Duration::from_millis(200));

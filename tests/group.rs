@@ -4,15 +4,14 @@
 mod common;
 
 use std::future::{Future, pending};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::gate::{Releases, drain};
 use common::{HANG, Rng};
 use futures_util::StreamExt;
-use streamgate::{
-    Consumer, EndReason, Gate, GateError, GateStats, Group, Policy, SendError, TrySendError,
-};
+use streamgate::{Consumer, EndReason, Gate, Group, Policy, SendError, TrySendError};
 use tokio::time::{sleep, timeout};
 
 /// Runs `test` on a current-thread runtime with paused time, on its own thread, and fails if
@@ -47,40 +46,6 @@ where
     }
 }
 
-/// Every call of a release hook.
-#[derive(Clone, Default)]
-struct Releases(Arc<Mutex<Vec<(EndReason, GateStats)>>>);
-
-impl Releases {
-    fn gate(&self, group: &Group) -> Gate {
-        let calls = self.0.clone();
-        Gate::new()
-            .group(group)
-            .on_release(move |reason, stats| calls.lock().unwrap().push((reason, stats)))
-    }
-
-    fn once(&self) -> (EndReason, GateStats) {
-        let calls = self.0.lock().unwrap();
-        assert_eq!(calls.len(), 1, "released exactly once");
-        calls[0].clone()
-    }
-}
-
-/// The events of a consumer until its end, and the end (`None` when it completed).
-async fn drain(consumer: &mut Consumer<String>) -> (Vec<(u64, String)>, Option<GateError>) {
-    let mut events = Vec::new();
-    while let Some(item) = consumer.next().await {
-        match item {
-            Ok(event) => events.push((event.id(), event.into_chunk())),
-            Err(error) => {
-                assert!(consumer.next().await.is_none(), "nothing after the end");
-                return (events, Some(error));
-            }
-        }
-    }
-    (events, None)
-}
-
 /// A generator sending `n` numbered tokens (for ever with `None`), stopping when a send fails.
 fn tokens(gate: Gate, n: Option<u64>) -> Consumer<String> {
     gate.spawn(move |_, mut tx| async move {
@@ -100,28 +65,28 @@ fn shutdown_ends_every_member_as_shutdown_and_waits_for_their_release() {
         let group = Group::new();
         // Already over before the shutdown: it left the group at its release.
         let done = Releases::default();
-        let mut completed = tokens(done.gate(&group).max_events(4), Some(3));
+        let mut completed = tokens(done.gate().group(&group).max_events(4), Some(3));
         assert!(drain(&mut completed).await.1.is_none());
         completed.handle().released().await;
         assert_eq!(group.stats().gates, 0);
 
         // A reader that stopped with events waiting.
         let stopped = Releases::default();
-        let mut stopped_consumer = tokens(stopped.gate(&group).max_events(4), None);
+        let mut stopped_consumer = tokens(stopped.gate().group(&group).max_events(4), None);
         // A generator that waits on something that never comes and ignores its token.
         let idle = Releases::default();
-        let mut idle_consumer = idle.gate(&group).spawn(|_, mut tx| async move {
+        let mut idle_consumer = idle.gate().group(&group).spawn(|_, mut tx| async move {
             tx.send("only ".to_owned()).await?;
             pending::<()>().await;
             Ok::<_, SendError<String>>(())
         });
         // An engine's stream, the engine still holding the sender.
         let engine = Releases::default();
-        let (mut tx, mut engine_consumer) = engine.gate(&group).channel::<String>();
+        let (mut tx, mut engine_consumer) = engine.gate().group(&group).channel::<String>();
         tx.try_send("e0 ".into()).unwrap();
         // A reader that keeps up.
         let reading = Releases::default();
-        let mut reading_consumer = tokens(reading.gate(&group), None);
+        let mut reading_consumer = tokens(reading.gate().group(&group), None);
         let reader = tokio::spawn(async move {
             let result = drain(&mut reading_consumer).await;
             (result, reading_consumer)
@@ -180,11 +145,14 @@ fn a_gate_joining_after_shutdown_ends_at_once() {
         let releases = Releases::default();
         let ran = Arc::new(AtomicBool::new(false));
         let flag = ran.clone();
-        let mut consumer = releases.gate(&group).spawn(move |_, mut tx| async move {
-            flag.store(true, Ordering::SeqCst);
-            tx.send("never".to_owned()).await?;
-            Ok::<_, SendError<String>>(())
-        });
+        let mut consumer = releases
+            .gate()
+            .group(&group)
+            .spawn(move |_, mut tx| async move {
+                flag.store(true, Ordering::SeqCst);
+                tx.send("never".to_owned()).await?;
+                Ok::<_, SendError<String>>(())
+            });
         let handle = consumer.handle();
         assert_eq!(handle.end_reason(), Some(EndReason::Shutdown));
         let (events, end) = drain(&mut consumer).await;
@@ -201,7 +169,7 @@ fn a_gate_joining_after_shutdown_ends_at_once() {
 
         // The engine shape too.
         let releases = Releases::default();
-        let (mut tx, mut consumer) = releases.gate(&group).channel::<String>();
+        let (mut tx, mut consumer) = releases.gate().group(&group).channel::<String>();
         assert!(matches!(
             tx.try_send("x".into()),
             Err(TrySendError::Ended(_))
@@ -225,7 +193,8 @@ fn shutdown_releases_a_generator_that_never_stops() {
         let releases = Releases::default();
         let consumer =
             releases
-                .gate(&group)
+                .gate()
+                .group(&group)
                 .spawn(|_, _tx: streamgate::Sender<String>| async move {
                     loop {
                         sleep(Duration::from_millis(1)).await;
@@ -237,7 +206,8 @@ fn shutdown_releases_a_generator_that_never_stops() {
         // bounds the wait, and the stream is released (forced) when its stop grace runs out.
         let stubborn = Releases::default();
         let stubborn_consumer = stubborn
-            .gate(&group)
+            .gate()
+            .group(&group)
             .stop_grace(Duration::from_secs(10))
             .spawn(|_, _tx: streamgate::Sender<String>| async move {
                 pending::<()>().await;

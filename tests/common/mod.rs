@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod gate;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
