@@ -307,6 +307,30 @@ async fn exports_gap_histograms_and_hop_records() {
     let _ = std::fs::remove_file(&records);
 }
 
+/// Serves as the server's `main` does, until the returned sender fires (the signal handler's
+/// part); the task returns what `serve_until` returned.
+fn serve_until_stopped(
+    listener: streamgate::transport::TunedListener,
+    app: axum::Router,
+    server: &serve::Server,
+) -> (
+    SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let served = tokio::spawn(serve::common::server::serve_until(
+        listener,
+        app,
+        server.streams.clone(),
+        async move {
+            stopped.await.ok();
+        },
+    ));
+    (addr, stop, served)
+}
+
 /// SIGINT/SIGTERM (here: the stop future the signal handler completes): every open stream,
 /// even one kept alive by heartbeats during a decode stall, gets its terminal frame, every
 /// generator is released, and the server returns well within its grace.
@@ -322,17 +346,8 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
         "--heartbeat-ms",
         "50",
     ]);
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (addr, stop, served) = serve_until_stopped(listener, app, &server);
     let streams = server.streams.clone();
-    let served = tokio::spawn(serve::common::server::serve_until(
-        listener,
-        app,
-        streams.clone(),
-        async move {
-            stopped.await.ok();
-        },
-    ));
     let mut responses = Vec::new();
     for _ in 0..3 {
         let mut response =
@@ -369,17 +384,8 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_is_not_held_by_a_reader_that_stopped() {
     let (listener, app, server) = build(&["--step-ms", "0", "--sndbuf", "16384"]);
-    let addr = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (addr, stop, served) = serve_until_stopped(listener, app, &server);
     let streams = server.streams.clone();
-    let served = tokio::spawn(serve::common::server::serve_until(
-        listener,
-        app,
-        streams.clone(),
-        async move {
-            stopped.await.ok();
-        },
-    ));
     let mut reader =
         RawResponse::post_json(addr, "/v1/chat/completions", &chat(1_000_000, true)).await;
     chunk(&reader.expect_frame().await);
