@@ -15,7 +15,8 @@
 //!   the client disconnects) stops the generator (at once, or after a grace in which it may
 //!   finish its step) and then runs a release hook (where an engine frees KV blocks) exactly
 //!   once, on every end, panics included, with the end reason and the stream's counters; the
-//!   chunks produced after the end are counted as wasted (at most one per stream);
+//!   chunks produced after the end are counted as wasted (at most one per stream with the
+//!   default stop, and never a runaway loop even from a generator that ignores errors);
 //! - **event ids** are positions in the generator's output, counted at `send`: the same event
 //!   has the same id at every hop and on every reconnect, and a coalesced event names the run
 //!   of ids it covers;
