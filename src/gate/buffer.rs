@@ -758,8 +758,7 @@ impl<T: Chunk> Buffer<T> {
         }
     }
 
-    /// The producer's work has stopped: the generator waits in a send on an ended stream (so
-    /// it can be dropped at once), or the engine dropped its sender.
+    /// The producer's work has stopped: the engine let go of a channel gate's sender.
     pub(crate) fn producer_stopped(&self) {
         let mut state = lock(&self.state);
         state.producer_stopped = true;
