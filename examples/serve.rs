@@ -1,5 +1,6 @@
 //! The reference server: an OpenAI-compatible streaming endpoint backed by a simulated inference
-//! worker, wrapped in the crate's combinators. Its interface is `SERVE-CONTRACT.md`.
+//! worker, wrapped in the crate's combinators. Its interface (flags, endpoints, `/stats`) is
+//! described in `examples/README.md`, under "The reference server".
 //!
 //! `cargo run --release --example serve --features axum,metrics -- --addr 127.0.0.1:0 [flags]`
 //!

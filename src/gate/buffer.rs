@@ -511,23 +511,20 @@ impl<T: Chunk> Buffer<T> {
     /// A spawned generator returned `Ok`: the stream finishes once its sender is gone too (a
     /// generator may hand its sender to another task and return).
     pub(crate) fn generator_returned(&self) {
-        let mut state = lock(&self.state);
-        state.generator_returned = true;
-        let wakers = if state.task_sender_alive {
-            [None, None]
-        } else {
-            self.finish_locked(&mut state)
-        };
-        drop(state);
-        wakers.into_iter().flatten().for_each(Waker::wake);
+        self.finish_when_both(|state| state.generator_returned = true);
     }
 
     /// A spawned generator's sender was dropped: if the generator has returned, the stream
     /// finishes.
     pub(crate) fn task_sender_dropped(&self) {
+        self.finish_when_both(|state| state.task_sender_alive = false);
+    }
+
+    /// Records one of the two (`mark`), and finishes the stream once both have happened.
+    fn finish_when_both(&self, mark: impl FnOnce(&mut State<T>)) {
         let mut state = lock(&self.state);
-        state.task_sender_alive = false;
-        let wakers = if state.generator_returned {
+        mark(&mut state);
+        let wakers = if state.generator_returned && !state.task_sender_alive {
             self.finish_locked(&mut state)
         } else {
             [None, None]
