@@ -6,7 +6,7 @@ mod checks;
 
 use std::time::Duration;
 
-use checks::{Item, decode_in_pieces};
+use checks::{Item, MAX_EVENT, MAX_LINE, decode_in_pieces};
 use streamgate::sse::SseEvent;
 
 fn event(data: &str) -> Item {
@@ -138,32 +138,117 @@ fn comments_and_unknown_fields_are_ignored() {
     check(b":\n\n", &[]);
 }
 
-#[test]
-fn limits_are_errors_and_the_event_is_skipped() {
-    // The checks module decodes with a 200-byte line limit and a 1000-byte event limit.
-    let mut long = b"data: a\n\ndata: ".to_vec();
-    long.extend(std::iter::repeat_n(b'x', 300));
-    long.extend_from_slice(b"\ndata: more\n\ndata: b\n\n");
-    check(
-        &long,
-        &[
-            event("a"),
-            Err("sse line longer than 200 bytes".into()),
-            event("b"),
-        ],
-    );
-    let mut large = Vec::new();
-    for _ in 0..10 {
-        large.extend_from_slice(&[b"data: ".as_slice(), &[b'y'; 150], b"\n"].concat());
+fn line_too_long() -> Item {
+    Err(format!("sse line longer than {MAX_LINE} bytes"))
+}
+
+fn event_too_large() -> Item {
+    Err(format!("sse event data larger than {MAX_EVENT} bytes"))
+}
+
+/// `n` bytes of `x`.
+fn xs(n: usize) -> Vec<u8> {
+    vec![b'x'; n]
+}
+
+/// An event of one `data:` line per value (no space after the colon), then `data: b` as the
+/// next event, which must survive whatever happened to the first.
+fn event_then_b(values: &[Vec<u8>]) -> Vec<u8> {
+    let mut input = Vec::new();
+    for value in values {
+        input.extend_from_slice(&[b"data:", value.as_slice(), b"\n"].concat());
     }
-    large.extend_from_slice(b"\ndata: c\n\n");
+    input.extend_from_slice(b"\ndata: b\n\n");
+    input
+}
+
+/// The data an event of `values` carries: each value as text, joined by LF.
+fn joined(values: &[Vec<u8>]) -> String {
+    let values: Vec<_> = values.iter().map(|v| String::from_utf8_lossy(v)).collect();
+    values.join("\n")
+}
+
+#[test]
+fn the_line_limit_is_exact_in_stored_text() {
+    // `data:` and 59 bytes: 64, the limit (the checks module's `MAX_LINE`).
+    for value in [
+        xs(MAX_LINE - 5),
+        // Each 0xFF is stored as U+FFFD, 3 bytes: 19 of them and 2 x.
+        [&[0xFF; 19][..], &xs(2)].concat(),
+        // Valid UTF-8 counts as it is.
+        [&"é".repeat(29).into_bytes()[..], &xs(1)].concat(),
+    ] {
+        let values = [value];
+        check(
+            &event_then_b(&values),
+            &[event(&joined(&values)), event("b")],
+        );
+        let longer = [[&values[0][..], b"x"].concat()];
+        check(&event_then_b(&longer), &[line_too_long(), event("b")]);
+    }
+    // The limit bounds the type and the id, which are parts of a line; a broken id is not set.
+    let typed_line = [b"event:".as_slice(), &[0xFF; 20][..], b"\ndata: a\n\n"].concat();
+    check(&typed_line, &[line_too_long()]);
+    let id_line = [
+        b"id: 1\n\nid:".as_slice(),
+        &[0xFF; 21][..],
+        b"\n\ndata: a\n\n",
+    ]
+    .concat();
+    check(&id_line, &[line_too_long(), with_id("a", "1")]);
+}
+
+#[test]
+fn an_unfinished_line_breaks_the_limit_by_its_raw_bytes() {
+    // Its text can only grow, so more raw bytes than the limit are an error at once, and the
+    // rest of the line is skipped however long it goes on.
+    let mut input = [b"data: a\n\ndata:".as_slice(), &xs(MAX_LINE)].concat();
+    check(&input, &[event("a"), line_too_long()]);
+    input.extend_from_slice(&[&xs(3 * MAX_LINE)[..], b"\n\ndata: b\n\n"].concat());
+    check(&input, &[event("a"), line_too_long(), event("b")]);
+    // One within the limit as raw bytes is discarded at the end, as any unfinished line.
+    check(&[b"data:".as_slice(), &[0xFF; 20]].concat(), &[]);
+}
+
+#[test]
+fn the_event_limit_is_exact_in_stored_text() {
+    // Five values of 50 and one of 1, joined by five LF: 256, the limit (`MAX_EVENT`).
+    let mut values = vec![xs(50); 5];
+    values.push(xs(1));
     check(
-        &large,
-        &[
-            Err("sse event data larger than 1000 bytes".into()),
-            event("c"),
-        ],
+        &event_then_b(&values),
+        &[event(&joined(&values)), event("b")],
     );
+    values[5].push(b'x');
+    check(&event_then_b(&values), &[event_too_large(), event("b")]);
+    // 16 0xFF store 48 bytes: five such values and one of 11, joined: 256 (96 raw bytes).
+    let mut values = vec![vec![0xFF; 16]; 5];
+    values.push(xs(11));
+    check(
+        &event_then_b(&values),
+        &[event(&joined(&values)), event("b")],
+    );
+    values[5].push(b'x');
+    check(&event_then_b(&values), &[event_too_large(), event("b")]);
+    // Empty values count their LF only.
+    let values = vec![Vec::new(); MAX_EVENT + 1];
+    check(
+        &event_then_b(&values),
+        &[event(&joined(&values)), event("b")],
+    );
+    let values = vec![Vec::new(); MAX_EVENT + 2];
+    check(&event_then_b(&values), &[event_too_large(), event("b")]);
+}
+
+#[test]
+fn limits_count_the_text_stored_not_the_raw_bytes() {
+    // Issue 9: with limits of 200 and 1000, each line was within the line limit as raw bytes,
+    // but each 0xFF is stored as the 3 bytes of U+FFFD, so the data held grew past the event
+    // limit (`the_event_limit_is_exact_in_stored_text` checks that case at the current limits).
+    let line = [b"data:".as_slice(), &[0xFF; 195], b"\n"].concat();
+    let input = [&[0x00][..], &line, &line, b"\n"].concat();
+    assert_eq!(input.len(), 404);
+    checks::check_decode(&input);
 }
 
 #[test]

@@ -10,9 +10,9 @@ use tokio_util::codec::Decoder;
 use super::event::SseEvent;
 use crate::gate::BoxError;
 
-/// The default longest line: 256 KiB.
+/// The default longest line: 256 KiB (see [`SseDecoder::max_line`]).
 pub const DEFAULT_MAX_LINE: usize = 256 * 1024;
-/// The default largest event (its data): 1 MiB.
+/// The default largest event data: 1 MiB (see [`SseDecoder::max_event`]).
 pub const DEFAULT_MAX_EVENT: usize = 1024 * 1024;
 
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -30,9 +30,24 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// with U+FFFD.
 ///
 /// Time is linear in the input however it is split: the parser remembers how far it scanned.
-/// Memory is bounded: a line longer than [`max_line`](SseDecoder::max_line) or an event
-/// larger than [`max_event`](SseDecoder::max_event) is a [`DecodeError`]; the parser then skips
-/// the rest of that event and goes on with the next.
+///
+/// # Limits
+///
+/// Memory is bounded by two limits, both counted in bytes of text as stored: valid UTF-8 counts
+/// as it is, each invalid sequence as the 3 bytes of the U+FFFD that replaces it.
+///
+/// - [`max_line`](SseDecoder::max_line) bounds each line (without its line end), and so the
+///   event type and the last event id, which are parts of a line. An unfinished line is
+///   checked on its raw bytes as they arrive (it is an error once they exceed the limit: its
+///   text can only be longer), a finished one on its text.
+/// - [`max_event`](SseDecoder::max_event) bounds the data of an event: its `data:` values
+///   joined by LF, as the event would carry it.
+///
+/// A limit of `n` accepts exactly `n` bytes. Breaking one is a [`DecodeError`]
+/// ([`LineTooLong`](DecodeError::LineTooLong) or [`EventTooLarge`](DecodeError::EventTooLarge)),
+/// returned by the call that reads the offending line; the parser then skips the rest of that
+/// event (up to its blank line) and goes on with the next. The last event id keeps its value
+/// from before.
 ///
 /// # Examples
 ///
@@ -63,7 +78,8 @@ pub struct SseDecoder {
     discarding_line: bool,
     /// Skipping the rest of an event that broke a limit, up to its blank line.
     dropping_event: bool,
-    data: String,
+    /// The event's `data:` values joined by LF; `None` before its first `data:` line.
+    data: Option<String>,
     event_type: String,
     last_event_id: Option<String>,
 }
@@ -79,19 +95,21 @@ impl SseDecoder {
             skip_lf: false,
             discarding_line: false,
             dropping_event: false,
-            data: String::new(),
+            data: None,
             event_type: String::new(),
             last_event_id: None,
         }
     }
 
-    /// The longest line accepted, in bytes (without its line end).
+    /// The longest line accepted, in bytes of its text without the line end (see
+    /// [Limits](SseDecoder#limits)); the default is [`DEFAULT_MAX_LINE`].
     pub fn max_line(mut self, max_line: usize) -> Self {
         self.max_line = max_line;
         self
     }
 
-    /// The largest event accepted: the bytes of its data.
+    /// The largest event data accepted, in bytes of text: its `data:` values joined by LF (see
+    /// [Limits](SseDecoder#limits)); the default is [`DEFAULT_MAX_EVENT`].
     pub fn max_event(mut self, max_event: usize) -> Self {
         self.max_event = max_event;
         self
@@ -102,9 +120,10 @@ impl SseDecoder {
         self.last_event_id.as_deref()
     }
 
-    /// Bytes of data held for the event being parsed (at most [`max_event`](SseDecoder::max_event)).
+    /// Bytes of data held for the event being parsed, counted as
+    /// [`max_event`](SseDecoder::max_event) counts them (so at most that).
     pub fn buffered_data(&self) -> usize {
-        self.data.len()
+        self.data.as_ref().map_or(0, String::len)
     }
 
     /// Processes lines from the front of `src` until one yields an item or `src` holds no
@@ -162,57 +181,56 @@ impl SseDecoder {
             if mem::take(&mut self.discarding_line) {
                 continue;
             }
+            let line = String::from_utf8_lossy(line);
             if line.len() > self.max_line {
                 return Err(self.broke_limit(DecodeError::LineTooLong {
                     limit: self.max_line,
                 }));
             }
-            if let Some(item) = self.process_line(line)? {
+            if let Some(item) = self.process_line(&line)? {
                 return Ok(Some(item));
             }
         }
     }
 
-    /// One complete line, per the WHATWG rules.
-    fn process_line(&mut self, line: &[u8]) -> Result<Option<SseEvent>, DecodeError> {
+    /// One complete line as text (within `max_line`), per the WHATWG rules.
+    fn process_line(&mut self, line: &str) -> Result<Option<SseEvent>, DecodeError> {
         if line.is_empty() {
             if mem::take(&mut self.dropping_event) {
-                self.data.clear();
+                self.data = None;
                 self.event_type.clear();
                 return Ok(None);
             }
             return Ok(self.dispatch());
         }
-        if self.dropping_event || line[0] == b':' {
+        if self.dropping_event || line.starts_with(':') {
             return Ok(None);
         }
-        let (name, value) = match line.iter().position(|&b| b == b':') {
-            Some(colon) => {
-                let value = &line[colon + 1..];
-                (&line[..colon], value.strip_prefix(b" ").unwrap_or(value))
-            }
-            None => (line, &b""[..]),
+        let (name, value) = match line.split_once(':') {
+            Some((name, value)) => (name, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
         };
         match name {
-            b"event" => self.event_type = String::from_utf8_lossy(value).into_owned(),
-            b"data" => {
-                if self.data.len() + value.len() + 1 > self.max_event {
+            "event" => value.clone_into(&mut self.event_type),
+            "data" => {
+                let separator = usize::from(self.data.is_some());
+                if self.buffered_data() + separator + value.len() > self.max_event {
                     return Err(self.broke_limit(DecodeError::EventTooLarge {
                         limit: self.max_event,
                     }));
                 }
-                self.data.push_str(&String::from_utf8_lossy(value));
-                self.data.push('\n');
+                match &mut self.data {
+                    Some(data) => {
+                        data.push('\n');
+                        data.push_str(value);
+                    }
+                    None => self.data = Some(value.to_owned()),
+                }
             }
-            b"id" if !value.contains(&0) => {
-                self.last_event_id = Some(String::from_utf8_lossy(value).into_owned());
-            }
-            b"retry" if !value.is_empty() && value.iter().all(u8::is_ascii_digit) => {
-                // Digits only, so the text is ASCII; a value too large for u64 is ignored.
-                if let Some(ms) = std::str::from_utf8(value)
-                    .ok()
-                    .and_then(|digits| digits.parse::<u64>().ok())
-                {
+            "id" if !value.contains('\0') => self.last_event_id = Some(value.to_owned()),
+            "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
+                // A value too large for u64 is ignored.
+                if let Ok(ms) = value.parse() {
                     return Ok(Some(SseEvent::retry(std::time::Duration::from_millis(ms))));
                 }
             }
@@ -224,12 +242,7 @@ impl SseDecoder {
     /// Dispatches the event built so far, if it has data.
     fn dispatch(&mut self) -> Option<SseEvent> {
         let event_type = mem::take(&mut self.event_type);
-        if self.data.is_empty() {
-            return None;
-        }
-        let mut data = mem::take(&mut self.data);
-        data.pop(); // the LF after the last data line
-        let mut event = SseEvent::data(data);
+        let mut event = SseEvent::data(self.data.take()?);
         if !event_type.is_empty() {
             event = event
                 .with_event(event_type)
@@ -246,7 +259,7 @@ impl SseDecoder {
     /// Starts skipping the current event, and returns `error`.
     fn broke_limit(&mut self, error: DecodeError) -> DecodeError {
         self.dropping_event = true;
-        self.data.clear();
+        self.data = None;
         self.event_type.clear();
         error
     }
@@ -263,7 +276,7 @@ impl fmt::Debug for SseDecoder {
         f.debug_struct("SseDecoder")
             .field("max_line", &self.max_line)
             .field("max_event", &self.max_event)
-            .field("pending_data", &self.data.len())
+            .field("pending_data", &self.buffered_data())
             .field("last_event_id", &self.last_event_id)
             .finish_non_exhaustive()
     }
@@ -285,7 +298,7 @@ impl Decoder for SseDecoder {
         }
         src.clear();
         self.next_index = 0;
-        self.data.clear();
+        self.data = None;
         self.event_type.clear();
         self.dropping_event = false;
         self.discarding_line = false;
@@ -297,12 +310,12 @@ impl Decoder for SseDecoder {
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum DecodeError {
-    /// A line was longer than the limit; the rest of its event is skipped.
+    /// A line was longer than [`SseDecoder::max_line`]; the rest of its event is skipped.
     LineTooLong {
         /// The limit, in bytes.
         limit: usize,
     },
-    /// An event's data grew past the limit; the rest of the event is skipped.
+    /// An event's data grew past [`SseDecoder::max_event`]; the rest of the event is skipped.
     EventTooLarge {
         /// The limit, in bytes.
         limit: usize,
