@@ -31,10 +31,11 @@ mod serve;
 
 use common::Reader;
 
-const PATH: [&str; 6] = [
+const PATH: [&str; 7] = [
     "worker.decode",
     "worker.publish",
     "worker.write",
+    "worker.sent",
     "gateway.recv",
     "gateway.write",
     "client.recv",

@@ -9,8 +9,11 @@
 //! pool of `--kv-blocks`, freed by the gate's release hook on every end. Events cross a gate
 //! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`), are encoded as SSE
 //! with heartbeats (`--heartbeat-ms`) and written one HTTP chunk per event on sockets with
-//! `TCP_NODELAY`, a backlog of 1024 and an optional `--sndbuf`. Probes: `worker.decode`,
-//! `worker.publish`, `worker.write`; `--hop-records FILE` writes their hop records.
+//! `TCP_NODELAY`, a backlog of 1024, the listener's default `TCP_NOTSENT_LOWAT` and
+//! `TCP_USER_TIMEOUT` (`--notsent-lowat`, `--user-timeout-ms`; 0 leaves the system's) and an
+//! optional `--sndbuf`. Probes: `worker.decode`, `worker.publish`, `worker.write` and, over
+//! HTTP/1.1, `worker.sent` (when each event's bytes left the kernel); `--hop-records FILE`
+//! writes their hop records.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -21,14 +24,17 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::sse::SseEvent;
-use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
+use streamgate::transport::{
+    DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, Departures, ListenOptions, SendQueue, SseResponse,
+    TunedListener,
+};
 use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Group, Kind};
 
 #[allow(dead_code)] // each example uses a part
@@ -52,6 +58,8 @@ pub(crate) struct Config {
     gate: common::GateFlags,
     kv_blocks: u64,
     sndbuf: Option<u32>,
+    notsent_lowat: Option<u32>,
+    user_timeout: Option<Duration>,
     hop_records: Option<String>,
 }
 
@@ -64,6 +72,8 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
         gate: common::GateFlags::default(),
         kv_blocks: 4096,
         sndbuf: None,
+        notsent_lowat: Some(DEFAULT_NOTSENT_LOWAT),
+        user_timeout: Some(DEFAULT_USER_TIMEOUT),
         hop_records: None,
     };
     while let Some(flag) = args.next() {
@@ -100,6 +110,15 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
                 config.sndbuf =
                     Some(u32::try_from(positive()?).map_err(|_| "--sndbuf is too large")?)
             }
+            // 0 leaves the system's setting.
+            "--notsent-lowat" => {
+                let bytes = u32::try_from(number()?).map_err(|_| "--notsent-lowat is too large")?;
+                config.notsent_lowat = (bytes > 0).then_some(bytes);
+            }
+            "--user-timeout-ms" => {
+                let ms = number()?;
+                config.user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
+            }
             "--hop-records" => config.hop_records = Some(value.clone()),
             _ => return Err(format!("unknown flag {flag}")),
         }
@@ -123,6 +142,7 @@ pub(crate) struct Server {
     decode: HopProbe,
     publish: HopProbe,
     write: HopProbe,
+    sent: HopProbe,
     prometheus: PrometheusHandle,
     /// Where hop records go, if anywhere.
     records: Option<RecordSink>,
@@ -326,13 +346,20 @@ impl Server {
             .map_err(|_| "the KV pool is exhausted")
     }
 
-    /// The SSE response for a generation, probed at `worker.write`.
-    fn stream(&self, events: Consumer<Delta>, request: &str) -> Response {
+    /// The SSE response for a generation, probed at `worker.write` and, over HTTP/1.1, at
+    /// `worker.sent` when each event's bytes left the kernel.
+    fn stream(&self, events: Consumer<Delta>, request: &str, connection: Connection) -> Response {
         let frames = events
             .sse()
             .heartbeat(self.config.gate.heartbeat)
             .probe(&self.write, request);
-        SseResponse::new(frames).into_response()
+        match connection.send_queue() {
+            Some(queue) => {
+                let frames = Departures::new(frames, queue, self.sent.recorder(request));
+                SseResponse::new(frames).into_response()
+            }
+            None => SseResponse::new(frames).into_response(),
+        }
     }
 
     fn meta(&self, model: String, ids: bool, headers: &HeaderMap) -> Arc<Meta> {
@@ -359,9 +386,38 @@ fn bad_request(message: &str) -> Response {
     server::json_error(StatusCode::BAD_REQUEST, message, "invalid_request_error")
 }
 
+/// What a handler knows of its connection: its HTTP version and, when served by
+/// `transport::Server`, its kernel send queue.
+struct Connection {
+    version: Version,
+    queue: Option<SendQueue>,
+}
+
+impl Connection {
+    /// The send queue, when the connection carries only this stream (HTTP/1.1).
+    fn send_queue(self) -> Option<SendQueue> {
+        self.queue.filter(|_| self.version <= Version::HTTP_11)
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Connection {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        Ok(Connection {
+            version: parts.version,
+            queue: parts.extensions.get::<SendQueue>().cloned(),
+        })
+    }
+}
+
 /// `POST /v1/chat/completions`.
 async fn chat_completions(
     State(server): State<Arc<Server>>,
+    connection: Connection,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
@@ -386,7 +442,7 @@ async fn chat_completions(
     let meta = server.meta(model, false, &headers);
     let events = server.generate(meta.clone(), 0, max_tokens);
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        return server.stream(events, &meta.request);
+        return server.stream(events, &meta.request, connection);
     }
     let mut text = String::new();
     let mut events = std::pin::pin!(events);
@@ -428,6 +484,7 @@ async fn chat_completions(
 async fn stream_get(
     State(server): State<Arc<Server>>,
     RawQuery(query): RawQuery,
+    connection: Connection,
     headers: HeaderMap,
 ) -> Response {
     let mut max_tokens = DEFAULT_MAX_TOKENS;
@@ -448,7 +505,7 @@ async fn stream_get(
         .unwrap_or(0);
     let meta = server.meta("streamgate-sim".into(), true, &headers);
     let events = server.generate(meta.clone(), from, max_tokens);
-    let mut response = server.stream(events, &meta.request);
+    let mut response = server.stream(events, &meta.request, connection);
     // A page on another origin may open this with `EventSource`.
     response.headers_mut().insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -503,7 +560,10 @@ pub(crate) fn app(
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Server>), String> {
     let sink = server::record_sink(config.hop_records.as_deref())?;
-    let options = ListenOptions::default().send_buffer(config.sndbuf);
+    let options = ListenOptions::default()
+        .send_buffer(config.sndbuf)
+        .notsent_lowat(config.notsent_lowat)
+        .user_timeout(config.user_timeout);
     let listener = TunedListener::bind(config.addr, options)
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
     let server = Arc::new(Server {
@@ -512,6 +572,7 @@ pub(crate) fn app(
         decode: server::hop(&sink, "worker.decode"),
         publish: server::hop(&sink, "worker.publish"),
         write: server::hop(&sink, "worker.write"),
+        sent: server::hop(&sink, "worker.sent"),
         prometheus,
         config,
         records: sink,

@@ -83,9 +83,12 @@
 //!
 //! - `hyper`: `transport::SseBody`.
 //! - `axum`: `transport::SseResponse` and `axum::serve` support for
-//!   `transport::TunedListener` (implies `hyper` and `net`).
+//!   `transport::TunedListener` (implies `server`).
+//! - `server`: `transport::Server`, HTTP/1.1 and h2c on one port with h2's send buffer bounded
+//!   (implies `hyper` and `net`).
 //! - `io`: `transport::FrameWriter`.
-//! - `net`: `transport::TunedListener` and `transport::unsent_bytes`.
+//! - `net`: `transport::TunedListener` (kernel-aware socket defaults), `transport::SendQueue`
+//!   and `transport::Departures`.
 //! - `metrics`: hop counters through the `metrics` facade.
 //! - `tracing`: a span per probed stream; events for stalls and ends.
 //! - `serde`: `Serialize` for the probe snapshots.

@@ -25,6 +25,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::Kind;
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::timeline::Timeline;
+use streamgate::transport::Server;
 use tokio::time::{Instant, sleep};
 
 fn prometheus() -> PrometheusHandle {
@@ -43,19 +44,20 @@ fn args(flags: &[&str]) -> impl Iterator<Item = String> {
         .into_iter()
 }
 
-/// A worker with `worker_flags` and a gateway in front of it with `gateway_flags`.
+/// A worker with `worker_flags` and a gateway in front of it with `gateway_flags`, served as
+/// their `main`s serve them.
 async fn path(worker_flags: &[&str], gateway_flags: &[&str]) -> (SocketAddr, SocketAddr) {
     let config = serve::parse_args(args(worker_flags)).unwrap();
     let (listener, app, _) = serve::app(config, prometheus()).unwrap();
     let worker = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(Server::new().serve(listener, app, std::future::pending()));
     let upstream = format!("http://{worker}");
     let mut flags = vec!["--upstream", upstream.as_str()];
     flags.extend_from_slice(gateway_flags);
     let config = gateway::parse_args(args(&flags)).unwrap();
     let (listener, app, _) = gateway::app(config, prometheus()).unwrap();
     let gateway = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(Server::new().serve(listener, app, std::future::pending()));
     (worker, gateway)
 }
 
@@ -111,10 +113,11 @@ async fn a_client_leaving_the_gateway_cancels_the_worker() {
     .await;
 }
 
-const PATH: [&str; 6] = [
+const PATH: [&str; 7] = [
     "worker.decode",
     "worker.publish",
     "worker.write",
+    "worker.sent",
     "gateway.recv",
     "gateway.write",
     "client.recv",

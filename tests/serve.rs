@@ -4,46 +4,17 @@
 
 mod common;
 
-#[allow(dead_code)] // the example's `main` is not called here
-#[path = "../examples/serve.rs"]
-mod serve;
+#[path = "common/reference.rs"]
+mod reference;
 
 use std::net::SocketAddr;
-use std::sync::OnceLock;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{HANG, RawResponse, stats, wait_for};
-use metrics_exporter_prometheus::PrometheusHandle;
+use reference::{serve, start};
 use serde_json::Value;
 use tokio::time::{Instant, sleep, timeout};
-
-/// Builds a server with `flags` on a free port, not yet serving.
-fn build(
-    flags: &[&str],
-) -> (
-    streamgate::transport::TunedListener,
-    axum::Router,
-    std::sync::Arc<serve::Server>,
-) {
-    static PROMETHEUS: OnceLock<PrometheusHandle> = OnceLock::new();
-    let prometheus = PROMETHEUS
-        .get_or_init(|| serve::prometheus().expect("the test process's recorder"))
-        .clone();
-    let args = ["--addr", "127.0.0.1:0"]
-        .iter()
-        .chain(flags)
-        .map(|s| s.to_string());
-    let config = serve::parse_args(args).expect("valid flags");
-    serve::app(config, prometheus).expect("the server starts")
-}
-
-/// Starts a server with `flags` on a free port.
-async fn start(flags: &[&str]) -> SocketAddr {
-    let (listener, app, _) = build(flags);
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    addr
-}
 
 fn chat(max_tokens: u64, stream: bool) -> String {
     format!(
@@ -62,7 +33,7 @@ fn chunk(frame: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_one_event_per_token_in_order() {
-    let addr = start(&["--step-ms", "1"]).await;
+    let addr = start(&["--step-ms", "1"]);
     let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(20, true)).await;
     assert_eq!(response.status(), 200);
     common::assert_sse_headers(&response);
@@ -91,7 +62,7 @@ async fn streams_one_event_per_token_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_without_streaming_and_refuses_bad_requests() {
-    let addr = start(&["--step-ms", "0"]).await;
+    let addr = start(&["--step-ms", "0"]);
     let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(3, false)).await;
     assert_eq!(response.status(), 200);
     let body: Value = serde_json::from_str(&response.body_text().await).unwrap();
@@ -123,8 +94,7 @@ async fn heartbeats_flow_during_a_decode_stall() {
         "400",
         "--heartbeat-ms",
         "50",
-    ])
-    .await;
+    ]);
     let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(4, true)).await;
     let frames = response.rest().await;
     let contents: Vec<&str> = frames.iter().map(String::as_str).collect();
@@ -142,7 +112,7 @@ async fn heartbeats_flow_during_a_decode_stall() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_disconnect_stops_the_generator_and_frees_its_kv_blocks() {
-    let addr = start(&["--step-ms", "1"]).await;
+    let addr = start(&["--step-ms", "1"]);
     let mut response =
         RawResponse::post_json(addr, "/v1/chat/completions", &chat(100_000, true)).await;
     for _ in 0..40 {
@@ -165,7 +135,7 @@ async fn a_disconnect_stops_the_generator_and_frees_its_kv_blocks() {
 /// Starts a stream whose client reads the first event and then stops reading; returns the
 /// server's address and the open response.
 async fn stopped_reader(flags: &[&str]) -> (SocketAddr, RawResponse) {
-    let addr = start(flags).await;
+    let addr = start(flags);
     let mut response =
         RawResponse::post_json(addr, "/v1/chat/completions", &chat(1_000_000, true)).await;
     response.expect_frame().await;
@@ -247,7 +217,7 @@ async fn a_stopped_reader_is_disconnected_after_the_deadline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resumes_after_last_event_id() {
-    let addr = start(&["--step-ms", "0"]).await;
+    let addr = start(&["--step-ms", "0"]);
     let mut response = RawResponse::get(addr, "/v1/stream?max_tokens=6", "").await;
     assert_eq!(
         response.header("access-control-allow-origin").as_deref(),
@@ -272,7 +242,7 @@ async fn resumes_after_last_event_id() {
 async fn exports_gap_histograms_and_hop_records() {
     let records = std::env::temp_dir().join(format!("serve-records-{}.jsonl", std::process::id()));
     let _ = std::fs::remove_file(&records);
-    let addr = start(&["--step-ms", "1", "--hop-records", records.to_str().unwrap()]).await;
+    let addr = start(&["--step-ms", "1", "--hop-records", records.to_str().unwrap()]);
     let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(10, true)).await;
     response.rest().await;
     wait_for(addr, "the stream completes", |s| {
@@ -307,28 +277,21 @@ async fn exports_gap_histograms_and_hop_records() {
     let _ = std::fs::remove_file(&records);
 }
 
-/// Serves as the server's `main` does, until the returned sender fires (the signal handler's
-/// part); the task returns what `serve_until` returned.
+/// Serves a server with `flags` as its `main` does, until the returned sender fires (the
+/// signal handler's part); the task returns what `serve_until` returned.
 fn serve_until_stopped(
-    listener: streamgate::transport::TunedListener,
-    app: axum::Router,
-    server: &serve::Server,
+    flags: &[&str],
 ) -> (
     SocketAddr,
+    Arc<serve::Server>,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
-    let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let served = tokio::spawn(serve::common::server::serve_until(
-        listener,
-        app,
-        server.streams.clone(),
-        async move {
-            stopped.await.ok();
-        },
-    ));
-    (addr, stop, served)
+    let (addr, server, served) = reference::serve_until(flags, async move {
+        stopped.await.ok();
+    });
+    (addr, server, stop, served)
 }
 
 /// SIGINT/SIGTERM (here: the stop future the signal handler completes): every open stream,
@@ -336,7 +299,7 @@ fn serve_until_stopped(
 /// generator is released, and the server returns well within its grace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_ends_every_open_stream_visibly() {
-    let (listener, app, server) = build(&[
+    let (addr, server, stop, served) = serve_until_stopped(&[
         "--step-ms",
         "1",
         "--stall-at",
@@ -346,7 +309,6 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
         "--heartbeat-ms",
         "50",
     ]);
-    let (addr, stop, served) = serve_until_stopped(listener, app, &server);
     let streams = server.streams.clone();
     let mut responses = Vec::new();
     for _ in 0..3 {
@@ -383,8 +345,8 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
 /// shutdown ends its stream, gives the connection a short drain, and returns anyway.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shutdown_is_not_held_by_a_reader_that_stopped() {
-    let (listener, app, server) = build(&["--step-ms", "0", "--sndbuf", "16384"]);
-    let (addr, stop, served) = serve_until_stopped(listener, app, &server);
+    let (addr, server, stop, served) =
+        serve_until_stopped(&["--step-ms", "0", "--sndbuf", "16384"]);
     let streams = server.streams.clone();
     let mut reader =
         RawResponse::post_json(addr, "/v1/chat/completions", &chat(1_000_000, true)).await;

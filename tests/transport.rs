@@ -68,7 +68,7 @@ async fn hyper_server(consumer: Consumer<SseEvent>) -> SocketAddr {
     tokio::spawn(async move {
         let (stream, _) = listener.accept().await.unwrap();
         assert!(
-            stream.nodelay().unwrap(),
+            stream.get_ref().nodelay().unwrap(),
             "accepted sockets have TCP_NODELAY"
         );
         let consumer = Mutex::new(Some(consumer));

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, RecordSink};
-use streamgate::transport::TunedListener;
+use streamgate::transport::{Server, TunedListener};
 
 /// A JSON body with `status`.
 pub fn json_response(status: StatusCode, body: Value) -> Response {
@@ -84,10 +84,11 @@ pub async fn serve_until_signal(
     }
 }
 
-/// Serves until `stop` completes, then ends every stream of `streams` (waiting at most
-/// [`SHUTDOWN_GRACE`] for their releases) and lets axum finish the connections, whose bodies
-/// have ended. A connection that cannot take its last bytes (a client that stopped reading)
-/// gets [`DRAIN_LIMIT`] more, then is abandoned: one stopped reader must not hold the process.
+/// Serves HTTP/1.1 and h2c on the same port until `stop` completes, then ends every stream of
+/// `streams` (waiting at most [`SHUTDOWN_GRACE`] for their releases) and lets the connections
+/// finish, their bodies having ended. A connection that cannot take its last bytes (a client
+/// that stopped reading) gets [`DRAIN_LIMIT`] more, then is abandoned: one stopped reader must
+/// not hold the process. Connection errors are logged to stderr.
 pub async fn serve_until(
     listener: TunedListener,
     app: Router,
@@ -104,7 +105,9 @@ pub async fn serve_until(
         );
         let _ = ended.send(());
     };
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown);
+    let served = Server::new()
+        .on_error(|error| eprintln!("serving: {}", with_causes(&error)))
+        .serve(listener, app, shutdown);
     let drain_limit = async {
         if streams_ended.await.is_ok() {
             tokio::time::sleep(DRAIN_LIMIT).await;
@@ -113,12 +116,24 @@ pub async fn serve_until(
         }
     };
     tokio::select! {
-        served = served => served,
+        () = served => Ok(()),
         () = drain_limit => {
             eprintln!("shutting down: connections still draining after {DRAIN_LIMIT:?} abandoned");
             Ok(())
         }
     }
+}
+
+/// `error`'s message followed by its causes': `connection from ..: connection error: Connection
+/// reset by peer (os error 104)`.
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        message = format!("{message}: {error}");
+        cause = error.source();
+    }
+    message
 }
 
 /// How long connections may take to drain once every stream has ended.

@@ -28,6 +28,8 @@ pub enum Policy {
     /// [`SlowConsumer`](crate::EndReason::SlowConsumer).
     Backpressure {
         /// How long one chunk may wait for room; `None` waits as long as the consumer lives.
+        /// Over a `TunedListener` on Linux 5.11 or later, the kernel's user timeout (default
+        /// 20 s) also fails a connection whose client stopped reading that long.
         max_pause: Option<Duration>,
     },
     /// When the buffer is full by events, the new chunk is merged into the newest waiting one

@@ -7,10 +7,10 @@ use std::time::Duration;
 use axum::response::{IntoResponse, Response};
 use futures_core::Stream;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
-use tokio::net::TcpStream;
 
 use super::body::SseBody;
 use super::listener::TunedListener;
+use super::stream::{SendQueue, TunedStream};
 use crate::sse::Frame;
 
 /// An axum response streaming SSE frames, one HTTP chunk per frame.
@@ -70,17 +70,16 @@ where
 }
 
 impl axum::serve::Listener for TunedListener {
-    type Io = TcpStream;
+    type Io = TunedStream;
     type Addr = SocketAddr;
 
-    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+    async fn accept(&mut self) -> (TunedStream, SocketAddr) {
         loop {
             match TunedListener::accept(self).await {
                 Ok(accepted) => return accepted,
-                // A connection that failed before it was accepted concerns nobody else.
-                Err(error) if is_connection_error(&error) => {}
-                // Out of file descriptors and the like: wait before trying again, as axum's
-                // own listener does, instead of spinning.
+                // Out of file descriptors and the like (one connection's failures never reach
+                // here): wait before trying again, as axum's own listener does, instead of
+                // spinning.
                 Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
             }
         }
@@ -91,11 +90,13 @@ impl axum::serve::Listener for TunedListener {
     }
 }
 
-fn is_connection_error(error: &io::Error) -> bool {
-    matches!(
-        error.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
+/// With `Router::into_make_service_with_connect_info::<SendQueue>()`, a handler takes
+/// `ConnectInfo<SendQueue>` to see what the kernel holds of its connection (for
+/// [`Departures`](super::Departures)).
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, TunedListener>>
+    for SendQueue
+{
+    fn connect_info(stream: axum::serve::IncomingStream<'_, TunedListener>) -> Self {
+        stream.io().send_queue()
+    }
 }

@@ -5,9 +5,13 @@
 //! - `SseResponse` (feature `axum`): an axum response with the streaming headers.
 //! - `FrameWriter` (feature `io`): writes and flushes each frame to any `AsyncWrite` and
 //!   reports when each write completed.
-//! - `TunedListener` and `unsent_bytes` (feature `net`): accepted sockets with
-//!   `TCP_NODELAY`, a chosen listen backlog and an optional bounded `SO_SNDBUF`, and the bytes
-//!   the kernel still holds for a socket.
+//! - `TunedListener` (feature `net`): accepted sockets with `TCP_NODELAY`, a bounded unsent
+//!   queue (`TCP_NOTSENT_LOWAT`), a user timeout and keepalive that find vanished clients, a
+//!   chosen listen backlog and an optional bounded `SO_SNDBUF`.
+//! - `TunedStream`, `SendQueue`, `unsent_bytes` (feature `net`): what the kernel still holds
+//!   for a connection; `Departures` records when each event's bytes left it, as a hop.
+//! - `Server` (feature `server`): serves a service over HTTP/1.1 and h2c on one
+//!   `TunedListener`, with h2's per-stream send buffer bounded like the gate.
 //!
 //! Every transport carries what [`GateExt::sse`](crate::GateExt::sse) encodes, so a stream
 //! that did not complete ends with a visible `event: error` frame before EOF; and dropping a
@@ -18,7 +22,13 @@ mod axum;
 #[cfg(feature = "hyper")]
 mod body;
 #[cfg(feature = "net")]
+mod departures;
+#[cfg(feature = "net")]
 mod listener;
+#[cfg(feature = "server")]
+mod serve;
+#[cfg(feature = "net")]
+mod stream;
 #[cfg(feature = "io")]
 mod writer;
 
@@ -27,6 +37,15 @@ pub use self::axum::SseResponse;
 #[cfg(feature = "hyper")]
 pub use self::body::SseBody;
 #[cfg(feature = "net")]
-pub use self::listener::{DEFAULT_BACKLOG, ListenOptions, TunedListener, unsent_bytes};
+pub use self::departures::{DEPARTURE_CHECK, Departures};
+#[cfg(feature = "net")]
+pub use self::listener::{
+    DEFAULT_BACKLOG, DEFAULT_KEEPALIVE, DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, ListenOptions,
+    TunedListener,
+};
+#[cfg(feature = "server")]
+pub use self::serve::{ACCEPT_BACKOFF, DEFAULT_H2_SEND_BUFFER, ServeError, Server};
+#[cfg(feature = "net")]
+pub use self::stream::{SendQueue, TunedStream, unacknowledged_bytes, unsent_bytes};
 #[cfg(feature = "io")]
 pub use self::writer::FrameWriter;

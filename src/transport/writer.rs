@@ -13,8 +13,8 @@ use crate::sse::Frame;
 /// completed: the "socket write completion" boundary of a hop.
 ///
 /// A completed write means the bytes reached the kernel (or whatever the writer wraps), not the
-/// client: pair it with `transport::unsent_bytes` (feature `net`) to
-/// see what is still held locally.
+/// client: over a `TunedStream`, `transport::Departures` (feature `net`) records when each
+/// frame's bytes left the kernel.
 ///
 /// # Examples
 ///

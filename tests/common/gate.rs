@@ -37,6 +37,20 @@ impl Releases {
     pub fn count(&self) -> usize {
         self.0.lock().unwrap().len()
     }
+
+    /// Waits (in real time) until there were `n` releases; fails the test if that takes longer
+    /// than the hang guard.
+    pub async fn wait_for(&self, n: usize) {
+        let deadline = std::time::Instant::now() + super::HANG;
+        while self.count() < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{n} releases: {:?}",
+                self.0.lock().unwrap()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
 }
 
 /// The events (id, chunk) of a consumer until its end, and the end (`None` when it

@@ -1,0 +1,209 @@
+//! When each event's bytes left the kernel: a hop between the write and the client.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures_core::Stream;
+use pin_project_lite::pin_project;
+use tokio::time::Sleep;
+
+use super::stream::SendQueue;
+use crate::probe::{Observation, Observed, Recorder, Seen};
+
+/// How often [`Departures`] asks the kernel again while bytes it waits for are still unsent and
+/// nothing is being written.
+pub const DEPARTURE_CHECK: Duration = Duration::from_millis(10);
+
+pin_project! {
+    /// Passes a connection's frames through unchanged, and records at a hop (say
+    /// `worker.sent`, after `worker.write`) when each one's bytes left the kernel's send queue.
+    ///
+    /// A write completes when the bytes reach the kernel; a client that stopped reading, or a
+    /// path that stopped carrying, leaves them there. With a probe where frames are handed to
+    /// the transport and this one where they leave the kernel, a diagnosis tells a slow
+    /// transport from a slow server: the gap grows at the `sent` hop first.
+    ///
+    /// How it knows: a frame handed over when `n` bytes had been written to the connection has
+    /// left once `n` plus its own size have been sent (the transport's framing, a few bytes per
+    /// HTTP/1.1 chunk, is not counted). The connection's [`TunedStream`](super::TunedStream)
+    /// asks the kernel after each write, which times most departures exactly; while bytes stay
+    /// unsent, this asks again every [`DEPARTURE_CHECK`]. One connection carries one stream at a
+    /// time for the offsets to hold: HTTP/1.1, or a raw socket through
+    /// [`FrameWriter`](super::FrameWriter); over HTTP/2 use the stream's flow control instead.
+    ///
+    /// When the frames end, this stream ends once their bytes have left the kernel, or once the
+    /// connection can no longer send them (reset, or failed by the user timeout): a client that
+    /// stopped reading keeps the end of a finished stream waiting with the rest of its bytes.
+    /// Frames still unsent when it is dropped are not recorded.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use streamgate::probe::HopProbe;
+    /// use streamgate::transport::{Departures, FrameWriter, ListenOptions, TunedListener};
+    /// use streamgate::{Gate, GateExt, sse::SseEvent};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let listener = TunedListener::bind("127.0.0.1:0".parse().unwrap(), ListenOptions::default())?;
+    /// let (written, sent) = (HopProbe::new("worker.write"), HopProbe::new("worker.sent"));
+    /// let (socket, _) = listener.accept().await?;
+    /// let consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     tx.send(SseEvent::data("hi")).await?;
+    ///     Ok::<_, streamgate::SendError<SseEvent>>(())
+    /// });
+    /// let frames = consumer.sse().with_ids().probe(&written, "req-1");
+    /// let frames = Departures::new(frames, socket.send_queue(), sent.recorder("req-1"));
+    /// FrameWriter::new(socket).forward(frames, |_, _| {}).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[must_use = "streams do nothing unless polled"]
+    pub struct Departures<S> {
+        #[pin]
+        frames: S,
+        queue: SendQueue,
+        recorder: Recorder,
+        // Frames handed over whose bytes have not been seen sent, oldest first.
+        unsent: VecDeque<(u64, Observation)>,
+        // The connection offset where the newest handed frame ends.
+        end: u64,
+        // Why the stream ended early, as its last frame said.
+        ended: Option<&'static str>,
+        // The frames have ended; the stream ends once their bytes left.
+        finishing: bool,
+        #[pin]
+        check: Option<Sleep>,
+    }
+
+    impl<S> PinnedDrop for Departures<S> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            settle(this.queue, this.recorder, this.unsent, true);
+        }
+    }
+}
+
+impl<S> Departures<S> {
+    /// Records the departures of `frames`, written to the connection of `queue`, at the hop of
+    /// `recorder`.
+    pub fn new(frames: S, queue: SendQueue, recorder: Recorder) -> Self {
+        queue.watch();
+        Departures {
+            frames,
+            queue,
+            recorder,
+            unsent: VecDeque::new(),
+            end: 0,
+            ended: None,
+            finishing: false,
+            check: None,
+        }
+    }
+
+    /// The recorder of the `sent` hop, with its counters so far.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
+    }
+}
+
+/// Records every frame whose bytes have been sent: at the time a write saw them go, or (when
+/// `ask` and they were not seen yet) now, if the kernel says they went.
+fn settle(
+    queue: &SendQueue,
+    recorder: &mut Recorder,
+    unsent: &mut VecDeque<(u64, Observation)>,
+    ask: bool,
+) {
+    let mut reading = queue.last_sent();
+    for fresh in [false, true] {
+        if fresh {
+            if !ask || unsent.is_empty() {
+                return;
+            }
+            reading = queue.refresh().ok();
+        }
+        let Some((sent, at)) = reading else { continue };
+        while let Some(&(end, event)) = unsent.front() {
+            if end > sent {
+                break;
+            }
+            recorder.observe_at(event, at.into_std());
+            unsent.pop_front();
+        }
+    }
+}
+
+impl<S> Stream for Departures<S>
+where
+    S: Stream,
+    S::Item: Observed,
+{
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        let mut this = self.project();
+        settle(this.queue, this.recorder, this.unsent, false);
+        if !*this.finishing {
+            match this.frames.as_mut().poll_next(cx) {
+                Poll::Ready(Some(frame)) => {
+                    match frame.observed() {
+                        Seen::Event(event) => {
+                            let start = this.queue.written().max(*this.end);
+                            *this.end = start.saturating_add(event.bytes);
+                            // The time it waited in a gate is the write hop's to record.
+                            let event = Observation::new(event.seq, event.bytes, event.kind);
+                            this.unsent.push_back((*this.end, event));
+                        }
+                        Seen::End(reason) => *this.ended = Some(reason),
+                        Seen::Nothing => {}
+                    }
+                    return Poll::Ready(Some(frame));
+                }
+                Poll::Ready(None) => *this.finishing = true,
+                Poll::Pending => {}
+            }
+        }
+        // Nothing to hand over: while some bytes are unsent, ask the kernel again every
+        // `DEPARTURE_CHECK` (a frame just handed over is written after this poll, and that
+        // write notes its own departure). Once the frames have ended, the stream ends when
+        // their bytes have left (the transport writes the last ones after this poll, and wakes
+        // it), or when the connection can no longer send them.
+        loop {
+            if *this.finishing {
+                settle(this.queue, this.recorder, this.unsent, true);
+                if this.unsent.is_empty() || !this.queue.can_send() {
+                    this.recorder.end(this.ended.unwrap_or("completed"));
+                    return Poll::Ready(None);
+                }
+                this.queue.wake_after_write(cx.waker());
+            }
+            if this.unsent.is_empty() {
+                this.check.set(None);
+                return Poll::Pending;
+            }
+            if this.check.is_none() {
+                this.check.set(Some(tokio::time::sleep(DEPARTURE_CHECK)));
+            }
+            let Some(check) = this.check.as_mut().as_pin_mut() else {
+                return Poll::Pending;
+            };
+            if check.poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.check.set(None);
+            settle(this.queue, this.recorder, this.unsent, true);
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Departures<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Departures")
+            .field("unsent", &self.unsent.len())
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}

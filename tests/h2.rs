@@ -1,0 +1,408 @@
+//! HTTP/2 over real sockets on 127.0.0.1: `transport::Server` speaking h2c to hyper's h2
+//! client (prior knowledge). Several streams on one connection, a stream the client resets,
+//! bad clients against the reference server, and what h2's send buffer lets a stopped stream
+//! run ahead.
+#![cfg(all(feature = "axum", feature = "metrics"))]
+
+mod common;
+#[path = "common/reference.rs"]
+mod reference;
+
+use std::convert::Infallible;
+use std::net::{Shutdown, SocketAddr};
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::get;
+use bytes::Bytes;
+use common::gate::Releases;
+use common::{HANG, RawResponse, wait_for};
+use futures_util::StreamExt;
+use http_body_util::{BodyDataStream, Full};
+use hyper::client::conn::http2::SendRequest;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use streamgate::sse::SseEvent;
+use streamgate::transport::{ListenOptions, Server, SseResponse, TunedListener};
+use streamgate::{EndReason, GateExt, Policy};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, sleep, timeout};
+
+/// The paced generator's decode step.
+const STEP: Duration = Duration::from_millis(25);
+/// The paced stream's length: long enough to outlive the stopped stream's end.
+const PACED_EVENTS: u64 = 60;
+/// How long the flood's reader may take nothing from a full gate.
+const SLOW_DEADLINE: Duration = Duration::from_millis(300);
+/// The flood's event size.
+const KIB: usize = 1024;
+
+/// The releases of the two endpoints' gates.
+#[derive(Clone, Default)]
+struct Endpoints {
+    paced: Releases,
+    flood: Releases,
+}
+
+/// `/paced`: [`PACED_EVENTS`] events, one every [`STEP`]. `/flood`: 1 KiB events as fast as
+/// they are taken, ended [`SLOW_DEADLINE`] after its reader stops taking them.
+fn app(endpoints: &Endpoints) -> Router {
+    let (paced, flood) = (endpoints.paced.clone(), endpoints.flood.clone());
+    let paced = move || {
+        let events = paced.gate().spawn(|_, mut tx| async move {
+            for i in 0..PACED_EVENTS {
+                sleep(STEP).await;
+                tx.send(SseEvent::data(format!("t{i}"))).await?;
+            }
+            Ok::<_, streamgate::SendError<SseEvent>>(())
+        });
+        async move { SseResponse::new(events.sse()) }
+    };
+    let flood = move || {
+        let gate = flood.gate().policy(Policy::disconnect(SLOW_DEADLINE));
+        let events = gate.spawn(|_, mut tx| async move {
+            while tx.send(SseEvent::data("x".repeat(KIB))).await.is_ok() {}
+            Ok::<_, Infallible>(())
+        });
+        async move { SseResponse::new(events.sse()) }
+    };
+    Router::new()
+        .route("/paced", get(paced))
+        .route("/flood", get(flood))
+}
+
+/// Serves `app` with `server` on a tuned listener on 127.0.0.1; returns its address. Sockets
+/// get a small send buffer, so the kernel's share of what a stopped stream runs ahead is small.
+fn serve(server: Server, app: Router) -> SocketAddr {
+    let options = ListenOptions::default().send_buffer(Some(16 * KIB as u32));
+    let listener = TunedListener::bind(([127, 0, 0, 1], 0).into(), options).expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let server = server.on_error(|error| eprintln!("server: {error}"));
+    tokio::spawn(server.serve(listener, app, std::future::pending()));
+    addr
+}
+
+/// An h2 connection with prior knowledge over `io`, whose streams' receive windows are
+/// `stream_window` bytes (hyper's default when `None`: 2 MiB).
+async fn h2<I>(io: I, stream_window: Option<u32>) -> SendRequest<Full<Bytes>>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(stream_window)
+        .handshake(TokioIo::new(io))
+        .await
+        .expect("h2 handshake");
+    tokio::spawn(connection);
+    sender
+}
+
+async fn connect(addr: SocketAddr) -> TcpStream {
+    let stream = TcpStream::connect(addr).await.expect("connect");
+    stream.set_nodelay(true).unwrap();
+    stream
+}
+
+/// `GET path`.
+fn get_request(addr: SocketAddr, path: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(format!("http://{addr}{path}"))
+        .body(Full::default())
+        .unwrap()
+}
+
+/// The body of a streamed chat completion of `max_tokens` tokens.
+fn chat_body(max_tokens: u64) -> String {
+    format!(
+        r#"{{"model":"sim","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{max_tokens}}}"#
+    )
+}
+
+/// The reference server's streamed chat completion of `max_tokens` tokens.
+fn chat(addr: SocketAddr, max_tokens: u64) -> http::Request<Full<Bytes>> {
+    http::Request::post(format!("http://{addr}/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(chat_body(max_tokens))))
+        .unwrap()
+}
+
+/// A response's SSE events with the time each arrived, until the body ends.
+type Events = Pin<Box<dyn futures_util::Stream<Item = (String, Instant)> + Send>>;
+
+fn events(response: http::Response<hyper::body::Incoming>) -> Events {
+    let events = BodyDataStream::new(response.into_body()).sse_events();
+    Box::pin(events.filter_map(|event| async move {
+        let event = event.expect("a well-formed stream");
+        Some((event.data_str()?.to_owned(), Instant::now()))
+    }))
+}
+
+/// The next event, failing the test if it does not come.
+async fn next(events: &mut Events) -> String {
+    let next = timeout(HANG, events.next())
+        .await
+        .expect("an event in time");
+    next.expect("an event before the end").0
+}
+
+/// A client socket whose reads never complete: its h2 connection sends requests but never sees
+/// a frame of the server's, like a client that stopped reading its socket.
+struct Deaf(TcpStream);
+
+impl AsyncRead for Deaf {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        _: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Poll::Pending
+    }
+}
+
+impl AsyncWrite for Deaf {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// Two streams on one connection: one reader stops, so its stream's window closes, h2 stops
+/// polling its body, its gate fills and `Disconnect` ends it; the other stream keeps its
+/// per-event timing before and after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_stream_ends_by_its_policy_while_its_neighbour_keeps_its_pace() {
+    let endpoints = Endpoints::default();
+    let addr = serve(Server::new(), app(&endpoints));
+    let window = 64 * KIB as u32;
+    let mut client = h2(connect(addr).await, Some(window)).await;
+    let stopped = client.send_request(get_request(addr, "/flood")).await;
+    let stopped = stopped.expect("the flood's head");
+    assert_eq!(stopped.version(), http::Version::HTTP_2);
+    let live = client.send_request(get_request(addr, "/paced")).await;
+    let arrivals: Vec<_> = events(live.expect("the paced stream's head"))
+        .collect()
+        .await;
+
+    let data: Vec<&str> = arrivals.iter().map(|(data, _)| data.as_str()).collect();
+    let expected: Vec<String> = (0..PACED_EVENTS).map(|i| format!("t{i}")).collect();
+    assert_eq!(data, expected, "every event, in order");
+    // A correctness bound, not a benchmark: a stream held behind its stopped neighbour would
+    // wait for ever (or for the policy's deadline), not a few steps.
+    let slack = Duration::from_millis(250);
+    for pair in arrivals.windows(2) {
+        let gap = pair[1].1 - pair[0].1;
+        assert!(gap < STEP + slack, "a gap of {gap:?} at {}", pair[1].0);
+    }
+    let (reason, stats, released) = endpoints.flood.once_at();
+    assert_eq!(reason, EndReason::SlowConsumer);
+    let after = arrivals.iter().filter(|(_, at)| *at > released).count();
+    assert!(after >= 10, "the live stream went on after: {after} events");
+    // Its window (64 KiB) held it: beyond that, h2 polled for at most its send buffer.
+    let limit = (window as usize + streamgate::transport::DEFAULT_H2_SEND_BUFFER) as u64;
+    assert!(stats.bytes_delivered <= limit, "{stats:?}");
+    assert_eq!(endpoints.paced.once().0, EndReason::Completed);
+    drop(stopped);
+}
+
+/// Dropping a response body sends `RST_STREAM`: the server drops the body, which cancels the
+/// generator; the connection serves the next stream to its end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_stream_cancels_its_generator_and_the_connection_goes_on() {
+    let endpoints = Endpoints::default();
+    let addr = serve(Server::new(), app(&endpoints));
+    let mut client = h2(connect(addr).await, None).await;
+    let response = client.send_request(get_request(addr, "/paced")).await;
+    let mut reset = events(response.expect("a head"));
+    for i in 0..3 {
+        assert_eq!(next(&mut reset).await, format!("t{i}"));
+    }
+    drop(reset);
+    endpoints.paced.wait_for(1).await;
+    let (reason, stats) = endpoints.paced.once();
+    assert_eq!(reason, EndReason::ConsumerGone);
+    assert!(stats.chunks_sent < PACED_EVENTS, "stopped early: {stats:?}");
+
+    client.ready().await.expect("the connection is still open");
+    let response = client.send_request(get_request(addr, "/paced")).await;
+    let next_stream: Vec<_> = events(response.expect("a head")).collect().await;
+    assert_eq!(next_stream.len() as u64, PACED_EVENTS);
+    endpoints.paced.wait_for(2).await;
+}
+
+/// The reference server's flags for the bad clients: fast tokens, and a paused generator is
+/// ended after 300 ms.
+const BAD_CLIENT_FLAGS: [&str; 4] = ["--step-ms", "1", "--slow-deadline-ms", "300"];
+
+/// Waits until no generator runs and no KV block is held; returns the stats then.
+async fn nothing_leaked(addr: SocketAddr) -> serde_json::Value {
+    wait_for(addr, "every generator released", |s| {
+        s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
+    })
+    .await
+}
+
+/// The server still serves a whole h2 stream.
+async fn still_serves(addr: SocketAddr) {
+    let mut client = h2(connect(addr).await, None).await;
+    let response = client.send_request(chat(addr, 5)).await.expect("a head");
+    let data: Vec<_> = events(response).map(|(data, _)| data).collect().await;
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
+}
+
+/// A client that opens streams on one connection and never reads its socket: every stream is
+/// ended by the policy once h2's send buffers and the gates are full.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_leaks_nothing() {
+    let addr = reference::start(&BAD_CLIENT_FLAGS);
+    let mut client = h2(Deaf(connect(addr).await), None).await;
+    // Never polled: the requests are sent, their responses never read.
+    let pending: Vec<_> = (0..20)
+        .map(|_| client.send_request(chat(addr, 1_000_000)))
+        .collect();
+    wait_for(addr, "every stream starts", |s| s["streams_started"] == 20).await;
+    let stats = nothing_leaked(addr).await;
+    assert_eq!(stats["streams_ended_slow_consumer"], 20, "{stats}");
+    drop((pending, client));
+    still_serves(addr).await;
+}
+
+/// Bursts of streams reset before their head, and streams reset mid-stream: h2 may answer a
+/// burst with `GOAWAY` (its rapid-reset guard), and the client reconnects; nothing leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_resets_leaks_nothing() {
+    let addr = reference::start(&BAD_CLIENT_FLAGS);
+    let mut client = h2(connect(addr).await, None).await;
+    for _ in 0..10 {
+        if client.ready().await.is_err() {
+            client = h2(connect(addr).await, None).await;
+        }
+        let burst: Vec<_> = (0..30)
+            .map(|_| client.send_request(chat(addr, 1_000_000)))
+            .collect();
+        // The connection's task sends their heads, then their resets.
+        sleep(Duration::from_millis(2)).await;
+        drop(burst);
+        for _ in 0..10 {
+            if let Ok(response) = client.send_request(chat(addr, 1_000_000)).await {
+                let _ = timeout(HANG, events(response).next()).await;
+            }
+        }
+    }
+    drop(client);
+    let stats = nothing_leaked(addr).await;
+    // Resets reached running generators (100 were reset mid-stream), and cancelled every one.
+    assert!(stats["streams_started"].as_u64().unwrap() >= 50, "{stats}");
+    assert_eq!(
+        stats["streams_cancelled"], stats["streams_started"],
+        "{stats}"
+    );
+    still_serves(addr).await;
+}
+
+/// Clients that shut down their sending side mid-stream, over h2 and HTTP/1.1: the server sees
+/// the connection end, every stream is cancelled, nothing leaks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_half_closes_leaks_nothing() {
+    let addr = reference::start(&BAD_CLIENT_FLAGS);
+    let socket = connect(addr).await.into_std().unwrap();
+    let write_side = socket.try_clone().unwrap();
+    let mut client = h2(TcpStream::from_std(socket).unwrap(), None).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let response = client.send_request(chat(addr, 1_000_000)).await;
+        let mut events = events(response.expect("a head"));
+        next(&mut events).await;
+        open.push(events);
+    }
+    let mut http1 =
+        RawResponse::post_json(addr, "/v1/chat/completions", &chat_body(1_000_000)).await;
+    http1.expect_frame().await;
+    write_side.shutdown(Shutdown::Write).unwrap();
+    tokio::io::AsyncWriteExt::shutdown(&mut http1.stream)
+        .await
+        .unwrap();
+    let stats = nothing_leaked(addr).await;
+    assert_eq!(stats["streams_cancelled"], 4, "{stats}");
+    drop((open, http1));
+    still_serves(addr).await;
+}
+
+/// SIGINT/SIGTERM (the stop future) with h2 streams open on one connection, stalled between
+/// tokens: each gets its terminal `shutdown` frame, the connection gets `GOAWAY`, and the server
+/// returns with every stream released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_ends_every_open_h2_stream_visibly() {
+    let flags = ["--step-ms", "1", "--stall-at", "3", "--stall-ms", "600000"];
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (addr, server, served) = reference::serve_until(&flags, async move {
+        stopped.await.ok();
+    });
+    let mut client = h2(connect(addr).await, None).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let response = client.send_request(chat(addr, 100)).await;
+        let mut events = events(response.expect("a head"));
+        for i in 0..3 {
+            assert!(next(&mut events).await.contains(&format!("\"t{i} \"")));
+        }
+        open.push(events);
+    }
+    stop.send(()).unwrap();
+    for events in open {
+        let rest: Vec<_> = events.map(|(data, _)| data).collect().await;
+        let last = rest.last().expect("a terminal event");
+        assert!(last.contains(r#""type":"shutdown""#), "{rest:?}");
+    }
+    timeout(HANG, served)
+        .await
+        .expect("the server returns")
+        .unwrap()
+        .expect("served");
+    assert_eq!(server.streams.stats().gates, 0, "every stream was released");
+    assert!(client.ready().await.is_err(), "the connection was closed");
+}
+
+/// A stream whose client stopped reading its socket: what its generator made beyond what the
+/// client read (nothing) sits in the gate, in h2's send buffer and in the kernel. h2's bound
+/// shows in it: the default (64 KiB) against hyper's (400 KiB). The numbers are printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2s_send_buffer_bounds_what_a_stopped_stream_runs_ahead() {
+    let mut beyond_the_gate = Vec::new();
+    for (name, server) in [
+        ("default", Server::new()),
+        ("hyper's", Server::new().h2_send_buffer(400 * KIB)),
+    ] {
+        let endpoints = Endpoints::default();
+        let addr = serve(server, app(&endpoints));
+        let mut client = h2(Deaf(connect(addr).await), None).await;
+        let pending = client.send_request(get_request(addr, "/flood"));
+        endpoints.flood.wait_for(1).await;
+        let (reason, stats) = endpoints.flood.once();
+        assert_eq!(reason, EndReason::SlowConsumer);
+        println!(
+            "h2 send buffer {name}: {} KiB ({} events) produced, {} KiB of them past the gate",
+            stats.bytes_sent / 1024,
+            stats.chunks_sent,
+            stats.bytes_delivered / 1024
+        );
+        beyond_the_gate.push(stats.bytes_delivered);
+        drop((pending, client));
+    }
+    // The kernel's share is the same in both runs; h2's differs by 336 KiB.
+    assert!(
+        beyond_the_gate[1] > beyond_the_gate[0] + 200 * KIB as u64,
+        "{beyond_the_gate:?}"
+    );
+}
