@@ -1,28 +1,37 @@
-//! How far a generator gets ahead of a client that stopped reading, for the OS's default socket
-//! settings, `TunedListener`'s defaults and a bounded `SO_SNDBUF`; and what each costs a client
-//! that reads.
+//! How far a generator gets ahead of a client that stopped reading, over HTTP/1.1 for the OS's
+//! default socket settings, `TunedListener`'s defaults and a bounded `SO_SNDBUF`, and over
+//! HTTP/2 for h2's send buffer and the client's stream window; and what each HTTP/1.1 setting
+//! costs a client that reads.
 //!
 //! `cargo run --release --example stopped_reader --features axum`
 //!
-//! An axum server streams ~150-byte OpenAI-style events from a generator that produces as fast
-//! as the gate lets it (Backpressure, 64 events, 64 KiB). A raw TCP client reads the first event
-//! and then stops reading, keeping its socket open. Once the generator has stopped producing,
-//! the example reports how many tokens it produced, where their bytes are (the gate's buffer,
-//! the server's kernel: unsent and in flight, the client's kernel receive queue), and how long
-//! the same run-ahead takes at a 5 ms decode step: the time a slow-consumer deadline waits
-//! before it even starts counting. Then a client that reads takes 100,000 events as fast as it
-//! can, three times per setting, interleaved: the median events/s.
+//! A `transport::Server` streams ~150-byte OpenAI-style events from a generator that produces
+//! as fast as the gate lets it (Backpressure, 64 events, 64 KiB). A client reads the first event
+//! and then stops reading, keeping its connection open (over HTTP/1.1 a raw TCP client; over
+//! HTTP/2 hyper's client, which keeps reading the socket but stops taking the stream's data, so
+//! its stream window closes). Once the generator has stopped producing, the example reports how
+//! many tokens it produced, where their bytes are (the gate's buffer, the server's kernel:
+//! unsent and in flight, and the rest on the client: its kernel receive queue, or h2's buffers
+//! on either side), and how long the same run-ahead takes at a 5 ms decode step: the time a
+//! slow-consumer deadline waits before it even starts counting. Then an HTTP/1.1 client that
+//! reads takes 100,000 events as fast as it can, three times per setting, interleaved: the
+//! median events/s.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::routing::get;
-use axum::serve::ListenerExt;
+use axum::{Extension, Router};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use streamgate::sse::SseEvent;
-use streamgate::transport::{ListenOptions, SendQueue, SseResponse, TunedListener};
+use streamgate::transport::{
+    DEFAULT_H2_SEND_BUFFER, ListenOptions, SendQueue, Server as HttpServer, SseResponse,
+    TunedListener,
+};
 use streamgate::{Gate, GateExt};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -34,19 +43,47 @@ fn chunk(i: u64) -> String {
     )
 }
 
-/// The socket settings compared.
+/// The socket settings compared over HTTP/1.1.
 fn settings() -> [(&'static str, ListenOptions); 3] {
     let os = ListenOptions::default()
         .notsent_lowat(None)
         .user_timeout(None)
         .keepalive(None);
     [
-        ("OS defaults", os),
-        ("TunedListener defaults", ListenOptions::default()),
+        ("h1, OS defaults", os),
+        ("h1, TunedListener defaults", ListenOptions::default()),
         (
-            "SO_SNDBUF 16 KiB (Linux: 32)",
+            "h1, SO_SNDBUF 16 KiB (Linux: 32)",
             os.send_buffer(Some(16 * 1024)),
         ),
+    ]
+}
+
+/// An HTTP/2 setting: the server's h2 send buffer per stream and the client's stream window.
+struct H2 {
+    label: &'static str,
+    send_buffer: usize,
+    window: u32,
+}
+
+/// The HTTP/2 settings compared, all on `TunedListener`'s defaults.
+fn h2_settings() -> [H2; 3] {
+    [
+        H2 {
+            label: "h2, window 64 KiB, h2 buffer 64 KiB",
+            send_buffer: DEFAULT_H2_SEND_BUFFER,
+            window: 65_535,
+        },
+        H2 {
+            label: "h2, window 64 KiB, h2 buffer 400 KiB",
+            send_buffer: 400 * 1024,
+            window: 65_535,
+        },
+        H2 {
+            label: "h2, window 2 MiB, h2 buffer 64 KiB",
+            send_buffer: DEFAULT_H2_SEND_BUFFER,
+            window: 2 * 1024 * 1024,
+        },
     ]
 }
 
@@ -60,16 +97,19 @@ struct Server {
     task: tokio::task::JoinHandle<()>,
 }
 
-async fn server(options: ListenOptions, limit: u64) -> Server {
+async fn server(options: ListenOptions, h2_send_buffer: usize, limit: u64) -> Server {
     let produced = Arc::new(AtomicU64::new(0));
     let produced_bytes = Arc::new(AtomicU64::new(0));
     let gate_bytes = Arc::new(AtomicU64::new(0));
+    let queue = Arc::new(Mutex::new(None));
     let app = {
         let (produced, produced_bytes, gate_bytes) =
             (produced.clone(), produced_bytes.clone(), gate_bytes.clone());
+        let seen = queue.clone();
         Router::new().route(
             "/stream",
-            get(move || {
+            get(move |Extension(queue): Extension<SendQueue>| {
+                *seen.lock().unwrap() = Some(queue);
                 let (produced, produced_bytes) = (produced.clone(), produced_bytes.clone());
                 let consumer = Gate::new().spawn(move |_, mut tx| async move {
                     for i in 0..limit {
@@ -101,10 +141,8 @@ async fn server(options: ListenOptions, limit: u64) -> Server {
     };
     let listener = TunedListener::bind(([127, 0, 0, 1], 0).into(), options).unwrap();
     let addr = listener.local_addr().unwrap();
-    let queue = Arc::new(Mutex::new(None));
-    let seen = queue.clone();
-    let listener = listener.tap_io(move |io| *seen.lock().unwrap() = Some(io.send_queue()));
-    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let server = HttpServer::new().h2_send_buffer(h2_send_buffer);
+    let task = tokio::spawn(server.serve(listener, app, std::future::pending()));
     Server {
         addr,
         produced,
@@ -124,9 +162,14 @@ struct RunAhead {
     in_flight: u64,
 }
 
-async fn run_ahead(options: ListenOptions) -> RunAhead {
-    let server = server(options, u64::MAX).await;
-    let client = stop_after_first_event(server.addr).await;
+async fn run_ahead(options: ListenOptions, h2: Option<&H2>) -> RunAhead {
+    let send_buffer = h2.map_or(DEFAULT_H2_SEND_BUFFER, |h2| h2.send_buffer);
+    let server = server(options, send_buffer, u64::MAX).await;
+    // The stopped client, kept open while measured.
+    let client: Box<dyn std::any::Any> = match h2 {
+        None => Box::new(stop_after_first_event(server.addr).await),
+        Some(h2) => Box::new(h2_stop_after_first_event(server.addr, h2.window).await),
+    };
     // Wait until the generator has stopped producing: no progress for half a second.
     let mut last = 0;
     loop {
@@ -152,6 +195,25 @@ async fn run_ahead(options: ListenOptions) -> RunAhead {
     result
 }
 
+/// Over HTTP/2: takes the first event's data frame, then takes nothing more from the stream
+/// (its window closes) while the connection stays served.
+async fn h2_stop_after_first_event(addr: SocketAddr, window: u32) -> hyper::body::Incoming {
+    let socket = TcpStream::connect(addr).await.unwrap();
+    socket.set_nodelay(true).unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .initial_stream_window_size(window)
+        .handshake(TokioIo::new(socket))
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{addr}/stream"))
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    let mut body = sender.send_request(request).await.unwrap().into_body();
+    body.frame().await.expect("a first frame").unwrap();
+    body
+}
+
 /// Sends the request, reads until the first event, then stops reading (socket left open).
 async fn stop_after_first_event(addr: SocketAddr) -> TcpStream {
     let mut client = TcpStream::connect(addr).await.unwrap();
@@ -169,7 +231,7 @@ async fn stop_after_first_event(addr: SocketAddr) -> TcpStream {
 
 /// Events per second of a client that reads `events` events as fast as it can.
 async fn throughput(options: ListenOptions, events: u64) -> f64 {
-    let server = server(options, events).await;
+    let server = server(options, DEFAULT_H2_SEND_BUFFER, events).await;
     let mut client = TcpStream::connect(server.addr).await.unwrap();
     client.set_nodelay(true).unwrap();
     let request = format!("GET /stream HTTP/1.1\r\nHost: {}\r\n\r\n", server.addr);
@@ -203,13 +265,21 @@ fn median(mut values: Vec<f64>) -> f64 {
 async fn main() {
     let started = Instant::now();
     println!("a client reads one event, then stops reading; the generator runs until held back");
-    for (label, options) in settings() {
-        let run = run_ahead(options).await;
+    let runs = settings()
+        .into_iter()
+        .map(|(label, options)| (label, options, None))
+        .chain(
+            h2_settings()
+                .into_iter()
+                .map(|h2| (h2.label, ListenOptions::default(), Some(h2))),
+        );
+    for (label, options, h2) in runs {
+        let run = run_ahead(options, h2.as_ref()).await;
         let client_kernel = run
             .bytes
             .saturating_sub(run.gate + run.unsent + run.in_flight);
         println!(
-            "{label:<30} {:>6} tokens ahead ({:>5} KiB): gate {:>3} KiB, server kernel {:>5} KiB unsent + {:>4} KiB in flight, client kernel ~{:>4} KiB; at 5 ms/token {:>5.1} s",
+            "{label:<38} {:>6} tokens ahead ({:>5} KiB): gate {:>3} KiB, server kernel {:>5} KiB unsent + {:>4} KiB in flight, rest ~{:>4} KiB; at 5 ms/token {:>5.1} s",
             run.tokens,
             run.bytes / 1024,
             run.gate / 1024,
@@ -220,7 +290,7 @@ async fn main() {
         );
     }
     const EVENTS: u64 = 100_000;
-    println!("a client that reads: {EVENTS} events, median of 3 runs, interleaved");
+    println!("an HTTP/1.1 client that reads: {EVENTS} events, median of 3 runs, interleaved");
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); settings().len()];
     for _ in 0..3 {
         for (rates, (_, options)) in rates.iter_mut().zip(settings()) {
@@ -231,7 +301,7 @@ async fn main() {
     for (rates, (label, _)) in rates.into_iter().zip(settings()) {
         let rate = median(rates);
         println!(
-            "{label:<30} {rate:>9.0} events/s ({:.2}x the OS defaults)",
+            "{label:<38} {rate:>9.0} events/s ({:.2}x the OS defaults)",
             rate / baseline
         );
     }

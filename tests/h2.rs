@@ -371,7 +371,41 @@ async fn a_shutdown_ends_every_open_h2_stream_visibly() {
         .unwrap()
         .expect("served");
     assert_eq!(server.streams.stats().gates, 0, "every stream was released");
-    assert!(client.ready().await.is_err(), "the connection was closed");
+    // The client's connection task sees the close on its own time.
+    let deadline = tokio::time::Instant::now() + HANG;
+    while client.ready().await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the connection was closed"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A connection that never sends a byte holds neither the server's shutdown nor its task:
+/// it is closed when the server stops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_does_not_hold_the_shutdown() {
+    let listener =
+        TunedListener::bind(([127, 0, 0, 1], 0).into(), ListenOptions::default()).expect("bind");
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let app = Router::new().route("/", get(|| async { "hi" }));
+    let served = tokio::spawn(Server::new().serve(listener, app, async move {
+        stopped.await.ok();
+    }));
+    let mut silent = connect(addr).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.send(()).unwrap();
+    timeout(HANG, served)
+        .await
+        .expect("the server returns")
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let read = timeout(HANG, tokio::io::AsyncReadExt::read(&mut silent, &mut byte))
+        .await
+        .expect("the silent connection is closed");
+    assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
 }
 
 /// A stream whose client stopped reading its socket: what its generator made beyond what the

@@ -421,11 +421,13 @@ async fn departures_name_the_kernel_when_events_sit_in_it() {
     let (written, _socket) = timeout(HANG, writer).await.unwrap().unwrap();
     assert_eq!(written, EVENTS);
     assert_eq!(write.snapshot().counters.visible_events(), EVENTS);
+    let snapshot = sent.snapshot();
     assert_eq!(
-        sent.snapshot().counters.visible_events(),
+        snapshot.counters.visible_events(),
         EVENTS,
         "every event's departure is recorded once the client drained them"
     );
+    assert_eq!(snapshot.streams_ended, [("completed", 1)]);
     sink.sync();
     let records = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
     let mut timeline = Timeline::new(["worker.write", "worker.sent"], Duration::from_millis(500));
@@ -547,5 +549,11 @@ async fn departures_end_when_the_connection_can_no_longer_send() {
         .expect("the stream ends")
         .unwrap();
     assert_eq!(written.unwrap(), EVENTS, "every frame was written");
-    assert!(sent.snapshot().counters.visible_events() < EVENTS);
+    let snapshot = sent.snapshot();
+    assert!(snapshot.counters.visible_events() < EVENTS);
+    assert_eq!(
+        snapshot.streams_ended,
+        [("consumer_gone", 1)],
+        "bytes that never left are not a completed stream"
+    );
 }

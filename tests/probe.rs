@@ -276,7 +276,8 @@ fn records_over_a_full_queue_are_counted_as_dropped() {
     let held = gate.lock().unwrap();
     let sink = RecordSink::to_writer(Blocked(gate.clone()), 4).unwrap();
     let hop = HopProbe::new("client.recv").records(sink.clone(), 1.0);
-    let mut recorder = hop.recorder("busy");
+    // Each record is larger than the writer thread's buffer, so its first write blocks.
+    let mut recorder = hop.recorder("busy".repeat(4096));
     for _ in 0..100 {
         recorder.observe(Observation::new(None, 1, Kind::Visible));
     }

@@ -181,12 +181,14 @@ impl SseDecoder {
             if mem::take(&mut self.discarding_line) {
                 continue;
             }
-            let line = String::from_utf8_lossy(line);
-            if line.len() > self.max_line {
+            // The text is never shorter than the raw bytes: check those first, so an over-long
+            // line is never converted.
+            let text = (line.len() <= self.max_line).then(|| String::from_utf8_lossy(line));
+            let Some(line) = text.filter(|text| text.len() <= self.max_line) else {
                 return Err(self.broke_limit(DecodeError::LineTooLong {
                     limit: self.max_line,
                 }));
-            }
+            };
             if let Some(item) = self.process_line(&line)? {
                 return Ok(Some(item));
             }

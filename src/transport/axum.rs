@@ -80,7 +80,11 @@ impl axum::serve::Listener for TunedListener {
                 // Out of file descriptors and the like (one connection's failures never reach
                 // here): wait before trying again, as axum's own listener does, instead of
                 // spinning.
-                Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+                Err(_error) => {
+                    #[cfg(feature = "tracing")]
+                    tracing::error!(error = %_error, "accepting a connection failed; retrying in 1 s");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
             }
         }
     }

@@ -12,9 +12,14 @@ use tokio::time::Sleep;
 use super::stream::SendQueue;
 use crate::probe::{Observation, Observed, Recorder, Seen};
 
-/// How often [`Departures`] asks the kernel again while bytes it waits for are still unsent and
-/// nothing is being written.
+/// How soon [`Departures`] asks the kernel again while bytes it waits for are still unsent and
+/// nothing is being written; each check that finds no progress doubles the wait, up to
+/// [`DEPARTURE_CHECK_MAX`].
 pub const DEPARTURE_CHECK: Duration = Duration::from_millis(10);
+
+/// The longest wait between two checks of a [`Departures`] whose bytes do not leave (a client
+/// that stopped reading).
+pub const DEPARTURE_CHECK_MAX: Duration = Duration::from_secs(1);
 
 pin_project! {
     /// Passes a connection's frames through unchanged, and records at a hop (say
@@ -26,17 +31,21 @@ pin_project! {
     /// transport from a slow server: the gap grows at the `sent` hop first.
     ///
     /// How it knows: a frame handed over when `n` bytes had been written to the connection has
-    /// left once `n` plus its own size have been sent (the transport's framing, a few bytes per
-    /// HTTP/1.1 chunk, is not counted). The connection's [`TunedStream`](super::TunedStream)
-    /// asks the kernel after each write, which times most departures exactly; while bytes stay
-    /// unsent, this asks again every [`DEPARTURE_CHECK`]. One connection carries one stream at a
-    /// time for the offsets to hold: HTTP/1.1, or a raw socket through
+    /// left once `n` plus its own size have been sent. The transport's own bytes are not
+    /// counted (an HTTP/1.1 response head, a few bytes of chunk framing per event), so a frame
+    /// can be seen leaving up to that many bytes early. The connection's
+    /// [`TunedStream`](super::TunedStream) asks the kernel after each write, which times most
+    /// departures exactly; while bytes stay unsent, this asks again after [`DEPARTURE_CHECK`],
+    /// backing off to [`DEPARTURE_CHECK_MAX`]. One connection carries one stream at a time for
+    /// the offsets to hold: HTTP/1.1, or a raw socket through
     /// [`FrameWriter`](super::FrameWriter); over HTTP/2 use the stream's flow control instead.
     ///
-    /// When the frames end, this stream ends once their bytes have left the kernel, or once the
-    /// connection can no longer send them (reset, or failed by the user timeout): a client that
-    /// stopped reading keeps the end of a finished stream waiting with the rest of its bytes.
-    /// Frames still unsent when it is dropped are not recorded.
+    /// When the frames end, this stream ends once their bytes have left the kernel (or the
+    /// kernel holds none of the connection's bytes), or once the connection can no longer send
+    /// them (reset, or failed by the user timeout); the hop then records the end as
+    /// `consumer_gone`. A client that stopped reading keeps the end of a finished stream
+    /// waiting with the rest of its bytes. Frames still unsent when it is dropped are not
+    /// recorded.
     ///
     /// # Examples
     ///
@@ -70,10 +79,12 @@ pin_project! {
         unsent: VecDeque<(u64, Observation)>,
         // The connection offset where the newest handed frame ends.
         end: u64,
-        // Why the stream ended early, as its last frame said.
+        // Why the stream ended early, as an item said (for items other than frames).
         ended: Option<&'static str>,
         // The frames have ended; the stream ends once their bytes left.
         finishing: bool,
+        // The wait before the next check.
+        delay: Duration,
         #[pin]
         check: Option<Sleep>,
     }
@@ -82,6 +93,7 @@ pin_project! {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             settle(this.queue, this.recorder, this.unsent, true);
+            this.queue.unwatch();
         }
     }
 }
@@ -99,6 +111,7 @@ impl<S> Departures<S> {
             end: 0,
             ended: None,
             finishing: false,
+            delay: DEPARTURE_CHECK,
             check: None,
         }
     }
@@ -110,18 +123,19 @@ impl<S> Departures<S> {
 }
 
 /// Records every frame whose bytes have been sent: at the time a write saw them go, or (when
-/// `ask` and they were not seen yet) now, if the kernel says they went.
+/// `ask` and they were not seen yet) now, if the kernel says they went. Whether any was.
 fn settle(
     queue: &SendQueue,
     recorder: &mut Recorder,
     unsent: &mut VecDeque<(u64, Observation)>,
     ask: bool,
-) {
+) -> bool {
+    let before = unsent.len();
     let mut reading = queue.last_sent();
     for fresh in [false, true] {
         if fresh {
             if !ask || unsent.is_empty() {
-                return;
+                break;
             }
             reading = queue.refresh().ok();
         }
@@ -134,6 +148,7 @@ fn settle(
             unsent.pop_front();
         }
     }
+    unsent.len() < before
 }
 
 impl<S> Stream for Departures<S>
@@ -156,6 +171,7 @@ where
                             // The time it waited in a gate is the write hop's to record.
                             let event = Observation::new(event.seq, event.bytes, event.kind);
                             this.unsent.push_back((*this.end, event));
+                            *this.delay = DEPARTURE_CHECK;
                         }
                         Seen::End(reason) => *this.ended = Some(reason),
                         Seen::Nothing => {}
@@ -166,26 +182,38 @@ where
                 Poll::Pending => {}
             }
         }
-        // Nothing to hand over: while some bytes are unsent, ask the kernel again every
-        // `DEPARTURE_CHECK` (a frame just handed over is written after this poll, and that
-        // write notes its own departure). Once the frames have ended, the stream ends when
-        // their bytes have left (the transport writes the last ones after this poll, and wakes
-        // it), or when the connection can no longer send them.
+        // Nothing to hand over: while some bytes are unsent, ask the kernel again after a
+        // while (a frame just handed over is written after this poll, and that write notes its
+        // own departure). Once the frames have ended, the stream ends when their bytes have
+        // left (the transport writes the last ones after this poll, and wakes it), or when the
+        // connection can no longer send them.
         loop {
             if *this.finishing {
                 settle(this.queue, this.recorder, this.unsent, true);
-                if this.unsent.is_empty() || !this.queue.can_send() {
+                if !this.unsent.is_empty() && this.queue.unsent().is_ok_and(|bytes| bytes == 0) {
+                    // The kernel holds nothing: what is left was sent (or shrunk on the way).
+                    let now = std::time::Instant::now();
+                    for (_, event) in this.unsent.drain(..) {
+                        this.recorder.observe_at(event, now);
+                    }
+                }
+                if this.unsent.is_empty() {
                     this.recorder.end(this.ended.unwrap_or("completed"));
+                    return Poll::Ready(None);
+                }
+                if !this.queue.can_send() {
+                    this.recorder.end("consumer_gone");
                     return Poll::Ready(None);
                 }
                 this.queue.wake_after_write(cx.waker());
             }
             if this.unsent.is_empty() {
                 this.check.set(None);
+                *this.delay = DEPARTURE_CHECK;
                 return Poll::Pending;
             }
             if this.check.is_none() {
-                this.check.set(Some(tokio::time::sleep(DEPARTURE_CHECK)));
+                this.check.set(Some(tokio::time::sleep(*this.delay)));
             }
             let Some(check) = this.check.as_mut().as_pin_mut() else {
                 return Poll::Pending;
@@ -194,7 +222,11 @@ where
                 return Poll::Pending;
             }
             this.check.set(None);
-            settle(this.queue, this.recorder, this.unsent, true);
+            *this.delay = if settle(this.queue, this.recorder, this.unsent, true) {
+                DEPARTURE_CHECK
+            } else {
+                (*this.delay * 2).min(DEPARTURE_CHECK_MAX)
+            };
         }
     }
 }

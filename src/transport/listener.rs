@@ -83,8 +83,8 @@ impl ListenOptions {
     }
 
     /// `TCP_USER_TIMEOUT` for accepted sockets: how long written data may stay unacknowledged
-    /// before the kernel fails the connection (at millisecond precision). `None` leaves the
-    /// system's retransmission limits. Default [`DEFAULT_USER_TIMEOUT`].
+    /// before the kernel fails the connection (in whole milliseconds, rounded up). `None` leaves
+    /// the system's retransmission limits. Default [`DEFAULT_USER_TIMEOUT`].
     pub fn user_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.user_timeout = timeout;
         self
@@ -93,7 +93,8 @@ impl ListenOptions {
     /// TCP keepalive for accepted sockets: after `idle` without traffic the kernel probes the
     /// peer (then every third of `idle`), and fails the connection once the user timeout passes
     /// without an answer (or after the system's probe count without one). `None` turns keepalive
-    /// off. Default [`DEFAULT_KEEPALIVE`].
+    /// off. Whole seconds from 1 to 32,767 (what Linux takes; others are clamped). Default
+    /// [`DEFAULT_KEEPALIVE`].
     pub fn keepalive(mut self, idle: Option<Duration>) -> Self {
         self.keepalive = idle;
         self
@@ -213,14 +214,36 @@ impl TunedListener {
     }
 }
 
-/// An error that concerns one connection, not the listener.
+/// An error that concerns one connection, not the listener: accept(2) on Linux reports a
+/// connection's network errors this way, and asks that they be treated like `EAGAIN`.
 fn is_connection_error(error: &io::Error) -> bool {
-    matches!(
+    use io::ErrorKind::{
+        ConnectionAborted, ConnectionRefused, ConnectionReset, HostUnreachable, NetworkDown,
+        NetworkUnreachable,
+    };
+    if matches!(
         error.kind(),
-        io::ErrorKind::ConnectionRefused
-            | io::ErrorKind::ConnectionAborted
-            | io::ErrorKind::ConnectionReset
-    )
+        ConnectionRefused
+            | ConnectionAborted
+            | ConnectionReset
+            | NetworkDown
+            | NetworkUnreachable
+            | HostUnreachable
+    ) {
+        return true;
+    }
+    #[cfg(target_os = "linux")]
+    if let Some(code) = error.raw_os_error() {
+        return [
+            libc::EPROTO,
+            libc::ENOPROTOOPT,
+            libc::EHOSTDOWN,
+            libc::ENONET,
+            libc::EOPNOTSUPP,
+        ]
+        .contains(&code);
+    }
+    false
 }
 
 #[cfg(target_os = "linux")]
@@ -249,7 +272,8 @@ mod options {
             )?;
         }
         if let Some(idle) = options.keepalive {
-            let idle_secs = idle.as_secs().max(1);
+            // Linux takes 1 to 32,767 s.
+            let idle_secs = idle.as_secs().clamp(1, 32_767);
             set(socket, libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1)?;
             set(
                 socket,
@@ -267,8 +291,11 @@ mod options {
         Ok(())
     }
 
+    /// Whole milliseconds, rounded up: a timeout under 1 ms is 1 ms, not 0 (which turns the
+    /// option off).
     fn millis(duration: Duration) -> libc::c_int {
-        clamp(u64::try_from(duration.as_millis()).unwrap_or(u64::MAX))
+        let millis = duration.as_nanos().div_ceil(1_000_000);
+        clamp(u64::try_from(millis).unwrap_or(u64::MAX))
     }
 
     fn clamp(value: u64) -> libc::c_int {

@@ -37,14 +37,16 @@ pub use self::axum::SseResponse;
 #[cfg(feature = "hyper")]
 pub use self::body::SseBody;
 #[cfg(feature = "net")]
-pub use self::departures::{DEPARTURE_CHECK, Departures};
+pub use self::departures::{DEPARTURE_CHECK, DEPARTURE_CHECK_MAX, Departures};
 #[cfg(feature = "net")]
 pub use self::listener::{
     DEFAULT_BACKLOG, DEFAULT_KEEPALIVE, DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, ListenOptions,
     TunedListener,
 };
 #[cfg(feature = "server")]
-pub use self::serve::{ACCEPT_BACKOFF, DEFAULT_H2_SEND_BUFFER, ServeError, Server};
+pub use self::serve::{
+    ACCEPT_BACKOFF, DEFAULT_H2_SEND_BUFFER, FIRST_BYTE_TIMEOUT, ServeError, Server,
+};
 #[cfg(feature = "net")]
 pub use self::stream::{SendQueue, TunedStream, unacknowledged_bytes, unsent_bytes};
 #[cfg(feature = "io")]

@@ -15,6 +15,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
+use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use super::listener::TunedListener;
@@ -30,9 +31,13 @@ pub const DEFAULT_H2_SEND_BUFFER: usize = crate::DEFAULT_MAX_BYTES;
 /// (out of file descriptors, say).
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
+/// How long a connection may take to send its first byte (from which the protocol is read)
+/// before it is closed: 30 s, as hyper gives an HTTP/1.1 request head.
+pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// Serves a tower service (an axum `Router`, say) over HTTP/1.1 and HTTP/2 on the same port:
 /// each connection's protocol is read from its first bytes (h2c with prior knowledge, no TLS,
-/// no upgrade).
+/// no `Upgrade: h2c`). HTTP/1.1 upgrades (WebSocket) are served.
 ///
 /// Over HTTP/2 many streams share one connection, so a stream whose client stopped reading is
 /// held by its flow-control window, not by the socket: once the window is used up (or, when
@@ -48,7 +53,8 @@ pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 ///
 /// Errors never stop the server: accept errors of the listener as a whole are retried after
 /// [`ACCEPT_BACKOFF`], and a connection that ends with an error ends alone. Each is given to
-/// [`on_error`](Server::on_error), if set. HTTP/1.1 clients get 30 s to send a request head.
+/// [`on_error`](Server::on_error), if set. A connection gets [`FIRST_BYTE_TIMEOUT`] to send its
+/// first byte, and HTTP/1.1 clients 30 s to send a request head.
 ///
 /// # Examples
 ///
@@ -106,7 +112,8 @@ impl Server {
     /// Accepts connections on `listener` and serves `service` on each until `shutdown`
     /// completes; then stops accepting, lets every connection finish its open requests (HTTP/2
     /// clients get a `GOAWAY`) and returns once all have closed. To bound that wait, end the
-    /// open streams first (`Group::shutdown`) or race this future against a timer.
+    /// open streams first (`Group::shutdown`) or race this future against a timer (dropping it
+    /// stops accepting, but the connections it started go on until they close).
     pub async fn serve<S, B>(
         self,
         listener: TunedListener,
@@ -121,6 +128,8 @@ impl Server {
         B::Error: Into<BoxError>,
     {
         let connections = GracefulShutdown::new();
+        // Connections still waiting for their first byte are closed at shutdown.
+        let stopping = CancellationToken::new();
         let mut shutdown = pin!(shutdown);
         loop {
             // The next connection. The listener skips one connection's failures itself: what
@@ -153,19 +162,28 @@ impl Server {
                 request.extensions_mut().insert(queue.clone());
                 hyper::service::Service::call(&service, request)
             });
-            let connection = self
-                .builder
-                .serve_connection(TokioIo::new(stream), service)
-                .into_owned();
-            let connection = connections.watch(connection);
-            let on_error = self.on_error.clone();
+            let (builder, watcher) = (self.builder.clone(), connections.watcher());
+            let (on_error, stopping) = (self.on_error.clone(), stopping.clone());
             tokio::spawn(async move {
-                if let Err(error) = connection.await {
+                // The protocol is read from the first bytes, and hyper's own timeouts start
+                // after it: a connection that sends nothing is closed after
+                // `FIRST_BYTE_TIMEOUT`, or at shutdown.
+                let mut first = [0u8; 1];
+                let first =
+                    tokio::time::timeout(FIRST_BYTE_TIMEOUT, stream.get_ref().peek(&mut first));
+                if !matches!(stopping.run_until_cancelled(first).await, Some(Ok(Ok(1..)))) {
+                    return;
+                }
+                let connection = builder
+                    .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                    .into_owned();
+                if let Err(error) = watcher.watch(connection).await {
                     on_error(ServeError::Connection { peer, error });
                 }
             });
         }
         drop(listener);
+        stopping.cancel();
         connections.shutdown().await;
     }
 }

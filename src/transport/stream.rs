@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::task::{Context, Poll, Waker, ready};
 
@@ -28,7 +28,7 @@ impl TunedStream {
             shared: Arc::new(Shared {
                 fd: RwLock::new(Some(std::os::fd::AsRawFd::as_raw_fd(&stream))),
                 written: AtomicU64::new(0),
-                watched: AtomicBool::new(false),
+                watchers: AtomicUsize::new(0),
                 sent: Mutex::new(None),
                 waiting: Mutex::new(None),
             }),
@@ -50,7 +50,7 @@ impl TunedStream {
     fn wrote(&self, bytes: usize) {
         let shared = &self.queue.shared;
         shared.written.fetch_add(bytes as u64, Ordering::Relaxed);
-        if shared.watched.load(Ordering::Relaxed) {
+        if shared.watchers.load(Ordering::Relaxed) > 0 {
             // Right after the write is when most bytes leave: note how far sending got, so
             // a frame's departure is timed by the write that sent it.
             let _ = self.queue.refresh();
@@ -148,8 +148,9 @@ struct Shared {
     /// The connection's descriptor while it is open.
     fd: RwLock<Option<RawFd>>,
     written: AtomicU64,
-    /// Whether writes note how far sending got (someone times departures).
-    watched: AtomicBool,
+    /// How many `Departures` time this connection's writes: while any does, writes note how
+    /// far sending got.
+    watchers: AtomicUsize,
     /// The last reading of how many written bytes had been sent, and when.
     sent: Mutex<Option<(u64, Instant)>>,
     /// Who waits for the next write's reading.
@@ -207,9 +208,14 @@ impl SendQueue {
             .unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// From now on, every write notes how far sending got.
+    /// Until the matching [`unwatch`](Self::unwatch), every write notes how far sending got.
     pub(crate) fn watch(&self) {
-        self.shared.watched.store(true, Ordering::Relaxed);
+        self.shared.watchers.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Ends one [`watch`](Self::watch).
+    pub(crate) fn unwatch(&self) {
+        self.shared.watchers.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Wakes `waker` after the next write has noted how far sending got.
