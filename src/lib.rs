@@ -121,6 +121,7 @@ mod chunk;
 mod ext;
 mod gate;
 pub mod probe;
+pub mod resume;
 pub mod sse;
 mod sync;
 pub mod timeline;

@@ -1,0 +1,337 @@
+//! One registered stream: its replay log, its subscribers' positions, the pump that fills the
+//! log from the gate, and the grace that runs while nobody is attached.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use futures_core::Stream;
+use tokio::time::Instant;
+
+use super::log::{Lookup, ReplayLog};
+use super::registry::Shared;
+use crate::chunk::Chunk;
+use crate::gate::{Consumer, EndReason, Event, GateError, GateHandle};
+use crate::sync::{Arc, Mutex, lock};
+
+/// What became of an event offered to the log.
+enum Offer {
+    Taken,
+    /// Not yet; look again when woken, or at the instant given (a subscriber's lag limit).
+    Wait(Option<Instant>),
+}
+
+/// A registered stream, shared by its pump, its subscribers and the registry.
+pub(crate) struct Entry<C> {
+    pub(crate) id: Arc<str>,
+    pub(crate) state: Mutex<State<C>>,
+    pub(crate) handle: GateHandle,
+}
+
+/// An attached subscriber, as the log sees it.
+struct Reader {
+    /// The id of the next event it needs.
+    next: u64,
+    /// How long it may keep a full log from taking the next event.
+    max_lag: Duration,
+    /// It kept the log full past its `max_lag`: the log evicts past it.
+    cut: bool,
+}
+
+pub(crate) struct State<C> {
+    pub(crate) log: ReplayLog<C>,
+    /// How the stream ended, once the pump saw it: `None` inside for a completed stream.
+    pub(crate) end: Option<Option<GateError>>,
+    readers: HashMap<u64, Reader>,
+    next_reader: u64,
+    /// While nobody is attached, events from here on were never taken by a subscriber that
+    /// left: they are kept for a resume, and a full log pauses the generator instead.
+    resume_floor: u64,
+    /// Since when the log has been full with an event an attached subscriber still needs.
+    full_since: Option<Instant>,
+    /// Changes at every attach, so a grace timer started before it knows it is stale.
+    epoch: u64,
+    /// The grace ran out (or was zero): the generator was cancelled and the log is freed.
+    pub(crate) expired: bool,
+    wakers: Vec<Waker>,
+    pump: Option<Waker>,
+}
+
+impl<C> State<C> {
+    pub(crate) fn attached(&self) -> usize {
+        self.readers.len()
+    }
+}
+
+impl<C: Chunk + Clone> Entry<C> {
+    pub(crate) fn new(
+        id: Arc<str>,
+        handle: GateHandle,
+        max_events: usize,
+        max_bytes: usize,
+    ) -> Self {
+        Entry {
+            id,
+            handle,
+            state: Mutex::new(State {
+                log: ReplayLog::new(max_events, max_bytes),
+                end: None,
+                readers: HashMap::new(),
+                next_reader: 0,
+                resume_floor: u64::MAX,
+                full_since: None,
+                epoch: 0,
+                expired: false,
+                wakers: Vec::new(),
+                pump: None,
+            }),
+        }
+    }
+
+    /// Appends `event` once the log has room. The oldest event is evicted when every attached
+    /// subscriber has read it, or when nobody is attached and it is below the resume floor; a
+    /// subscriber that has not read it holds the log (and, through the gate, the generator) for
+    /// at most its `max_lag`, then is cut: the log evicts past it and it falls behind. Otherwise
+    /// waits, and says until when if a subscriber's lag limit will run out.
+    fn offer(&self, event: &mut Option<Event<C>>, cx: &mut Context<'_>) -> Offer {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        let Some(next) = event.take() else {
+            return Offer::Taken;
+        };
+        if state.expired {
+            // Nobody will read it: the pump goes on to the gate's end.
+            return Offer::Taken;
+        }
+        loop {
+            if state.log.fits(&next) {
+                state.log.push(next);
+                state.full_since = None;
+                wake_all(&mut state.wakers);
+                return Offer::Taken;
+            }
+            let oldest_end = state.log.oldest_end().unwrap_or(0);
+            if state.readers.is_empty() {
+                if oldest_end <= state.resume_floor {
+                    state.log.evict();
+                    continue;
+                }
+                // Detached: the grace bounds the wait.
+                state.pump = Some(cx.waker().clone());
+                *event = Some(next);
+                return Offer::Wait(None);
+            }
+            let now = Instant::now();
+            let since = *state.full_since.get_or_insert(now);
+            let mut deadline = None::<Instant>;
+            for reader in state.readers.values_mut() {
+                if reader.cut || reader.next >= oldest_end {
+                    continue;
+                }
+                let limit = since + reader.max_lag;
+                if limit <= now {
+                    reader.cut = true;
+                } else {
+                    deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
+                }
+            }
+            let Some(deadline) = deadline else {
+                state.log.evict();
+                continue;
+            };
+            state.pump = Some(cx.waker().clone());
+            *event = Some(next);
+            return Offer::Wait(Some(deadline));
+        }
+    }
+
+    /// The pump saw the stream's end.
+    fn finish(&self, end: Option<GateError>) {
+        let mut state = lock(&self.state);
+        state.end = Some(end);
+        wake_all(&mut state.wakers);
+    }
+
+    /// A subscriber attaches at `next`; returns its key.
+    pub(crate) fn attach(&self, next: u64, max_lag: Duration) -> u64 {
+        let mut state = lock(&self.state);
+        let key = state.next_reader;
+        state.next_reader += 1;
+        state.readers.insert(
+            key,
+            Reader {
+                next,
+                max_lag,
+                cut: false,
+            },
+        );
+        state.epoch += 1;
+        // The log may evict what the subscribers have read: a waiting pump looks again.
+        if let Some(pump) = state.pump.take() {
+            pump.wake();
+        }
+        key
+    }
+
+    /// The subscriber `key` left; the last one starts the grace.
+    pub(crate) fn detach(self: &Arc<Self>, key: u64, shared: &Arc<Shared<C>>)
+    where
+        C: Send + Sync + 'static,
+    {
+        let mut state = lock(&self.state);
+        if let Some(reader) = state.readers.remove(&key) {
+            state.resume_floor = state.resume_floor.min(reader.next);
+        }
+        if let Some(pump) = state.pump.take() {
+            pump.wake();
+        }
+        if !state.readers.is_empty() || state.end.is_some() {
+            return;
+        }
+        let grace = shared.options.grace;
+        let runtime = tokio::runtime::Handle::try_current();
+        let (true, Ok(runtime)) = (!grace.is_zero(), runtime) else {
+            // A zero grace, or no runtime to time it on (the process is ending).
+            self.expire(&mut state, shared);
+            return;
+        };
+        let (entry, shared, epoch) = (self.clone(), shared.clone(), state.epoch);
+        drop(state);
+        runtime.spawn(async move {
+            tokio::time::sleep(grace).await;
+            let mut state = lock(&entry.state);
+            if state.epoch == epoch && state.readers.is_empty() && state.end.is_none() {
+                entry.expire(&mut state, &shared);
+            }
+        });
+    }
+
+    /// Nobody came back in time: the generator is cancelled (its two-phase stop and release
+    /// are the gate's) and the log is freed.
+    fn expire(&self, state: &mut State<C>, shared: &Shared<C>) {
+        state.expired = true;
+        state.log.clear();
+        if let Some(pump) = state.pump.take() {
+            pump.wake();
+        }
+        shared.expired();
+        self.handle.cancel_with(EndReason::ConsumerGone);
+    }
+
+    /// What the subscriber `key` reads next: an event, its end, or nothing yet (its waker is
+    /// kept).
+    pub(crate) fn read(
+        &self,
+        key: u64,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Event<C>, GateError>>> {
+        let mut state = lock(&self.state);
+        let state = &mut *state;
+        let Some(reader) = state.readers.get_mut(&key) else {
+            return Poll::Ready(None);
+        };
+        let next = reader.next;
+        match state.log.lookup(next) {
+            Lookup::Event(event) => {
+                reader.next = event.id().saturating_add(1);
+                // The log may now evict what this subscriber held.
+                if let Some(pump) = state.pump.take() {
+                    pump.wake();
+                }
+                Poll::Ready(Some(Ok(event)))
+            }
+            Lookup::Behind(start) => {
+                let why = format!(
+                    "behind: the replay log starts at event {start}, this subscriber was at {next}"
+                );
+                Poll::Ready(Some(Err(GateError::new(
+                    EndReason::SlowConsumer,
+                    Some(why.into()),
+                ))))
+            }
+            Lookup::Nothing => match &state.end {
+                Some(None) => Poll::Ready(None),
+                Some(Some(error)) => Poll::Ready(Some(Err(error.clone()))),
+                None => {
+                    if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                        state.wakers.push(cx.waker().clone());
+                    }
+                    Poll::Pending
+                }
+            },
+        }
+    }
+
+    /// Where the subscriber `key` is.
+    pub(crate) fn position(&self, key: u64) -> Option<u64> {
+        lock(&self.state)
+            .readers
+            .get(&key)
+            .map(|reader| reader.next)
+    }
+
+    /// Sets how long the subscriber `key` may hold a full log.
+    pub(crate) fn set_max_lag(&self, key: u64, max_lag: Duration) {
+        let mut state = lock(&self.state);
+        if let Some(reader) = state.readers.get_mut(&key) {
+            reader.max_lag = max_lag;
+        }
+        if let Some(pump) = state.pump.take() {
+            pump.wake();
+        }
+    }
+}
+
+fn wake_all(wakers: &mut Vec<Waker>) {
+    for waker in wakers.drain(..) {
+        waker.wake();
+    }
+}
+
+/// Moves the gate's events into the entry's log until the stream ends, then keeps the log for
+/// the registry's retention (none after an expiry) and removes the entry.
+pub(crate) async fn pump<C>(entry: Arc<Entry<C>>, mut consumer: Consumer<C>, shared: Arc<Shared<C>>)
+where
+    C: Chunk + Clone + Send + Sync + 'static,
+{
+    let mut lag = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    let end = loop {
+        let item = std::future::poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)).await;
+        match item {
+            Some(Ok(event)) => {
+                let mut slot = Some(event);
+                // Until the log takes it; a subscriber's lag limit running out is a reason to
+                // look again.
+                std::future::poll_fn(|cx| {
+                    loop {
+                        match entry.offer(&mut slot, cx) {
+                            Offer::Taken => return Poll::Ready(()),
+                            Offer::Wait(None) => return Poll::Pending,
+                            Offer::Wait(Some(deadline)) => {
+                                lag.as_mut().reset(deadline);
+                                if lag.as_mut().poll(cx).is_pending() {
+                                    return Poll::Pending;
+                                }
+                            }
+                        }
+                    }
+                })
+                .await;
+            }
+            Some(Err(error)) => break Some(error),
+            None => break None,
+        }
+    };
+    entry.finish(end);
+    // The gate's end and release are the consumer's drop away.
+    drop(consumer);
+    let retain = if lock(&entry.state).expired {
+        Duration::ZERO
+    } else {
+        shared.options.retain
+    };
+    tokio::time::sleep(retain).await;
+    shared.remove(&entry);
+}

@@ -1,0 +1,385 @@
+//! Resumable streams: a registry's subscribers detach, resume, stop, fan out, fall behind; the
+//! grace expires; the log keeps its bounds; attach/detach/expire races under random schedules.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::Rng;
+use common::gate::Releases;
+use futures_util::StreamExt;
+use streamgate::resume::{AttachError, Registry, ResumeOptions, Subscriber};
+use streamgate::{Consumer, EndReason, GateError, Policy};
+use tokio::time::{sleep, timeout};
+
+const HANG: Duration = Duration::from_secs(20);
+
+/// A generator of `n` tokens `"t{i}"`, one every `step`, counting what it generated; its gate
+/// records its release and pauses without limit (the grace bounds a detached stream).
+fn tokens(
+    releases: &Releases,
+    n: u64,
+    step: Duration,
+    generated: Arc<AtomicU64>,
+) -> Consumer<String> {
+    releases
+        .gate()
+        .policy(Policy::Backpressure { max_pause: None })
+        .max_events(4)
+        .spawn(move |_, mut tx| async move {
+            for i in 0..n {
+                if !step.is_zero() {
+                    sleep(step).await;
+                }
+                tx.send(format!("t{i}")).await?;
+                generated.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<_, streamgate::SendError<String>>(())
+        })
+}
+
+/// The next `count` events of `subscriber` as (id, token).
+async fn take(subscriber: &mut Subscriber<String>, count: usize) -> Vec<(u64, String)> {
+    let mut events = Vec::new();
+    for _ in 0..count {
+        let event = timeout(HANG, subscriber.next())
+            .await
+            .expect("no hang")
+            .expect("an event")
+            .expect("not an end");
+        events.push((event.id(), event.into_chunk()));
+    }
+    events
+}
+
+/// Every event of `subscriber` until its end, and the end (`None`: completed).
+async fn rest(subscriber: &mut Subscriber<String>) -> (Vec<(u64, String)>, Option<GateError>) {
+    let mut events = Vec::new();
+    while let Some(item) = timeout(HANG, subscriber.next()).await.expect("no hang") {
+        match item {
+            Ok(event) => events.push((event.id(), event.into_chunk())),
+            Err(error) => return (events, Some(error)),
+        }
+    }
+    (events, None)
+}
+
+fn expected(range: std::ops::Range<u64>) -> Vec<(u64, String)> {
+    range.map(|i| (i, format!("t{i}"))).collect()
+}
+
+#[tokio::test]
+async fn a_resume_continues_the_same_generation_at_every_cut_point() {
+    for cut in [0, 1, 5, 17, 49] {
+        let registry = Registry::new(ResumeOptions::default());
+        let releases = Releases::default();
+        let generated = Arc::new(AtomicU64::new(0));
+        let consumer = tokens(&releases, 50, Duration::from_millis(1), generated.clone());
+        let mut first = registry.register("r", consumer).unwrap();
+        let mut seen = take(&mut first, cut).await;
+        drop(first);
+        let last = seen.last().map(|(id, _)| *id);
+        let mut resumed = registry.attach("r", last).unwrap();
+        let (more, end) = rest(&mut resumed).await;
+        seen.extend(more);
+        assert_eq!(
+            seen,
+            expected(0..50),
+            "cut after {cut} events: nothing lost or repeated"
+        );
+        assert!(end.is_none(), "completed");
+        releases.wait_for(1).await;
+        assert_eq!(releases.once().0, EndReason::Completed);
+        assert_eq!(
+            generated.load(Ordering::SeqCst),
+            50,
+            "generated once, never again"
+        );
+        assert_eq!(registry.stats().resumed, 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_grace_expiry_cancels_the_generator_and_frees_the_log() {
+    let grace = Duration::from_secs(5);
+    let registry = Registry::new(ResumeOptions::default().grace(grace));
+    let releases = Releases::default();
+    let generated = Arc::new(AtomicU64::new(0));
+    let consumer = tokens(
+        &releases,
+        1_000_000,
+        Duration::from_millis(10),
+        generated.clone(),
+    );
+    let mut first = registry.register("r", consumer).unwrap();
+    take(&mut first, 3).await;
+    drop(first);
+    sleep(grace / 2).await;
+    assert_eq!(registry.stats().detached, 1);
+    assert!(
+        registry.stats().log_bytes > 0,
+        "the log keeps what the client missed"
+    );
+    assert_eq!(releases.count(), 0, "generating through the grace");
+    sleep(grace).await;
+    releases.wait_for(1).await;
+    let (reason, _) = releases.once();
+    assert_eq!(reason, EndReason::ConsumerGone);
+    let stats = registry.stats();
+    assert_eq!((stats.expired, stats.detached, stats.log_bytes), (1, 0, 0));
+    // An expired stream is gone, never resumed.
+    sleep(Duration::from_millis(1)).await;
+    assert_eq!(
+        registry.attach("r", Some(2)).unwrap_err(),
+        AttachError::Unknown
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attach_within_the_grace_ends_it() {
+    let grace = Duration::from_secs(5);
+    let registry = Registry::new(ResumeOptions::default().grace(grace));
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 2_000, Duration::from_millis(10), Arc::default());
+    let mut first = registry.register("r", consumer).unwrap();
+    let seen = take(&mut first, 3).await;
+    drop(first);
+    sleep(grace / 2).await;
+    let mut resumed = registry.attach("r", Some(seen[2].0)).unwrap();
+    sleep(grace * 2).await;
+    assert_eq!(releases.count(), 0, "the grace ended with the attach");
+    let (events, end) = rest(&mut resumed).await;
+    assert_eq!(events, expected(3..2_000));
+    assert!(end.is_none());
+    assert_eq!(registry.stats().expired, 0);
+}
+
+#[tokio::test]
+async fn a_zero_grace_cancels_at_the_disconnect() {
+    let registry = Registry::new(ResumeOptions::default().grace(Duration::ZERO));
+    let releases = Releases::default();
+    let consumer = tokens(
+        &releases,
+        1_000_000,
+        Duration::from_millis(1),
+        Arc::default(),
+    );
+    let mut first = registry.register("r", consumer).unwrap();
+    take(&mut first, 2).await;
+    drop(first);
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::ConsumerGone);
+}
+
+#[tokio::test]
+async fn a_stop_reaches_every_subscriber() {
+    let registry = Registry::new(ResumeOptions::default());
+    let releases = Releases::default();
+    let consumer = tokens(
+        &releases,
+        1_000_000,
+        Duration::from_millis(1),
+        Arc::default(),
+    );
+    let mut first = registry.register("r", consumer).unwrap();
+    let mut second = registry.attach("r", None).unwrap();
+    take(&mut first, 2).await;
+    take(&mut second, 2).await;
+    assert!(registry.stop("r"));
+    for subscriber in [&mut first, &mut second] {
+        let (_, end) = rest(subscriber).await;
+        assert_eq!(end.expect("an end").reason(), EndReason::Cancelled);
+    }
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::Cancelled);
+    assert!(!registry.stop("unknown"));
+}
+
+#[tokio::test]
+async fn two_subscribers_get_identical_events() {
+    let registry = Registry::new(ResumeOptions::default());
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 300, Duration::ZERO, Arc::default());
+    let mut first = registry.register("r", consumer).unwrap();
+    let mut second = registry.attach("r", None).unwrap();
+    let (a, b) = tokio::join!(rest(&mut first), rest(&mut second));
+    assert_eq!(a.0, expected(0..300));
+    assert_eq!(a.0, b.0);
+    assert!(a.1.is_none() && b.1.is_none(), "both completed");
+}
+
+#[tokio::test]
+async fn a_position_the_log_no_longer_holds_is_refused() {
+    let options = ResumeOptions::default().log_bounds(10, 1 << 20);
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 100, Duration::ZERO, Arc::default());
+    let mut first = registry.register("r", consumer).unwrap();
+    let (events, _) = rest(&mut first).await;
+    assert_eq!(events.len(), 100);
+    // The log kept the newest 10 events.
+    assert_eq!(
+        registry.attach("r", Some(50)).unwrap_err(),
+        AttachError::Gone { oldest: 90 }
+    );
+    let mut late = registry.attach("r", Some(89)).unwrap();
+    assert_eq!(rest(&mut late).await.0, expected(90..100));
+    assert_eq!(
+        registry.attach("nope", None).unwrap_err(),
+        AttachError::Unknown
+    );
+}
+
+#[tokio::test]
+async fn a_subscriber_that_falls_out_of_the_log_ends_and_holds_nobody_back() {
+    let options = ResumeOptions::default().log_bounds(8, 1 << 20);
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 500, Duration::ZERO, Arc::default());
+    let mut fast = registry.register("r", consumer).unwrap();
+    let mut stalled = registry
+        .attach("r", None)
+        .unwrap()
+        .with_max_lag(Duration::from_millis(50));
+    take(&mut stalled, 1).await;
+    // The fast reader takes everything while the other reads nothing.
+    let (events, end) = rest(&mut fast).await;
+    assert_eq!(events, expected(0..500));
+    assert!(end.is_none());
+    let (_, end) = rest(&mut stalled).await;
+    let end = end.expect("the stalled subscriber ends");
+    assert_eq!(end.reason(), EndReason::SlowConsumer);
+    let why = std::error::Error::source(&end).unwrap().to_string();
+    assert!(why.starts_with("behind"), "{why}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_detached_stream_pauses_at_a_full_log_and_loses_nothing() {
+    let options = ResumeOptions::default()
+        .grace(Duration::from_secs(60))
+        .log_bounds(16, 1 << 20);
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let generated = Arc::new(AtomicU64::new(0));
+    let consumer = tokens(
+        &releases,
+        1_000,
+        Duration::from_millis(1),
+        generated.clone(),
+    );
+    let mut first = registry.register("r", consumer).unwrap();
+    take(&mut first, 5).await;
+    drop(first);
+    sleep(Duration::from_secs(5)).await;
+    let paused_at = generated.load(Ordering::SeqCst);
+    // The log (16) and the gate (4 events, one in the generator's hand) hold it.
+    assert!(paused_at < 5 + 16 + 4 + 2, "generated {paused_at}");
+    sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        generated.load(Ordering::SeqCst),
+        paused_at,
+        "paused, not dropping"
+    );
+    let mut resumed = registry.attach("r", Some(4)).unwrap();
+    assert_eq!(rest(&mut resumed).await.0, expected(5..1_000));
+}
+
+/// Random schedules of reads, detaches, attaches at the last position read, explicit stops and
+/// time passing, against a grace: every run generates each token once, in order, never after an
+/// expiry or a stop; the log stays within its bound; the release happens exactly once; and the
+/// registry is empty once the retention has passed.
+#[tokio::test(start_paused = true)]
+async fn random_schedules_keep_every_promise() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for run in 0..200 {
+        let grace = Duration::from_millis(rng.below(50) + 1);
+        let retain = Duration::from_millis(100);
+        let log_events = rng.below(20) as usize + 1;
+        let options = ResumeOptions::default()
+            .grace(grace)
+            .retain(retain)
+            .log_bounds(log_events, 1 << 20);
+        let registry = Registry::new(options);
+        let releases = Releases::default();
+        let generated = Arc::new(AtomicU64::new(0));
+        let total = 60;
+        let consumer = tokens(
+            &releases,
+            total,
+            Duration::from_millis(1),
+            generated.clone(),
+        );
+        let mut subscriber = Some(registry.register("r", consumer).unwrap());
+        let mut seen: Vec<(u64, String)> = Vec::new();
+        let mut ended: Option<Option<EndReason>> = None;
+        while ended.is_none() {
+            match rng.below(6) {
+                0 | 1 => {
+                    if let Some(s) = subscriber.as_mut() {
+                        match timeout(Duration::from_millis(5), s.next()).await {
+                            Ok(Some(Ok(event))) => seen.push((event.id(), event.into_chunk())),
+                            Ok(Some(Err(error))) => {
+                                // The grace never expires under an attached subscriber.
+                                assert_ne!(error.reason(), EndReason::ConsumerGone, "run {run}");
+                                ended = Some(Some(error.reason()));
+                            }
+                            Ok(None) => ended = Some(None),
+                            Err(_) => {}
+                        }
+                    }
+                }
+                2 => subscriber = None,
+                3 => {
+                    if subscriber.is_none() {
+                        let last = seen.last().map(|(id, _)| *id);
+                        match registry.attach("r", last) {
+                            Ok(s) => subscriber = Some(s),
+                            // Expired (or done and retained no longer): nothing to resume.
+                            Err(AttachError::Unknown) => {
+                                ended = Some(Some(EndReason::ConsumerGone))
+                            }
+                            Err(error) => panic!("run {run}: {error}"),
+                        }
+                    }
+                }
+                4 => {
+                    if rng.below(20) == 0 {
+                        registry.stop("r");
+                    }
+                }
+                _ => sleep(Duration::from_millis(rng.below(30))).await,
+            }
+            assert!(
+                registry.stats().log_bytes <= log_events * 3,
+                "run {run}: the log's bound"
+            );
+        }
+        assert_eq!(
+            seen,
+            expected(0..seen.len() as u64),
+            "run {run}: in order, nothing lost"
+        );
+        drop(subscriber);
+        releases.wait_for(1).await;
+        let (reason, _) = releases.once();
+        if ended == Some(None) {
+            assert_eq!(reason, EndReason::Completed, "run {run}");
+            assert_eq!(seen.len() as u64, total, "run {run}");
+        }
+        let after_release = generated.load(Ordering::SeqCst);
+        sleep(retain * 2).await;
+        assert_eq!(
+            generated.load(Ordering::SeqCst),
+            after_release,
+            "run {run}: never restarted"
+        );
+        assert_eq!(
+            registry.stats().streams,
+            0,
+            "run {run}: removed after the retention"
+        );
+        assert_eq!(releases.count(), 1, "run {run}: released once");
+    }
+}
