@@ -383,3 +383,53 @@ async fn random_schedules_keep_every_promise() {
         assert_eq!(releases.count(), 1, "run {run}: released once");
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_attached_reader_that_stops_holds_the_generator_within_the_read_ahead() {
+    let options = ResumeOptions::default()
+        .read_ahead(8)
+        .max_lag(Duration::from_secs(60));
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let generated = Arc::new(AtomicU64::new(0));
+    let consumer = tokens(
+        &releases,
+        1_000,
+        Duration::from_millis(1),
+        generated.clone(),
+    );
+    let mut reader = registry.register("r", consumer).unwrap();
+    take(&mut reader, 1).await;
+    sleep(Duration::from_secs(10)).await;
+    // The log (8 unread), the gate (4) and the chunk in the generator's hand.
+    let paused_at = generated.load(Ordering::SeqCst);
+    assert!(paused_at <= 1 + 8 + 4 + 1, "generated {paused_at}");
+    sleep(Duration::from_secs(10)).await;
+    assert_eq!(generated.load(Ordering::SeqCst), paused_at, "paused");
+    assert_eq!(rest(&mut reader).await.0, expected(1..1_000));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_last_reader_cut_off_ends_a_stream_without_grace_as_slow() {
+    let options = ResumeOptions::default()
+        .grace(Duration::ZERO)
+        .read_ahead(8)
+        .max_lag(Duration::from_secs(3));
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let consumer = tokens(
+        &releases,
+        1_000_000,
+        Duration::from_millis(1),
+        Arc::default(),
+    );
+    let mut reader = registry.register("r", consumer).unwrap();
+    take(&mut reader, 1).await;
+    sleep(Duration::from_secs(5)).await;
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::SlowConsumer);
+    // What it still reads is what the log kept, then the end.
+    let (events, end) = rest(&mut reader).await;
+    assert_eq!(events, expected(1..1 + events.len() as u64));
+    assert_eq!(end.expect("an end").reason(), EndReason::SlowConsumer);
+}

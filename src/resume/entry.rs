@@ -18,7 +18,9 @@ use crate::sync::{Arc, Mutex, lock};
 
 /// What became of an event offered to the log.
 enum Offer {
-    Taken,
+    /// Taken, or (with `cut_last`) not yet: the last attached subscriber was just cut off, and
+    /// the stream is now as if nobody were attached.
+    Taken { cut_last: bool },
     /// Not yet; look again when woken, or at the instant given (a subscriber's lag limit).
     Wait(Option<Instant>),
 }
@@ -49,7 +51,9 @@ pub(crate) struct State<C> {
     /// While nobody is attached, events from here on were never taken by a subscriber that
     /// left: they are kept for a resume, and a full log pauses the generator instead.
     resume_floor: u64,
-    /// Since when the log has been full with an event an attached subscriber still needs.
+    /// How far the log may run ahead of the slowest attached subscriber, in events.
+    read_ahead: u64,
+    /// Since when the slowest attached subscriber has held the log back.
     full_since: Option<Instant>,
     /// Changes at every attach, so a grace timer started before it knows it is stale.
     epoch: u64,
@@ -60,8 +64,9 @@ pub(crate) struct State<C> {
 }
 
 impl<C> State<C> {
+    /// Subscribers attached and not cut off.
     pub(crate) fn attached(&self) -> usize {
-        self.readers.len()
+        self.readers.values().filter(|reader| !reader.cut).count()
     }
 }
 
@@ -71,6 +76,7 @@ impl<C: Chunk + Clone> Entry<C> {
         handle: GateHandle,
         max_events: usize,
         max_bytes: usize,
+        read_ahead: usize,
     ) -> Self {
         Entry {
             id,
@@ -81,6 +87,7 @@ impl<C: Chunk + Clone> Entry<C> {
                 readers: HashMap::new(),
                 next_reader: 0,
                 resume_floor: u64::MAX,
+                read_ahead: read_ahead.max(1) as u64,
                 full_since: None,
                 epoch: 0,
                 expired: false,
@@ -90,31 +97,34 @@ impl<C: Chunk + Clone> Entry<C> {
         }
     }
 
-    /// Appends `event` once the log has room. The oldest event is evicted when every attached
-    /// subscriber has read it, or when nobody is attached and it is below the resume floor; a
-    /// subscriber that has not read it holds the log (and, through the gate, the generator) for
-    /// at most its `max_lag`, then is cut: the log evicts past it and it falls behind. Otherwise
-    /// waits, and says until when if a subscriber's lag limit will run out.
+    /// Appends `event` once the log may take it.
+    ///
+    /// With subscribers attached, the log runs at most `read_ahead` events ahead of the slowest
+    /// one and evicts only what all of them have read; a subscriber that holds the log back for
+    /// longer than its `max_lag` is cut (it no longer counts, and falls behind). With none
+    /// attached (or all cut), the log takes events until it is full, evicting only what lies
+    /// below the resume floor, then waits: the grace bounds that wait. Waiting, the gate behind
+    /// fills and pauses the generator.
     fn offer(&self, event: &mut Option<Event<C>>, cx: &mut Context<'_>) -> Offer {
         let mut state = lock(&self.state);
         let state = &mut *state;
         let Some(next) = event.take() else {
-            return Offer::Taken;
+            return Offer::Taken { cut_last: false };
         };
         if state.expired {
             // Nobody will read it: the pump goes on to the gate's end.
-            return Offer::Taken;
+            return Offer::Taken { cut_last: false };
         }
         loop {
-            if state.log.fits(&next) {
-                state.log.push(next);
-                state.full_since = None;
-                wake_all(&mut state.wakers);
-                return Offer::Taken;
-            }
-            let oldest_end = state.log.oldest_end().unwrap_or(0);
-            if state.readers.is_empty() {
-                if oldest_end <= state.resume_floor {
+            let readers = state.readers.values().filter(|reader| !reader.cut);
+            let slowest = readers.map(|reader| reader.next).min();
+            let oldest_end = state.log.oldest_end();
+            let room = state.log.fits(&next);
+            let Some(slowest) = slowest else {
+                if room {
+                    break;
+                }
+                if oldest_end.is_some_and(|end| end <= state.resume_floor) {
                     state.log.evict();
                     continue;
                 }
@@ -122,29 +132,51 @@ impl<C: Chunk + Clone> Entry<C> {
                 state.pump = Some(cx.waker().clone());
                 *event = Some(next);
                 return Offer::Wait(None);
+            };
+            let ahead = state.log.end().saturating_sub(slowest);
+            if ahead < state.read_ahead {
+                if room {
+                    break;
+                }
+                if oldest_end.is_some_and(|end| end <= slowest) {
+                    state.log.evict();
+                    continue;
+                }
             }
+            // The slowest subscribers hold the log: for at most their lag limit.
             let now = Instant::now();
             let since = *state.full_since.get_or_insert(now);
             let mut deadline = None::<Instant>;
+            let mut cut = false;
             for reader in state.readers.values_mut() {
-                if reader.cut || reader.next >= oldest_end {
+                if reader.cut || reader.next != slowest {
                     continue;
                 }
                 let limit = since + reader.max_lag;
                 if limit <= now {
                     reader.cut = true;
+                    cut = true;
                 } else {
                     deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
                 }
             }
-            let Some(deadline) = deadline else {
-                state.log.evict();
+            if cut {
+                // Someone else may be the slowest now, on a fresh clock.
+                state.full_since = None;
+                if state.readers.values().all(|reader| reader.cut) {
+                    *event = Some(next);
+                    return Offer::Taken { cut_last: true };
+                }
                 continue;
-            };
+            }
             state.pump = Some(cx.waker().clone());
             *event = Some(next);
-            return Offer::Wait(Some(deadline));
+            return Offer::Wait(deadline);
         }
+        state.log.push(next);
+        state.full_since = None;
+        wake_all(&mut state.wakers);
+        Offer::Taken { cut_last: false }
     }
 
     /// The pump saw the stream's end.
@@ -181,20 +213,36 @@ impl<C: Chunk + Clone> Entry<C> {
         C: Send + Sync + 'static,
     {
         let mut state = lock(&self.state);
-        if let Some(reader) = state.readers.remove(&key) {
-            state.resume_floor = state.resume_floor.min(reader.next);
-        }
+        let Some(reader) = state.readers.remove(&key) else {
+            return;
+        };
+        state.resume_floor = state.resume_floor.min(reader.next);
         if let Some(pump) = state.pump.take() {
             pump.wake();
         }
-        if !state.readers.is_empty() || state.end.is_some() {
+        if !reader.cut && state.readers.values().all(|reader| reader.cut) {
+            self.nobody_reads(state, shared, EndReason::ConsumerGone);
+        }
+    }
+
+    /// The last attached subscriber left (or was cut off, for `reason`): the grace starts, or
+    /// with a zero grace the stream expires now.
+    fn nobody_reads(
+        self: &Arc<Self>,
+        mut state: crate::sync::MutexGuard<'_, State<C>>,
+        shared: &Arc<Shared<C>>,
+        reason: EndReason,
+    ) where
+        C: Send + Sync + 'static,
+    {
+        if state.end.is_some() {
             return;
         }
         let grace = shared.options.grace;
         let runtime = tokio::runtime::Handle::try_current();
         let (true, Ok(runtime)) = (!grace.is_zero(), runtime) else {
             // A zero grace, or no runtime to time it on (the process is ending).
-            self.expire(&mut state, shared);
+            self.expire(&mut state, shared, reason);
             return;
         };
         let (entry, shared, epoch) = (self.clone(), shared.clone(), state.epoch);
@@ -202,22 +250,23 @@ impl<C: Chunk + Clone> Entry<C> {
         runtime.spawn(async move {
             tokio::time::sleep(grace).await;
             let mut state = lock(&entry.state);
-            if state.epoch == epoch && state.readers.is_empty() && state.end.is_none() {
-                entry.expire(&mut state, &shared);
+            let nobody = state.readers.values().all(|reader| reader.cut);
+            if state.epoch == epoch && nobody && state.end.is_none() {
+                entry.expire(&mut state, &shared, reason);
             }
         });
     }
 
-    /// Nobody came back in time: the generator is cancelled (its two-phase stop and release
-    /// are the gate's) and the log is freed.
-    fn expire(&self, state: &mut State<C>, shared: &Shared<C>) {
+    /// Nobody came back in time: the generator is cancelled for `reason` (its two-phase stop
+    /// and release are the gate's) and the log is freed.
+    fn expire(&self, state: &mut State<C>, shared: &Shared<C>, reason: EndReason) {
         state.expired = true;
         state.log.clear();
         if let Some(pump) = state.pump.take() {
             pump.wake();
         }
         shared.expired();
-        self.handle.cancel_with(EndReason::ConsumerGone);
+        self.handle.cancel_with(reason);
     }
 
     /// What the subscriber `key` reads next: an event, its end, or nothing yet (its waker is
@@ -307,7 +356,11 @@ where
                 std::future::poll_fn(|cx| {
                     loop {
                         match entry.offer(&mut slot, cx) {
-                            Offer::Taken => return Poll::Ready(()),
+                            Offer::Taken { cut_last: false } => return Poll::Ready(()),
+                            Offer::Taken { cut_last: true } => {
+                                let state = lock(&entry.state);
+                                entry.nobody_reads(state, &shared, EndReason::SlowConsumer);
+                            }
                             Offer::Wait(None) => return Poll::Pending,
                             Offer::Wait(Some(deadline)) => {
                                 lag.as_mut().reset(deadline);

@@ -76,6 +76,13 @@ impl<C: Chunk + Clone> ReplayLog<C> {
         self.bytes = 0;
     }
 
+    /// The id after the newest event (the next one the log expects).
+    pub(crate) fn end(&self) -> u64 {
+        self.events
+            .back()
+            .map_or(self.start, |event| event.id().saturating_add(1))
+    }
+
     /// The first id the log can still replay.
     pub(crate) fn start(&self) -> u64 {
         self.start

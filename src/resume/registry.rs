@@ -29,6 +29,7 @@ pub const DEFAULT_RETAIN: Duration = Duration::from_secs(60);
 pub struct ResumeOptions {
     pub(crate) grace: Duration,
     pub(crate) max_lag: Duration,
+    pub(crate) read_ahead: usize,
     pub(crate) log_bytes: usize,
     pub(crate) log_events: usize,
     pub(crate) retain: Duration,
@@ -55,6 +56,15 @@ impl ResumeOptions {
         self
     }
 
+    /// How many events the log may hold that the slowest attached subscriber has not read
+    /// (zero counts as one): past that the log takes nothing more, the gate fills and the
+    /// generator pauses, as with a plain gated stream. Default
+    /// [`DEFAULT_MAX_EVENTS`](crate::DEFAULT_MAX_EVENTS).
+    pub fn read_ahead(mut self, events: usize) -> Self {
+        self.read_ahead = events;
+        self
+    }
+
     /// The replay log's bounds (zero counts as one). Default [`DEFAULT_LOG_EVENTS`] and
     /// [`DEFAULT_LOG_BYTES`].
     pub fn log_bounds(mut self, events: usize, bytes: usize) -> Self {
@@ -76,6 +86,7 @@ impl Default for ResumeOptions {
         ResumeOptions {
             grace: DEFAULT_GRACE,
             max_lag: crate::DEFAULT_MAX_PAUSE,
+            read_ahead: crate::DEFAULT_MAX_EVENTS,
             log_bytes: DEFAULT_LOG_BYTES,
             log_events: DEFAULT_LOG_EVENTS,
             retain: DEFAULT_RETAIN,
@@ -148,11 +159,15 @@ pub struct RegistryStats {
 /// own position: the first one returned by `register`, more through
 /// [`attach`](Registry::attach) at a position (an SSE `Last-Event-ID`), several at once.
 ///
-/// - While subscribers are attached the log evicts what all of them have read. One that has
-///   not read the oldest event holds a full log (and so the generator) for at most its
-///   [`max_lag`](ResumeOptions::max_lag); then the log evicts past it, and it ends as
+/// - While subscribers are attached the log runs at most
+///   [`read_ahead`](ResumeOptions::read_ahead) events ahead of the slowest, and evicts what all
+///   of them have read; past that the gate fills and pauses the generator, as for a plain gated
+///   stream. A subscriber that holds the log back longer than its
+///   [`max_lag`](ResumeOptions::max_lag) is cut off: it no longer counts, and ends as
 ///   [`SlowConsumer`](crate::EndReason::SlowConsumer) with a "behind" message when it reaches
-///   the gap. It never holds the others back longer than that.
+///   what the log evicted. It never holds the others back longer than that; when it was the
+///   last one attached, the stream is detached (its grace starts; a zero grace ends it as
+///   `SlowConsumer`).
 /// - When the last subscriber leaves, the stream goes on for the [grace](ResumeOptions::grace):
 ///   the log keeps every event that subscriber had not read, and a full log pauses the
 ///   generator (through the gate's backpressure: give the gate a pause limit of at least the
@@ -275,6 +290,7 @@ where
             consumer.handle(),
             options.log_events,
             options.log_bytes,
+            options.read_ahead,
         ));
         {
             let mut streams = lock(&self.shared.streams);
