@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::timeline::Timeline;
+use streamgate::transport::Server;
 
 #[allow(dead_code)]
 #[path = "common/mod.rs"]
@@ -106,7 +107,7 @@ async fn run() -> Result<(), String> {
     let (listener, app, _) =
         serve::app(serve::parse_args(flags(&worker_flags))?, prometheus.clone())?;
     let worker = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(Server::new().serve(listener, app, std::future::pending()));
     println!("  worker   http://{worker}  (5 ms per token, a 1.2 s decode stall before token 40)");
 
     let upstream = format!("http://{worker}");
@@ -127,7 +128,7 @@ async fn run() -> Result<(), String> {
     ];
     let (listener, app, _) = gateway::app(gateway::parse_args(flags(&gateway_flags))?, prometheus)?;
     let gateway = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    tokio::spawn(Server::new().serve(listener, app, std::future::pending()));
     println!("  gateway  http://{gateway}  (a 1.2 s stall before forwarding event 90)");
 
     let sink = RecordSink::to_file(file("client.jsonl")).map_err(|e| e.to_string())?;

@@ -7,7 +7,10 @@
 //! The worker decodes one token every `--step-ms` (token i's text is `"t{i} "`), optionally
 //! stalls before token `--stall-at` for `--stall-ms`, and holds one KV block per 16 tokens from a
 //! pool of `--kv-blocks`, freed by the gate's release hook on every end. Events cross a gate
-//! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`), are encoded as SSE
+//! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`) into a
+//! `resume::Registry` (`--resume-grace-ms`, `--replay-bytes`), from which each client reads at
+//! its own position; an explicit stop (`POST .../cancel`) ends the generation with a final
+//! chunk. They are encoded as SSE
 //! with heartbeats (`--heartbeat-ms`) and written one HTTP chunk per event on sockets with
 //! `TCP_NODELAY`, a backlog of 1024, the listener's default `TCP_NOTSENT_LOWAT` and
 //! `TCP_USER_TIMEOUT` (`--notsent-lowat`, `--user-timeout-ms`; 0 leaves the system's) and an
@@ -15,27 +18,30 @@
 //! HTTP/1.1, `worker.sent` (when each event's bytes left the kernel); `--hop-records FILE`
 //! writes their hop records.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{RawQuery, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
+use streamgate::resume::{AttachError, Registry, ResumeOptions, Subscriber};
 use streamgate::sse::SseEvent;
 use streamgate::transport::{
     DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, Departures, ListenOptions, SendQueue, SseResponse,
     TunedListener,
 };
-use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Group, Kind};
+use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Group, Kind, Policy};
+use tokio_util::sync::CancellationToken;
 
 #[allow(dead_code)] // each example uses a part
 #[path = "common/mod.rs"]
@@ -60,10 +66,13 @@ pub(crate) struct Config {
     sndbuf: Option<u32>,
     notsent_lowat: Option<u32>,
     user_timeout: Option<Duration>,
+    resume_grace: Duration,
+    replay_bytes: usize,
+    token_salt: bool,
     hop_records: Option<String>,
 }
 
-pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
+pub(crate) fn parse_args(args: impl Iterator<Item = String>) -> Result<Config, String> {
     let mut config = Config {
         addr: ([127, 0, 0, 1], 8000).into(),
         step: Duration::from_millis(5),
@@ -74,8 +83,15 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
         sndbuf: None,
         notsent_lowat: Some(DEFAULT_NOTSENT_LOWAT),
         user_timeout: Some(DEFAULT_USER_TIMEOUT),
+        resume_grace: Duration::ZERO,
+        replay_bytes: streamgate::resume::DEFAULT_LOG_BYTES,
+        token_salt: false,
         hop_records: None,
     };
+    // `--token-salt` takes no value.
+    let args: Vec<String> = args.collect();
+    config.token_salt = args.iter().any(|arg| arg == "--token-salt");
+    let mut args = args.into_iter().filter(|arg| arg != "--token-salt");
     while let Some(flag) = args.next() {
         let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
         let number = || {
@@ -119,6 +135,18 @@ pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Confi
                 let ms = number()?;
                 config.user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
             }
+            "--resume-grace-ms" => config.resume_grace = Duration::from_millis(number()?),
+            "--replay-bytes" => {
+                config.replay_bytes =
+                    usize::try_from(positive()?).map_err(|_| "--replay-bytes is too large")?
+            }
+            "--resume-store" => {
+                if value != "memory" {
+                    return Err(format!(
+                        "--resume-store: `{value}`: only `memory` is available in this build"
+                    ));
+                }
+            }
             "--hop-records" => config.hop_records = Some(value.clone()),
             _ => return Err(format!("unknown flag {flag}")),
         }
@@ -148,6 +176,10 @@ pub(crate) struct Server {
     records: Option<RecordSink>,
     /// Every stream: shut down together on SIGINT/SIGTERM.
     pub(crate) streams: Group,
+    /// Every streamed generation by its request id: resumable, several readers at once.
+    registry: Registry<Delta>,
+    /// The explicit stop of every running generation, by request id.
+    stops: Mutex<HashMap<String, CancellationToken>>,
 }
 
 /// What a stream is about: shared by all its chunks, so each chunk can encode itself.
@@ -155,8 +187,10 @@ struct Meta {
     id: String,
     model: String,
     created: u64,
-    /// Whether events carry their token index as the SSE `id` (for `Last-Event-ID` resume).
-    ids: bool,
+    /// The stream's name in the registry (the response's `x-request-id`).
+    stream: String,
+    /// With `--token-salt`, this generation's salt, so a regenerated stream shows.
+    salt: Option<u64>,
     /// The id the probes record: the client's `x-request-id`, so every hop of the path records
     /// the same request, or else the completion id.
     request: String,
@@ -164,6 +198,7 @@ struct Meta {
 
 /// What the worker hands the gate: a run of token text (merged under `Coalesce`), the final
 /// chunk, or the `[DONE]` marker.
+#[derive(Clone)]
 enum Delta {
     /// Tokens up to and including `last`.
     Text {
@@ -172,8 +207,10 @@ enum Delta {
         last: u64,
         text: String,
     },
+    /// The final chunk: `finish_reason` `length`, or `stop` after an explicit stop.
     Finish {
         meta: Arc<Meta>,
+        reason: &'static str,
     },
     Done,
 }
@@ -184,7 +221,7 @@ impl Chunk for Delta {
     fn byte_len(&self) -> usize {
         match self {
             Delta::Text { meta, text, .. } => meta.chunk_overhead() + text.len(),
-            Delta::Finish { meta } => meta.chunk_overhead(),
+            Delta::Finish { meta, .. } => meta.chunk_overhead(),
             Delta::Done => "[DONE]".len(),
         }
     }
@@ -219,40 +256,33 @@ impl Chunk for Delta {
 
 impl From<Delta> for SseEvent {
     fn from(delta: Delta) -> SseEvent {
-        let (meta, delta, finish, last) = match delta {
+        let (meta, delta, finish) = match delta {
             Delta::Done => return SseEvent::data("[DONE]"),
             Delta::Text {
                 meta,
                 first: true,
-                last,
                 text,
+                ..
             } => (
                 meta,
                 json!({"role": "assistant", "content": text}),
                 Value::Null,
-                Some(last),
             ),
             Delta::Text {
                 meta,
                 first: false,
-                last,
                 text,
-            } => (meta, json!({"content": text}), Value::Null, Some(last)),
-            Delta::Finish { meta } => (meta, json!({}), json!("length"), None),
+                ..
+            } => (meta, json!({"content": text}), Value::Null),
+            Delta::Finish { meta, reason } => (meta, json!({}), json!(reason)),
         };
-        let event = SseEvent::data(
+        SseEvent::data(
             json!({
                 "id": meta.id, "object": "chat.completion.chunk", "created": meta.created, "model": meta.model,
                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
             })
             .to_string(),
-        );
-        match last.filter(|_| meta.ids) {
-            Some(last) => event
-                .with_id(last.to_string())
-                .expect("a number is a valid id"),
-            None => event,
-        }
+        )
     }
 }
 
@@ -266,14 +296,23 @@ impl Meta {
 }
 
 impl Server {
-    /// Starts one generation of tokens `from..max_tokens` for `request`, gated as configured.
+    /// Starts one generation of tokens `from..max_tokens` for `request`, gated as configured,
+    /// that an explicit stop under the stream's name ends with a final chunk and `[DONE]`.
     fn generate(self: &Arc<Self>, meta: Arc<Meta>, from: u64, max_tokens: u64) -> Consumer<Delta> {
         let server = self.clone();
+        let stop = CancellationToken::new();
+        server
+            .stops
+            .lock()
+            .unwrap()
+            .insert(meta.stream.clone(), stop.clone());
         server.stats.streams.start();
         let held = Arc::new(AtomicU64::new(0));
         let on_release = {
             let (server, held) = (server.clone(), held.clone());
+            let stream = meta.stream.clone();
             move |reason: EndReason, gate: GateStats| {
+                server.stops.lock().unwrap().remove(&stream);
                 let stats = &server.stats;
                 stats
                     .kv_blocks_in_use
@@ -285,10 +324,16 @@ impl Server {
             }
         };
         let worker = server.clone();
-        server
-            .config
-            .gate
-            .gate()
+        let mut gate = server.config.gate.gate();
+        if !server.config.resume_grace.is_zero() {
+            // A detached stream waits at a full replay log for its grace: the registry's lag
+            // limit, not the gate's pause limit, ends a slow reader.
+            gate = gate.policy(match server.config.gate.policy.as_str() {
+                "coalesce" => Policy::Coalesce { max_pause: None },
+                _ => Policy::Backpressure { max_pause: None },
+            });
+        }
+        gate
             // Token i is event i, whether the generation starts at 0 or resumes later.
             .first_id(from)
             .group(&server.streams)
@@ -297,12 +342,26 @@ impl Server {
                 let config = &worker.config;
                 let mut decode = worker.decode.recorder(meta.request.as_str());
                 let mut publish = worker.publish.recorder(meta.request.as_str());
+                let pause = |duration: Duration| {
+                    let stop = stop.clone();
+                    async move {
+                        tokio::select! {
+                            () = tokio::time::sleep(duration) => {}
+                            () = stop.cancelled() => {}
+                        }
+                    }
+                };
+                let mut finish = "length";
                 for i in from..max_tokens {
                     if config.stall_at == Some(i) {
-                        tokio::time::sleep(config.stall).await;
+                        pause(config.stall).await;
                     }
                     if !config.step.is_zero() {
-                        tokio::time::sleep(config.step).await;
+                        pause(config.step).await;
+                    }
+                    if stop.is_cancelled() {
+                        finish = "stop";
+                        break;
                     }
                     if (i - from) % BLOCK_TOKENS == 0 {
                         worker.take_block()?;
@@ -312,7 +371,10 @@ impl Server {
                         .stats
                         .tokens_generated
                         .fetch_add(1, Ordering::Relaxed);
-                    let text = format!("t{i} ");
+                    let text = match meta.salt {
+                        Some(salt) => format!("t{i}.{salt:x} "),
+                        None => format!("t{i} "),
+                    };
                     let observed = Observation::new(Some(i), text.len() as u64, Kind::Visible);
                     decode.observe(observed);
                     tx.send(Delta::Text {
@@ -327,9 +389,12 @@ impl Server {
                 }
                 decode.end("completed");
                 publish.end("completed");
-                tx.send(Delta::Finish { meta })
-                    .await
-                    .map_err(|_| "the stream ended")?;
+                tx.send(Delta::Finish {
+                    meta,
+                    reason: finish,
+                })
+                .await
+                .map_err(|_| "the stream ended")?;
                 tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
                 Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
             })
@@ -348,21 +413,47 @@ impl Server {
 
     /// The SSE response for a generation, probed at `worker.write` and, over HTTP/1.1, at
     /// `worker.sent` when each event's bytes left the kernel.
-    fn stream(&self, events: Consumer<Delta>, request: &str, connection: Connection) -> Response {
+    fn stream(&self, events: Subscriber<Delta>, request: &str, connection: Connection) -> Response {
+        let name = header::HeaderValue::from_str(events.id()).ok();
         let frames = events
             .sse()
+            .with_ids()
             .heartbeat(self.config.gate.heartbeat)
             .probe(&self.write, request);
-        match connection.send_queue() {
+        let mut response = match connection.send_queue() {
             Some(queue) => {
                 let frames = Departures::new(frames, queue, self.sent.recorder(request));
                 SseResponse::new(frames).into_response()
             }
             None => SseResponse::new(frames).into_response(),
+        };
+        if let Some(name) = name {
+            response.headers_mut().insert("x-request-id", name);
+        }
+        response
+    }
+
+    /// Registers a new generation under its stream name and streams it to this client.
+    fn start_stream(
+        self: &Arc<Self>,
+        meta: &Arc<Meta>,
+        from: u64,
+        max_tokens: u64,
+        connection: Connection,
+    ) -> Response {
+        let events = self.generate(meta.clone(), from, max_tokens);
+        match self.registry.register(meta.stream.as_str(), events) {
+            Ok(subscriber) => self.stream(subscriber, &meta.request, connection),
+            // Only `GET /v1/stream?id=` names streams from outside; a name taken between its
+            // lookup and here is a conflict like any other.
+            Err(error) => {
+                server::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
+            }
         }
     }
 
-    fn meta(&self, model: String, ids: bool, headers: &HeaderMap) -> Arc<Meta> {
+    /// A new generation's metadata; its stream is named `stream`, or by its completion id.
+    fn meta(&self, model: String, stream: Option<String>, headers: &HeaderMap) -> Arc<Meta> {
         let n = self.next_id.fetch_add(1, Ordering::Relaxed);
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -372,11 +463,16 @@ impl Server {
             .get("x-request-id")
             .and_then(|value| value.to_str().ok())
             .map_or_else(|| id.clone(), str::to_owned);
+        let salt = self.config.token_salt.then(|| {
+            use std::hash::{BuildHasher, RandomState};
+            RandomState::new().hash_one(n)
+        });
         Arc::new(Meta {
+            stream: stream.unwrap_or_else(|| id.clone()),
             id,
             model,
             created,
-            ids,
+            salt,
             request,
         })
     }
@@ -439,11 +535,11 @@ async fn chat_completions(
         .and_then(Value::as_str)
         .unwrap_or("streamgate-sim")
         .to_owned();
-    let meta = server.meta(model, false, &headers);
-    let events = server.generate(meta.clone(), 0, max_tokens);
+    let meta = server.meta(model, None, &headers);
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        return server.stream(events, &meta.request, connection);
+        return server.start_stream(&meta, 0, max_tokens, connection);
     }
+    let events = server.generate(meta.clone(), 0, max_tokens);
     let mut text = String::new();
     let mut events = std::pin::pin!(events);
     while let Some(item) =
@@ -478,9 +574,11 @@ async fn chat_completions(
         .into_response()
 }
 
-/// `GET /v1/stream?max_tokens=N`: the same token events with `id: <seq>` for EventSource
-/// clients. A `Last-Event-ID` of k resumes at token k+1: token text is deterministic, so the
-/// whole generation is the replay window (an id past the end, or not a number, starts over).
+/// `GET /v1/stream?max_tokens=N[&id=NAME]`: the same token events for EventSource clients.
+/// With `id`, the stream is resumable under that name: the first request starts it, and a
+/// reconnect with `Last-Event-ID` (or another client) attaches to the running stream. Without
+/// `id`, a `Last-Event-ID` of k starts a new generation at token k+1 (token text is
+/// deterministic; an id past the end, or not a number, starts over).
 async fn stream_get(
     State(server): State<Arc<Server>>,
     RawQuery(query): RawQuery,
@@ -488,24 +586,37 @@ async fn stream_get(
     headers: HeaderMap,
 ) -> Response {
     let mut max_tokens = DEFAULT_MAX_TOKENS;
+    let mut name = None;
     for pair in query.as_deref().unwrap_or("").split('&') {
         if let Some(value) = pair.strip_prefix("max_tokens=") {
             match value.parse::<u64>() {
                 Ok(n) if (1..=MAX_TOKENS_LIMIT).contains(&n) => max_tokens = n,
                 _ => return bad_request("`max_tokens` must be an integer from 1 to 1000000"),
             }
+        } else if let Some(value) = pair.strip_prefix("id=") {
+            name = Some(value.to_owned());
         }
     }
-    let from = headers
-        .get("last-event-id")
-        .and_then(|id| id.to_str().ok())
-        .and_then(|id| id.trim().parse::<u64>().ok())
-        .map(|last| last + 1)
-        .filter(|&from| from <= max_tokens)
-        .unwrap_or(0);
-    let meta = server.meta("streamgate-sim".into(), true, &headers);
-    let events = server.generate(meta.clone(), from, max_tokens);
-    let mut response = server.stream(events, &meta.request, connection);
+    let last = last_event_id(&headers);
+    let mut response = match name {
+        Some(name) => match server.registry.attach(&name, last) {
+            Ok(subscriber) => server.stream(subscriber, &name, connection),
+            // A first request starts the stream; a reconnect never regenerates it.
+            Err(AttachError::Unknown) if last.is_none() => {
+                let meta = server.meta("streamgate-sim".into(), Some(name), &headers);
+                server.start_stream(&meta, 0, max_tokens, connection)
+            }
+            Err(error) => attach_error(&error),
+        },
+        None => {
+            let from = last
+                .map(|last| last + 1)
+                .filter(|&from| from <= max_tokens)
+                .unwrap_or(0);
+            let meta = server.meta("streamgate-sim".into(), None, &headers);
+            server.start_stream(&meta, from, max_tokens, connection)
+        }
+    };
     // A page on another origin may open this with `EventSource`.
     response.headers_mut().insert(
         header::ACCESS_CONTROL_ALLOW_ORIGIN,
@@ -514,10 +625,72 @@ async fn stream_get(
     response
 }
 
+/// The `Last-Event-ID` header as an event id, if it is one.
+fn last_event_id(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")
+        .and_then(|id| id.to_str().ok())
+        .and_then(|id| id.trim().parse::<u64>().ok())
+}
+
+/// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds.
+fn attach_error(error: &AttachError) -> Response {
+    let status = match error {
+        AttachError::Gone { .. } => StatusCode::CONFLICT,
+        _ => StatusCode::NOT_FOUND,
+    };
+    let kind = match status {
+        StatusCode::CONFLICT => "conflict_error",
+        _ => "not_found_error",
+    };
+    server::json_error(status, &error.to_string(), kind)
+}
+
+/// `GET /v1/chat/completions/{id}/stream` with `Last-Event-ID: n` or `?after=n`: the events
+/// after n of a running (or retained) stream, from its replay log, then live.
+async fn resume(
+    State(server): State<Arc<Server>>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    connection: Connection,
+    headers: HeaderMap,
+) -> Response {
+    let mut after = last_event_id(&headers);
+    for pair in query.as_deref().unwrap_or("").split('&') {
+        if let Some(value) = pair.strip_prefix("after=") {
+            match value.parse::<u64>() {
+                Ok(n) => after = Some(n),
+                Err(_) => return bad_request("`after` must be an event id"),
+            }
+        }
+    }
+    match server.registry.attach(&id, after) {
+        Ok(subscriber) => server.stream(subscriber, &id, connection),
+        Err(error) => attach_error(&error),
+    }
+}
+
+/// `POST /v1/chat/completions/{id}/cancel`: an explicit stop. The generator ends with a final
+/// chunk (`finish_reason` `stop`) and `[DONE]`, which every attached client gets.
+async fn cancel(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    let stop = server.stops.lock().unwrap().get(&id).cloned();
+    let cancelled = match stop {
+        Some(stop) => {
+            stop.cancel();
+            true
+        }
+        // Finished, and still retained: nothing left to stop.
+        None if server.registry.contains(&id) => false,
+        None => return attach_error(&AttachError::Unknown),
+    };
+    server::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
+}
+
 /// `GET /stats`.
 async fn stats(State(server): State<Arc<Server>>) -> Response {
     let s = &server.stats;
     let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
+    let resumable = server.registry.stats();
     server::json_response(
         StatusCode::OK,
         Value::Object(
@@ -531,6 +704,10 @@ async fn stats(State(server): State<Arc<Server>>) -> Response {
                         "tokens_after_cancel".into(),
                         load(&s.tokens_after_cancel).into(),
                     ),
+                    ("streams_detached".into(), resumable.detached.into()),
+                    ("streams_resumed".into(), resumable.resumed.into()),
+                    ("streams_expired".into(), resumable.expired.into()),
+                    ("replay_bytes".into(), resumable.log_bytes.into()),
                 ])
                 .collect(),
         ),
@@ -566,6 +743,14 @@ pub(crate) fn app(
         .user_timeout(config.user_timeout);
     let listener = TunedListener::bind(config.addr, options)
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
+    // A disconnect detaches; the grace (0: cancel at once) keeps the generation for a resume,
+    // and a finished stream stays replayable as long.
+    let resumable = ResumeOptions::default()
+        .grace(config.resume_grace)
+        .retain(config.resume_grace)
+        .log_bounds(streamgate::resume::DEFAULT_LOG_EVENTS, config.replay_bytes)
+        .read_ahead(config.gate.buffer_events)
+        .max_lag(config.gate.slow_deadline);
     let server = Arc::new(Server {
         stats: Stats::default(),
         next_id: AtomicU64::new(0),
@@ -577,9 +762,13 @@ pub(crate) fn app(
         config,
         records: sink,
         streams: Group::new(),
+        registry: Registry::new(resumable),
+        stops: Mutex::default(),
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/chat/completions/{id}/stream", get(resume))
+        .route("/v1/chat/completions/{id}/cancel", post(cancel))
         .route("/v1/stream", get(stream_get))
         .route("/stats", get(stats))
         .route("/metrics", get(metrics))

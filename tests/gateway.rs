@@ -86,7 +86,8 @@ async fn tokens_pass_through_in_order() {
     for (i, frame) in frames[..10].iter().enumerate() {
         assert!(frame.contains(&format!("\"content\":\"t{i} \"")), "{frame}");
     }
-    assert_eq!(frames[11], "data: [DONE]\n\n");
+    // Every event carries its id: the final chunk and `[DONE]` the ids after the tokens'.
+    assert_eq!(frames[11], "id: 11\ndata: [DONE]\n\n");
     // Errors pass through.
     let mut refused = post(gateway, "r2", r#"{"messages":[],"max_tokens":0}"#).await;
     assert_eq!(refused.status(), 400);

@@ -22,13 +22,21 @@ fn chat(max_tokens: u64, stream: bool) -> String {
     )
 }
 
-/// The data of an SSE frame, parsed as JSON.
+/// The data of an SSE frame (after its `id:` line), parsed as JSON.
 fn chunk(frame: &str) -> Value {
     let data = frame
-        .strip_prefix("data: ")
-        .expect("a data frame")
-        .trim_end();
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .expect("a data frame");
     serde_json::from_str(data).expect("JSON data")
+}
+
+/// The `id:` of an SSE frame.
+fn frame_id(frame: &str) -> Option<u64> {
+    frame
+        .lines()
+        .find_map(|line| line.strip_prefix("id: "))
+        .and_then(|id| id.parse().ok())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,6 +48,7 @@ async fn streams_one_event_per_token_in_order() {
     for i in 0..20 {
         // One HTTP chunk per event.
         let frame = String::from_utf8(response.next_chunk().await.expect("a chunk")).unwrap();
+        assert_eq!(frame_id(&frame), Some(i), "token i is event i");
         let chunk = chunk(&frame);
         assert_eq!(chunk["object"], "chat.completion.chunk");
         assert_eq!(chunk["choices"][0]["delta"]["content"], format!("t{i} "));
@@ -48,9 +57,10 @@ async fn streams_one_event_per_token_in_order() {
             assert_eq!(chunk["choices"][0]["delta"]["role"], "assistant");
         }
     }
-    let last = chunk(&response.expect_frame().await);
-    assert_eq!(last["choices"][0]["finish_reason"], "length");
-    assert_eq!(response.expect_frame().await, "data: [DONE]\n\n");
+    let last = response.expect_frame().await;
+    assert_eq!(frame_id(&last), Some(20));
+    assert_eq!(chunk(&last)["choices"][0]["finish_reason"], "length");
+    assert_eq!(response.expect_frame().await, "id: 21\ndata: [DONE]\n\n");
     assert!(response.rest().await.is_empty());
     let stats = wait_for(addr, "the stream completes", |s| {
         s["streams_completed"] == 1
@@ -234,8 +244,8 @@ async fn resumes_after_last_event_id() {
         "{frames:?}"
     );
     assert!(frames[1].starts_with("id: 5\n") && frames[1].contains("\"t5 \""));
-    assert!(frames[2].contains("\"finish_reason\":\"length\""));
-    assert_eq!(frames[3], "data: [DONE]\n\n");
+    assert!(frames[2].starts_with("id: 6\n") && frames[2].contains("\"finish_reason\":\"length\""));
+    assert_eq!(frames[3], "id: 7\ndata: [DONE]\n\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

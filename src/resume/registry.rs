@@ -344,6 +344,11 @@ where
         })
     }
 
+    /// Whether a stream is registered under `id` (running, or retained after its end).
+    pub fn contains(&self, id: &str) -> bool {
+        lock(&self.shared.streams).contains_key(id)
+    }
+
     /// What the registry holds now, and what happened so far.
     pub fn stats(&self) -> RegistryStats {
         let streams = lock(&self.shared.streams);

@@ -1,0 +1,240 @@
+//! The reference server's resumable streams over real sockets: a client that disconnects and
+//! resumes gets the same generation, nothing lost or repeated; the grace expires; an explicit
+//! stop reaches every client; several clients read one stream; positions the log no longer holds
+//! and unknown ids are refused.
+#![cfg(all(feature = "axum", feature = "metrics"))]
+
+mod common;
+#[path = "common/reference.rs"]
+mod reference;
+
+use std::net::SocketAddr;
+
+use common::{RawResponse, stats, wait_for};
+use reference::start;
+use serde_json::Value;
+
+fn chat(max_tokens: u64) -> String {
+    format!(
+        r#"{{"model":"sim","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{max_tokens}}}"#
+    )
+}
+
+/// An event's (id, content or `[DONE]` or the finish reason).
+fn parse(frame: &str) -> (u64, String) {
+    let id = frame
+        .lines()
+        .find_map(|line| line.strip_prefix("id: "))
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("an id: {frame:?}"));
+    let data = frame
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .unwrap_or_else(|| panic!("data: {frame:?}"));
+    if data == "[DONE]" {
+        return (id, data.to_owned());
+    }
+    let chunk: Value = serde_json::from_str(data).expect("JSON");
+    let choice = &chunk["choices"][0];
+    match choice["delta"]["content"].as_str() {
+        Some(text) => (id, text.to_owned()),
+        None => (
+            id,
+            format!("finish:{}", choice["finish_reason"].as_str().unwrap()),
+        ),
+    }
+}
+
+/// `n` events of `response`, parsed.
+async fn events(response: &mut RawResponse, n: usize) -> Vec<(u64, String)> {
+    let mut events = Vec::new();
+    for _ in 0..n {
+        events.push(parse(&response.expect_frame().await));
+    }
+    events
+}
+
+/// The rest of `response`, parsed (heartbeats skipped).
+async fn rest(response: &mut RawResponse) -> Vec<(u64, String)> {
+    let frames = response.rest().await;
+    frames
+        .iter()
+        .filter(|f| !f.starts_with(':'))
+        .map(|f| parse(f))
+        .collect()
+}
+
+async fn post_stream(addr: SocketAddr, max_tokens: u64) -> (RawResponse, String) {
+    let response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(max_tokens)).await;
+    assert_eq!(response.status(), 200);
+    let name = response.header("x-request-id").expect("the stream's name");
+    (response, name)
+}
+
+fn resume_path(name: &str) -> String {
+    format!("/v1/chat/completions/{name}/stream")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_stream_continues_the_same_generation() {
+    let addr = start(&[
+        "--step-ms",
+        "2",
+        "--resume-grace-ms",
+        "5000",
+        "--token-salt",
+    ]);
+    for cut in [1, 7, 20] {
+        let (mut first, name) = post_stream(addr, 30).await;
+        let mut seen = events(&mut first, cut).await;
+        drop(first);
+        let last = seen.last().unwrap().0;
+        let mut resumed = RawResponse::get(
+            addr,
+            &resume_path(&name),
+            &format!("Last-Event-ID: {last}\r\n"),
+        )
+        .await;
+        assert_eq!(resumed.status(), 200);
+        seen.extend(rest(&mut resumed).await);
+        let ids: Vec<u64> = seen.iter().map(|(id, _)| *id).collect();
+        assert_eq!(
+            ids,
+            (0..32).collect::<Vec<_>>(),
+            "cut after {cut}: every id once, in order"
+        );
+        // One salt: the same generation, not a regenerated one.
+        let salts: std::collections::HashSet<&str> = seen[..30]
+            .iter()
+            .map(|(_, text)| text.split('.').nth(1).expect("a salted token"))
+            .collect();
+        assert_eq!(salts.len(), 1, "{seen:?}");
+        assert_eq!(seen[30].1, "finish:length");
+        assert_eq!(seen[31].1, "[DONE]");
+    }
+    let stats = wait_for(addr, "every stream completes", |s| {
+        s["streams_completed"] == 3
+    })
+    .await;
+    assert_eq!(stats["streams_resumed"], 3);
+    assert_eq!(stats["tokens_generated"], 90, "nothing generated twice");
+    assert_eq!(stats["kv_blocks_in_use"], 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_grace_expiry_frees_the_generator_and_its_kv_blocks() {
+    let addr = start(&["--step-ms", "5", "--resume-grace-ms", "300"]);
+    let (mut first, name) = post_stream(addr, 100_000).await;
+    events(&mut first, 3).await;
+    drop(first);
+    let detached = wait_for(addr, "the stream detaches", |s| s["streams_detached"] == 1).await;
+    assert_eq!(
+        detached["generators_running"], 1,
+        "generating through the grace"
+    );
+    let stats = wait_for(addr, "the grace expires", |s| {
+        s["streams_expired"] == 1 && s["generators_running"] == 0
+    })
+    .await;
+    assert_eq!(stats["kv_blocks_in_use"], 0);
+    assert_eq!(stats["replay_bytes"], 0);
+    assert_eq!(stats["streams_detached"], 0);
+    let refused = RawResponse::get(addr, &resume_path(&name), "Last-Event-ID: 2\r\n").await;
+    assert_eq!(refused.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explicit_stop_reaches_every_client() {
+    let addr = start(&["--step-ms", "5", "--resume-grace-ms", "5000"]);
+    let (mut first, name) = post_stream(addr, 100_000).await;
+    events(&mut first, 2).await;
+    let mut second = RawResponse::get(addr, &resume_path(&name), "").await;
+    events(&mut second, 2).await;
+    let path = format!("/v1/chat/completions/{name}/cancel");
+    let mut stopped = RawResponse::post_json(addr, &path, "").await;
+    assert_eq!(stopped.status(), 200);
+    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
+    for client in [&mut first, &mut second] {
+        let tail = rest(client).await;
+        let n = tail.len();
+        assert!(n >= 2, "{tail:?}");
+        assert_eq!(tail[n - 2].1, "finish:stop");
+        assert_eq!(tail[n - 1].1, "[DONE]");
+    }
+    let stats = wait_for(addr, "the generator stops", |s| {
+        s["generators_running"] == 0
+    })
+    .await;
+    assert_eq!(stats["kv_blocks_in_use"], 0);
+    let unknown = RawResponse::post_json(addr, "/v1/chat/completions/nope/cancel", "").await;
+    assert_eq!(unknown.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_clients_of_one_stream_get_identical_events() {
+    let addr = start(&["--step-ms", "1", "--resume-grace-ms", "1000"]);
+    let (mut first, name) = post_stream(addr, 200).await;
+    let mut second = RawResponse::get(addr, &resume_path(&name), "").await;
+    let (a, b) = tokio::join!(rest(&mut first), rest(&mut second));
+    assert_eq!(a.len(), 202);
+    assert_eq!(a, b);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_the_log_no_longer_holds_and_unknown_ids_are_refused() {
+    let addr = start(&[
+        "--step-ms",
+        "0",
+        "--resume-grace-ms",
+        "5000",
+        "--replay-bytes",
+        "4000",
+    ]);
+    let (mut first, name) = post_stream(addr, 500).await;
+    assert_eq!(rest(&mut first).await.len(), 502);
+    let mut gone = RawResponse::get(addr, &resume_path(&name), "Last-Event-ID: 3\r\n").await;
+    assert_eq!(gone.status(), 409);
+    assert!(gone.body_text().await.contains("\"error\""));
+    let mut recent = RawResponse::get(addr, &format!("{}?after=499", resume_path(&name)), "").await;
+    assert_eq!(
+        rest(&mut recent)
+            .await
+            .iter()
+            .map(|e| e.0)
+            .collect::<Vec<_>>(),
+        [500, 501]
+    );
+    let unknown = RawResponse::get(addr, &resume_path("nope"), "").await;
+    assert_eq!(unknown.status(), 404);
+    // The log stays within its bound (chunks as the gate counts them).
+    assert!(stats(addr).await["replay_bytes"].as_u64().unwrap() <= 4000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_source_reconnect_attaches_to_the_running_stream() {
+    let addr = start(&[
+        "--step-ms",
+        "2",
+        "--resume-grace-ms",
+        "5000",
+        "--token-salt",
+    ]);
+    let path = "/v1/stream?max_tokens=40&id=tab-1";
+    let mut first = RawResponse::get(addr, path, "").await;
+    assert_eq!(first.header("x-request-id").as_deref(), Some("tab-1"));
+    let mut seen = events(&mut first, 5).await;
+    drop(first);
+    let mut again = RawResponse::get(addr, path, "Last-Event-ID: 4\r\n").await;
+    seen.extend(rest(&mut again).await);
+    assert_eq!(
+        seen.iter().map(|e| e.0).collect::<Vec<_>>(),
+        (0..42).collect::<Vec<_>>()
+    );
+    let salts: std::collections::HashSet<&str> = seen[..40]
+        .iter()
+        .map(|(_, t)| t.split('.').nth(1).unwrap())
+        .collect();
+    assert_eq!(salts.len(), 1, "never regenerated");
+    let stats = wait_for(addr, "it completes", |s| s["streams_completed"] == 1).await;
+    assert_eq!(stats["streams_started"], 1);
+}
