@@ -92,6 +92,8 @@
 //! - `metrics`: hop counters through the `metrics` facade.
 //! - `tracing`: a span per probed stream; events for stalls and ends.
 //! - `serde`: `Serialize` for the probe snapshots.
+//! - `openai`: `openai::ChatCompletionChunk`, OpenAI chunks that parse, encode and coalesce
+//!   losslessly; `[DONE]`, usage and error frames.
 //!
 //! # Cancel safety
 //!
@@ -120,6 +122,9 @@ pub struct ReadmeDoctests;
 mod chunk;
 mod ext;
 mod gate;
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
+pub mod openai;
 pub mod probe;
 pub mod resume;
 pub mod sse;

@@ -48,3 +48,30 @@ fn public_types_are_send_sync_unpin() {
     send::<Kind>();
     let _ = NotSync(std::cell::Cell::new(0)).0;
 }
+
+#[test]
+fn resumable_streams_cross_threads() {
+    use streamgate::resume::{AttachError, Registry, RegistryStats, ResumeOptions, Subscriber};
+    send::<Registry<String>>();
+    sync::<Registry<String>>();
+    unpin::<Registry<String>>();
+    send::<Subscriber<String>>();
+    sync::<Subscriber<String>>();
+    unpin::<Subscriber<String>>();
+    send::<AttachError>();
+    sync::<AttachError>();
+    send::<ResumeOptions>();
+    send::<RegistryStats>();
+}
+
+#[cfg(feature = "openai")]
+#[test]
+fn openai_chunks_cross_threads() {
+    use streamgate::openai::{ChatCompletionChunk, ChatEvent, ParseError};
+    send::<ChatCompletionChunk>();
+    sync::<ChatCompletionChunk>();
+    send::<ChatEvent>();
+    sync::<ChatEvent>();
+    send::<ParseError>();
+    sync::<ParseError>();
+}

@@ -3,6 +3,9 @@
 
 #[path = "../fuzz/checks/sse.rs"]
 mod checks;
+#[cfg(feature = "openai")]
+#[path = "../fuzz/checks/openai.rs"]
+mod openai_checks;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -40,6 +43,31 @@ fn sse_decode_corpus() {
 #[test]
 fn sse_roundtrip_corpus() {
     replay("sse_roundtrip", checks::check_roundtrip);
+}
+
+#[cfg(feature = "openai")]
+#[test]
+fn openai_chunk_corpus() {
+    replay("openai_chunk", |data| {
+        openai_checks::check_chunk(data);
+    });
+}
+
+#[cfg(feature = "openai")]
+#[test]
+fn openai_chunk_corpus_merges_and_refuses() {
+    let mut outcomes = BTreeMap::new();
+    for (_, data) in corpus("openai_chunk") {
+        *outcomes
+            .entry(openai_checks::check_chunk(&data))
+            .or_insert(0) += 1;
+    }
+    assert!(
+        [Some(true), Some(false), None]
+            .iter()
+            .all(|outcome| outcomes.contains_key(outcome)),
+        "corpus files by merge outcome: {outcomes:?}"
+    );
 }
 
 #[test]
