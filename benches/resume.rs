@@ -1,6 +1,8 @@
 //! A resumable stream per event: the gate alone (the baseline, in the same run) against the gate
 //! feeding a `resume::Registry`'s replay log read by 1, 2 and 8 subscribers, each on a task of
-//! its own. 8-byte chunks, so what is measured is the machinery, not the payload.
+//! its own. 8-byte chunks, so what is measured is the machinery, not the payload. First, the
+//! memory of an idle detached stream: 10,000 streams whose generators wait, each read once and
+//! left, against as many plain gated streams whose consumers are held (RSS from `/proc`).
 //!
 //! `cargo bench --bench resume`
 
@@ -50,10 +52,12 @@ where
 /// received.
 async fn through_registry(registry: &Registry<Bytes>, readers: usize, id: u64) -> u64 {
     let id = id.to_string();
-    let mut handles = vec![drain(registry.register(id.as_str(), generator()).unwrap())];
+    // Every subscriber attaches before any reads: the stream cannot end before the last one.
+    let mut subscribers = vec![registry.register(id.as_str(), generator()).unwrap()];
     for _ in 1..readers {
-        handles.push(drain(registry.attach(&id, None).unwrap()));
+        subscribers.push(registry.attach(&id, None).unwrap());
     }
+    let handles: Vec<_> = subscribers.into_iter().map(drain).collect();
     let mut received = 0;
     for handle in handles {
         received += handle.await.unwrap();
@@ -84,5 +88,68 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// The process's resident memory, in KiB (Linux).
+fn rss_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A gate whose generator sends one chunk, then waits for ever.
+fn idle() -> Consumer<Bytes> {
+    Gate::new().spawn(|_, mut tx| async move {
+        tx.send(CHUNK).await?;
+        std::future::pending::<()>().await;
+        Ok::<_, streamgate::SendError<Bytes>>(())
+    })
+}
+
+/// RSS per stream of `STREAMS` idle plain gated streams, then of as many detached resumable
+/// ones, on one runtime, printed.
+fn memory_per_idle_stream() {
+    const STREAMS: u64 = 10_000;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let settle = || tokio::time::sleep(std::time::Duration::from_millis(200));
+        let (Some(before), _) = (rss_kib(), settle().await) else {
+            println!("memory per idle stream: no /proc/self/status here");
+            return;
+        };
+        let mut plain = Vec::new();
+        for _ in 0..STREAMS {
+            let mut consumer = idle();
+            consumer.next().await;
+            plain.push(consumer);
+        }
+        settle().await;
+        let gated = rss_kib().unwrap_or(before);
+        let registry = Registry::new(ResumeOptions::default());
+        for id in 0..STREAMS {
+            let mut subscriber = registry.register(id.to_string(), idle()).unwrap();
+            subscriber.next().await;
+        }
+        settle().await;
+        let resumable = rss_kib().unwrap_or(gated);
+        assert_eq!(registry.stats().detached, STREAMS as usize);
+        let per = |kib: u64| kib as f64 * 1024.0 / STREAMS as f64;
+        println!(
+            "memory per idle stream: plain gated {:.0} B, detached resumable {:.0} B ({:.2}x)",
+            per(gated - before),
+            per(resumable - gated),
+            (resumable - gated) as f64 / (gated - before).max(1) as f64
+        );
+        drop(plain);
+    });
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    memory_per_idle_stream();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
