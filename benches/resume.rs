@@ -12,7 +12,7 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use common::runtimes;
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Criterion, Throughput, criterion_group};
 use futures_util::StreamExt;
 use streamgate::resume::{Registry, ResumeOptions};
 use streamgate::{Consumer, Gate};

@@ -8,9 +8,10 @@
 //! stalls before token `--stall-at` for `--stall-ms`, and holds one KV block per 16 tokens from a
 //! pool of `--kv-blocks`, freed by the gate's release hook on every end. Events cross a gate
 //! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`) into a
-//! `resume::Registry` (`--resume-grace-ms`, `--replay-bytes`), from which each client reads at
-//! its own position; an explicit stop (`POST .../cancel`) ends the generation with a final
-//! chunk. They are encoded as SSE
+//! `resume::Registry` (`--resume-grace-ms`, `--replay-bytes`), or with `--resume-store
+//! redis://HOST:PORT` (the `redis` feature) a `resume::RedisRegistry` that other instances
+//! serve resumes from; each client reads at its own position, and an explicit stop
+//! (`POST .../cancel`) ends the generation with a final chunk. They are encoded as SSE
 //! with heartbeats (`--heartbeat-ms`) and written one HTTP chunk per event on sockets with
 //! `TCP_NODELAY`, a backlog of 1024, the listener's default `TCP_NOTSENT_LOWAT` and
 //! `TCP_USER_TIMEOUT` (`--notsent-lowat`, `--user-timeout-ms`; 0 leaves the system's) and an
@@ -20,6 +21,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,11 +33,12 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use futures_core::Stream;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
-use streamgate::resume::{AttachError, Registry, ResumeOptions, Subscriber};
-use streamgate::sse::SseEvent;
+use streamgate::resume::{AttachError, Registry, RegistryStats, ResumeOptions};
+use streamgate::sse::{Frame, SseEvent};
 use streamgate::transport::{
     DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, Departures, ListenOptions, SendQueue, SseResponse,
     TunedListener,
@@ -68,6 +71,8 @@ pub(crate) struct Config {
     user_timeout: Option<Duration>,
     resume_grace: Duration,
     replay_bytes: usize,
+    /// `--resume-store redis://HOST:PORT`; `None`: in memory.
+    resume_store: Option<String>,
     token_salt: bool,
     hop_records: Option<String>,
 }
@@ -85,6 +90,7 @@ pub(crate) fn parse_args(args: impl Iterator<Item = String>) -> Result<Config, S
         user_timeout: Some(DEFAULT_USER_TIMEOUT),
         resume_grace: Duration::ZERO,
         replay_bytes: streamgate::resume::DEFAULT_LOG_BYTES,
+        resume_store: None,
         token_salt: false,
         hop_records: None,
     };
@@ -141,10 +147,22 @@ pub(crate) fn parse_args(args: impl Iterator<Item = String>) -> Result<Config, S
                     usize::try_from(positive()?).map_err(|_| "--replay-bytes is too large")?
             }
             "--resume-store" => {
-                if value != "memory" {
-                    return Err(format!(
-                        "--resume-store: `{value}`: only `memory` is available in this build"
-                    ));
+                config.resume_store = match value.as_str() {
+                    "memory" => None,
+                    #[cfg(feature = "redis")]
+                    url if url.starts_with("redis://") => Some(value.clone()),
+                    #[cfg(feature = "redis")]
+                    _ => {
+                        return Err(format!(
+                            "--resume-store: `{value}`: `memory` or `redis://HOST:PORT`"
+                        ));
+                    }
+                    #[cfg(not(feature = "redis"))]
+                    _ => {
+                        return Err(format!(
+                            "--resume-store: `{value}`: only `memory` is available in this build (Redis needs the `redis` feature)"
+                        ));
+                    }
                 }
             }
             "--hop-records" => config.hop_records = Some(value.clone()),
@@ -166,6 +184,8 @@ struct Stats {
 pub(crate) struct Server {
     config: Config,
     stats: Stats,
+    /// Completion ids are this and a counter: with a shared store, it names the instance too.
+    id_prefix: String,
     next_id: AtomicU64,
     decode: HopProbe,
     publish: HopProbe,
@@ -177,9 +197,78 @@ pub(crate) struct Server {
     /// Every stream: shut down together on SIGINT/SIGTERM.
     pub(crate) streams: Group,
     /// Every streamed generation by its request id: resumable, several readers at once.
-    registry: Registry<Delta>,
-    /// The explicit stop of every running generation, by request id.
-    stops: Mutex<HashMap<String, CancellationToken>>,
+    store: Store,
+    /// The explicit stop of every generation running here, by request id.
+    stops: Stops,
+}
+
+type Stops = Arc<Mutex<HashMap<String, CancellationToken>>>;
+
+/// A stream's encoded frames, from either store.
+type Frames = Pin<Box<dyn Stream<Item = Frame> + Send>>;
+
+/// Where replay logs live (`--resume-store`).
+enum Store {
+    Memory(Registry<Delta>),
+    /// Redis Streams: another instance can serve the resume, and stop the generation.
+    #[cfg(feature = "redis")]
+    Redis(streamgate::resume::RedisRegistry),
+}
+
+impl Store {
+    /// Registers a generation under `name`; its first reader's frames, or the error response.
+    async fn register(&self, name: &str, events: Consumer<Delta>) -> Result<Frames, Response> {
+        // Only `GET /v1/stream?id=` names streams from outside; a name taken between its
+        // lookup and here is a conflict like any other.
+        let conflict =
+            |message: &str| server::json_error(StatusCode::CONFLICT, message, "conflict_error");
+        match self {
+            Store::Memory(registry) => match registry.register(name, events) {
+                Ok(subscriber) => Ok(Box::pin(subscriber.sse().with_ids())),
+                Err(error) => Err(conflict(&error.to_string())),
+            },
+            #[cfg(feature = "redis")]
+            Store::Redis(registry) => match registry.register(name, events).await {
+                Ok(subscriber) => Ok(Box::pin(subscriber)),
+                Err(streamgate::resume::RegisterError::Duplicate) => {
+                    Err(conflict("a stream with this id is already registered"))
+                }
+                Err(error) => Err(unavailable(&error.to_string())),
+            },
+        }
+    }
+
+    /// A new reader of the stream `name`, after the event `after`.
+    async fn attach(&self, name: &str, after: Option<u64>) -> Result<Frames, AttachError> {
+        match self {
+            Store::Memory(registry) => {
+                let subscriber = registry.attach(name, after)?;
+                Ok(Box::pin(subscriber.sse().with_ids()))
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(registry) => Ok(Box::pin(registry.attach(name, after).await?)),
+        }
+    }
+
+    /// Stops the stream `name`, not running on this instance: whether it was running (on
+    /// another instance, which ends it as its own stop does).
+    async fn stop(&self, name: &str) -> Result<bool, AttachError> {
+        match self {
+            // Finished, and still retained: nothing left to stop.
+            Store::Memory(registry) if registry.contains(name) => Ok(false),
+            Store::Memory(_) => Err(AttachError::Unknown),
+            #[cfg(feature = "redis")]
+            Store::Redis(registry) => registry.stop(name).await,
+        }
+    }
+
+    fn stats(&self) -> RegistryStats {
+        match self {
+            Store::Memory(registry) => registry.stats(),
+            #[cfg(feature = "redis")]
+            Store::Redis(registry) => registry.stats(),
+        }
+    }
 }
 
 /// What a stream is about: shared by all its chunks, so each chunk can encode itself.
@@ -413,11 +502,15 @@ impl Server {
 
     /// The SSE response for a generation, probed at `worker.write` and, over HTTP/1.1, at
     /// `worker.sent` when each event's bytes left the kernel.
-    fn stream(&self, events: Subscriber<Delta>, request: &str, connection: Connection) -> Response {
-        let name = header::HeaderValue::from_str(events.id()).ok();
-        let frames = events
-            .sse()
-            .with_ids()
+    fn stream(
+        &self,
+        frames: Frames,
+        name: &str,
+        request: &str,
+        connection: Connection,
+    ) -> Response {
+        let name = header::HeaderValue::from_str(name).ok();
+        let frames = frames
             .heartbeat(self.config.gate.heartbeat)
             .probe(&self.write, request);
         let mut response = match connection.send_queue() {
@@ -434,7 +527,7 @@ impl Server {
     }
 
     /// Registers a new generation under its stream name and streams it to this client.
-    fn start_stream(
+    async fn start_stream(
         self: &Arc<Self>,
         meta: &Arc<Meta>,
         from: u64,
@@ -442,13 +535,9 @@ impl Server {
         connection: Connection,
     ) -> Response {
         let events = self.generate(meta.clone(), from, max_tokens);
-        match self.registry.register(meta.stream.as_str(), events) {
-            Ok(subscriber) => self.stream(subscriber, &meta.request, connection),
-            // Only `GET /v1/stream?id=` names streams from outside; a name taken between its
-            // lookup and here is a conflict like any other.
-            Err(error) => {
-                server::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
-            }
+        match self.store.register(&meta.stream, events).await {
+            Ok(frames) => self.stream(frames, &meta.stream, &meta.request, connection),
+            Err(response) => response,
         }
     }
 
@@ -458,7 +547,7 @@ impl Server {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let id = format!("chatcmpl-{n}");
+        let id = format!("{}{n}", self.id_prefix);
         let request = headers
             .get("x-request-id")
             .and_then(|value| value.to_str().ok())
@@ -537,7 +626,7 @@ async fn chat_completions(
         .to_owned();
     let meta = server.meta(model, None, &headers);
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
-        return server.start_stream(&meta, 0, max_tokens, connection);
+        return server.start_stream(&meta, 0, max_tokens, connection).await;
     }
     let events = server.generate(meta.clone(), 0, max_tokens);
     let mut text = String::new();
@@ -599,12 +688,12 @@ async fn stream_get(
     }
     let last = last_event_id(&headers);
     let mut response = match name {
-        Some(name) => match server.registry.attach(&name, last) {
-            Ok(subscriber) => server.stream(subscriber, &name, connection),
+        Some(name) => match server.store.attach(&name, last).await {
+            Ok(frames) => server.stream(frames, &name, &name, connection),
             // A first request starts the stream; a reconnect never regenerates it.
             Err(AttachError::Unknown) if last.is_none() => {
                 let meta = server.meta("streamgate-sim".into(), Some(name), &headers);
-                server.start_stream(&meta, 0, max_tokens, connection)
+                server.start_stream(&meta, 0, max_tokens, connection).await
             }
             Err(error) => attach_error(&error),
         },
@@ -614,7 +703,9 @@ async fn stream_get(
                 .filter(|&from| from <= max_tokens)
                 .unwrap_or(0);
             let meta = server.meta("streamgate-sim".into(), None, &headers);
-            server.start_stream(&meta, from, max_tokens, connection)
+            server
+                .start_stream(&meta, from, max_tokens, connection)
+                .await
         }
     };
     // A page on another origin may open this with `EventSource`.
@@ -633,17 +724,21 @@ fn last_event_id(headers: &HeaderMap) -> Option<u64> {
         .and_then(|id| id.trim().parse::<u64>().ok())
 }
 
-/// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds.
+/// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds, 503
+/// when the store failed.
 fn attach_error(error: &AttachError) -> Response {
-    let status = match error {
-        AttachError::Gone { .. } => StatusCode::CONFLICT,
-        _ => StatusCode::NOT_FOUND,
-    };
-    let kind = match status {
-        StatusCode::CONFLICT => "conflict_error",
-        _ => "not_found_error",
-    };
-    server::json_error(status, &error.to_string(), kind)
+    match error {
+        AttachError::Gone { .. } => {
+            server::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
+        }
+        AttachError::Unavailable(_) => unavailable(&error.to_string()),
+        _ => server::json_error(StatusCode::NOT_FOUND, &error.to_string(), "not_found_error"),
+    }
+}
+
+/// 503: the resume store failed.
+fn unavailable(message: &str) -> Response {
+    server::json_error(StatusCode::SERVICE_UNAVAILABLE, message, "server_error")
 }
 
 /// `GET /v1/chat/completions/{id}/stream` with `Last-Event-ID: n` or `?after=n`: the events
@@ -664,8 +759,8 @@ async fn resume(
             }
         }
     }
-    match server.registry.attach(&id, after) {
-        Ok(subscriber) => server.stream(subscriber, &id, connection),
+    match server.store.attach(&id, after).await {
+        Ok(frames) => server.stream(frames, &id, &id, connection),
         Err(error) => attach_error(&error),
     }
 }
@@ -679,9 +774,10 @@ async fn cancel(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Re
             stop.cancel();
             true
         }
-        // Finished, and still retained: nothing left to stop.
-        None if server.registry.contains(&id) => false,
-        None => return attach_error(&AttachError::Unknown),
+        None => match server.store.stop(&id).await {
+            Ok(cancelled) => cancelled,
+            Err(error) => return attach_error(&error),
+        },
     };
     server::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
 }
@@ -690,7 +786,7 @@ async fn cancel(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Re
 async fn stats(State(server): State<Arc<Server>>) -> Response {
     let s = &server.stats;
     let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-    let resumable = server.registry.stats();
+    let resumable = server.store.stats();
     server::json_response(
         StatusCode::OK,
         Value::Object(
@@ -751,8 +847,38 @@ pub(crate) fn app(
         .log_bounds(streamgate::resume::DEFAULT_LOG_EVENTS, config.replay_bytes)
         .read_ahead(config.gate.buffer_events)
         .max_lag(config.gate.slow_deadline);
+    let stops = Stops::default();
+    let store = match &config.resume_store {
+        None => Store::Memory(Registry::new(resumable)),
+        #[cfg(feature = "redis")]
+        Some(url) => {
+            // A stop asked through another instance ends a generation running here as its
+            // own stop does: with a final chunk.
+            let stops = stops.clone();
+            let registry = streamgate::resume::RedisRegistry::new(url, resumable)
+                .map_err(|error| format!("--resume-store: {error}"))?
+                .on_stop(move |id| {
+                    if let Some(stop) = stops.lock().unwrap().get(id) {
+                        stop.cancel();
+                    }
+                });
+            Store::Redis(registry)
+        }
+        #[cfg(not(feature = "redis"))]
+        Some(url) => return Err(format!("--resume-store: `{url}` needs the `redis` feature")),
+    };
+    let id_prefix = match &store {
+        Store::Memory(_) => "chatcmpl-".to_owned(),
+        // Other instances name streams in the same Redis.
+        #[cfg(feature = "redis")]
+        Store::Redis(_) => {
+            use std::hash::{BuildHasher, RandomState};
+            format!("chatcmpl-{:x}-", RandomState::new().hash_one(0))
+        }
+    };
     let server = Arc::new(Server {
         stats: Stats::default(),
+        id_prefix,
         next_id: AtomicU64::new(0),
         decode: server::hop(&sink, "worker.decode"),
         publish: server::hop(&sink, "worker.publish"),
@@ -762,8 +888,8 @@ pub(crate) fn app(
         config,
         records: sink,
         streams: Group::new(),
-        registry: Registry::new(resumable),
-        stops: Mutex::default(),
+        store,
+        stops,
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))

@@ -92,6 +92,8 @@
 //! - `metrics`: hop counters through the `metrics` facade.
 //! - `tracing`: a span per probed stream; events for stalls and ends.
 //! - `serde`: `Serialize` for the probe snapshots.
+//! - `redis`: `resume::RedisRegistry`, resumable streams in Redis Streams, so a client resumes
+//!   through any instance.
 //! - `openai`: `openai::ChatCompletionChunk`, OpenAI chunks that parse, encode and coalesce
 //!   losslessly; `[DONE]`, usage and error frames.
 //!

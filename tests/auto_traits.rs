@@ -75,3 +75,13 @@ fn openai_chunks_cross_threads() {
     send::<ParseError>();
     sync::<ParseError>();
 }
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_resumable_streams_cross_threads() {
+    use streamgate::resume::{RedisRegistry, RedisSubscriber};
+    send::<RedisRegistry>();
+    sync::<RedisRegistry>();
+    send::<RedisSubscriber>();
+    unpin::<RedisSubscriber>();
+}

@@ -7,73 +7,12 @@
 mod common;
 #[path = "common/reference.rs"]
 mod reference;
-
-use std::net::SocketAddr;
+#[path = "common/resume_client.rs"]
+mod resume_client;
 
 use common::{RawResponse, stats, wait_for};
 use reference::start;
-use serde_json::Value;
-
-fn chat(max_tokens: u64) -> String {
-    format!(
-        r#"{{"model":"sim","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{max_tokens}}}"#
-    )
-}
-
-/// An event's (id, content or `[DONE]` or the finish reason).
-fn parse(frame: &str) -> (u64, String) {
-    let id = frame
-        .lines()
-        .find_map(|line| line.strip_prefix("id: "))
-        .and_then(|id| id.parse().ok())
-        .unwrap_or_else(|| panic!("an id: {frame:?}"));
-    let data = frame
-        .lines()
-        .find_map(|line| line.strip_prefix("data: "))
-        .unwrap_or_else(|| panic!("data: {frame:?}"));
-    if data == "[DONE]" {
-        return (id, data.to_owned());
-    }
-    let chunk: Value = serde_json::from_str(data).expect("JSON");
-    let choice = &chunk["choices"][0];
-    match choice["delta"]["content"].as_str() {
-        Some(text) => (id, text.to_owned()),
-        None => (
-            id,
-            format!("finish:{}", choice["finish_reason"].as_str().unwrap()),
-        ),
-    }
-}
-
-/// `n` events of `response`, parsed.
-async fn events(response: &mut RawResponse, n: usize) -> Vec<(u64, String)> {
-    let mut events = Vec::new();
-    for _ in 0..n {
-        events.push(parse(&response.expect_frame().await));
-    }
-    events
-}
-
-/// The rest of `response`, parsed (heartbeats skipped).
-async fn rest(response: &mut RawResponse) -> Vec<(u64, String)> {
-    let frames = response.rest().await;
-    frames
-        .iter()
-        .filter(|f| !f.starts_with(':'))
-        .map(|f| parse(f))
-        .collect()
-}
-
-async fn post_stream(addr: SocketAddr, max_tokens: u64) -> (RawResponse, String) {
-    let response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(max_tokens)).await;
-    assert_eq!(response.status(), 200);
-    let name = response.header("x-request-id").expect("the stream's name");
-    (response, name)
-}
-
-fn resume_path(name: &str) -> String {
-    format!("/v1/chat/completions/{name}/stream")
-}
+use resume_client::{events, post_stream, rest, resume_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_stream_continues_the_same_generation() {

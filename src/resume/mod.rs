@@ -12,12 +12,21 @@
 //! generator -> gate -> pump -> [replay log, bounded] -> subscriber 1 -> sse -> transport
 //!                                                    -> subscriber 2 ...
 //! ```
+//!
+//! With the `redis` feature, a `RedisRegistry` keeps the logs (as encoded SSE frames), the
+//! attachment and the stop in Redis Streams, so a client can resume through any instance of a
+//! horizontally scaled server.
 
 mod entry;
 mod log;
+#[cfg(feature = "redis")]
+mod redis;
 mod registry;
 mod subscriber;
 
+#[cfg(feature = "redis")]
+#[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+pub use self::redis::{RedisRegistry, RedisSubscriber, RegisterError};
 pub use self::registry::{
     AttachError, DEFAULT_GRACE, DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, DEFAULT_RETAIN, DuplicateId,
     Registry, RegistryStats, ResumeOptions,

@@ -106,6 +106,9 @@ pub enum AttachError {
         /// The first event id the log can still replay.
         oldest: u64,
     },
+    /// The store the logs live in failed (the Redis of a `RedisRegistry` did not answer), with
+    /// its error (503).
+    Unavailable(String),
 }
 
 impl fmt::Display for AttachError {
@@ -118,6 +121,7 @@ impl fmt::Display for AttachError {
                     "the replay log no longer holds that position; it starts at event {oldest}"
                 )
             }
+            AttachError::Unavailable(error) => write!(f, "the resume store failed: {error}"),
         }
     }
 }

@@ -110,9 +110,14 @@ where
 pub(crate) fn end_frame(error: &GateError) -> Frame {
     let reason = error.reason();
     debug_assert_ne!(reason, EndReason::Completed);
-    // Both parts are fixed ASCII texts without quotes or backslashes: no escaping is needed.
+    error_frame(reason.as_str(), &error.to_string())
+}
+
+/// A terminal `event: error` frame of type `kind` saying `message`: both fixed ASCII texts
+/// without quotes or backslashes, so no escaping is needed.
+pub(crate) fn error_frame(kind: &str, message: &str) -> Frame {
     let frame = format!(
-        "event: error\ndata: {{\"error\":{{\"type\":\"{reason}\",\"message\":\"{error}\"}}}}\n\n"
+        "event: error\ndata: {{\"error\":{{\"type\":\"{kind}\",\"message\":\"{message}\"}}}}\n\n"
     );
     Frame::new(Bytes::from(frame), Kind::Control, None)
 }

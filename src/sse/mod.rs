@@ -17,6 +17,8 @@ mod heartbeat;
 pub use self::decode::DecodeSse;
 pub use self::decoder::{DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, DecodeError, SseDecoder};
 pub use self::encode::EncodeSse;
+#[cfg(feature = "redis")]
+pub(crate) use self::encode::{end_frame, error_frame};
 pub use self::event::{FieldError, SseEvent};
 pub use self::frame::Frame;
 pub use self::heartbeat::Heartbeat;

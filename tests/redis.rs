@@ -1,0 +1,306 @@
+//! Resumable streams in Redis, through two reference-server instances on one real
+//! `redis-server` (started here on a free port; the tests skip when it is not installed): a
+//! client resumes through the other instance, its reading there keeps the first instance's
+//! grace from expiring, a stop through either reaches both, Redis dying ends every subscriber
+//! with an error (never a hang) and a restarted one serves again, and keys expire after the TTL.
+#![cfg(all(feature = "axum", feature = "metrics", feature = "redis"))]
+
+mod common;
+#[path = "common/reference.rs"]
+mod reference;
+#[path = "common/resume_client.rs"]
+mod resume_client;
+
+use std::collections::HashSet;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{RawResponse, stats, wait_for};
+use reference::start;
+use resume_client::{events, post_stream, rest, resume_path};
+
+/// A `redis-server` of this test's own, killed when dropped.
+struct RedisServer {
+    port: u16,
+    dir: std::path::PathBuf,
+    child: Child,
+}
+
+impl RedisServer {
+    /// Starts one on a free port, or `None` (having said so) when it is not installed.
+    fn start(test: &str) -> Option<RedisServer> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("streamgate-redis-{test}-{port}"));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        match RedisServer::spawn(port, &dir) {
+            Some(child) => Some(RedisServer { port, dir, child }),
+            None => {
+                println!("SKIPPED: redis-server not installed");
+                None
+            }
+        }
+    }
+
+    fn spawn(port: u16, dir: &std::path::Path) -> Option<Child> {
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server never listened");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(child)
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    fn kill(&mut self) {
+        self.child.kill().expect("kill redis-server");
+        self.child.wait().expect("reap redis-server");
+    }
+
+    /// A new process on the same port (with nothing of the old one's data).
+    fn restart(&mut self) {
+        self.child = RedisServer::spawn(self.port, &self.dir).expect("redis-server restarts");
+    }
+
+    async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection to redis-server")
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Two instances on `redis` with `flags`.
+fn instances(redis: &RedisServer, flags: &[&str]) -> (SocketAddr, SocketAddr) {
+    let url = redis.url();
+    let mut flags = flags.to_vec();
+    flags.extend(["--resume-store", &url]);
+    (start(&flags), start(&flags))
+}
+
+/// The token text's salt: one per generation.
+fn salts(events: &[(u64, String)]) -> HashSet<&str> {
+    events
+        .iter()
+        .filter_map(|(_, text)| text.split('.').nth(1))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_resumes_through_the_other_instance() {
+    let Some(redis) = RedisServer::start("resume") else {
+        return;
+    };
+    let flags = [
+        "--step-ms",
+        "3",
+        "--resume-grace-ms",
+        "5000",
+        "--token-salt",
+    ];
+    let (a, b) = instances(&redis, &flags);
+    for cut in [1, 17] {
+        let (mut first, name) = post_stream(a, 40).await;
+        let mut seen = events(&mut first, cut).await;
+        drop(first);
+        let last = seen.last().unwrap().0;
+        let header = format!("Last-Event-ID: {last}\r\n");
+        let mut resumed = RawResponse::get(b, &resume_path(&name), &header).await;
+        assert_eq!(resumed.status(), 200);
+        assert_eq!(resumed.header("x-request-id"), Some(name));
+        seen.extend(rest(&mut resumed).await);
+        let ids: Vec<u64> = seen.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, (0..42).collect::<Vec<_>>(), "cut at {cut}");
+        assert_eq!(salts(&seen).len(), 1, "one generation: {seen:?}");
+        assert_eq!(seen[40].1, "finish:length");
+        assert_eq!(seen[41].1, "[DONE]");
+    }
+    let on_a = wait_for(a, "both streams complete", |s| s["streams_completed"] == 2).await;
+    assert_eq!(on_a["tokens_generated"], 80, "nothing generated twice");
+    let on_b = stats(b).await;
+    assert_eq!(
+        (
+            on_b["streams_started"].as_u64(),
+            on_b["streams_resumed"].as_u64()
+        ),
+        (Some(0), Some(2))
+    );
+    let unknown = RawResponse::get(b, &resume_path("nope"), "").await;
+    assert_eq!(unknown.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_through_the_other_instance_keeps_the_grace_from_expiring() {
+    let Some(redis) = RedisServer::start("grace") else {
+        return;
+    };
+    let (a, b) = instances(&redis, &["--step-ms", "5", "--resume-grace-ms", "300"]);
+    let (mut first, name) = post_stream(a, 100_000).await;
+    events(&mut first, 2).await;
+    let mut second = RawResponse::get(b, &resume_path(&name), "Last-Event-ID: 1\r\n").await;
+    drop(first);
+    // Several graces (and leases) long: B's reader keeps the stream attached.
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut read = 0;
+    while Instant::now() < deadline {
+        events(&mut second, 1).await;
+        read += 1;
+    }
+    assert!(read > 100, "{read} events");
+    let on_a = stats(a).await;
+    assert_eq!(on_a["streams_expired"], 0, "{on_a}");
+    assert_eq!(on_a["streams_detached"], 0, "{on_a}");
+    assert_eq!(on_a["generators_running"], 1, "{on_a}");
+    drop(second);
+    let on_a = wait_for(a, "the grace expires", |s| {
+        s["streams_expired"] == 1 && s["generators_running"] == 0
+    })
+    .await;
+    assert_eq!(on_a["kv_blocks_in_use"], 0);
+    let expired = RawResponse::get(b, &resume_path(&name), "Last-Event-ID: 2\r\n").await;
+    assert_eq!(expired.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_through_the_other_instance_reaches_every_client() {
+    let Some(redis) = RedisServer::start("stop") else {
+        return;
+    };
+    let (a, b) = instances(&redis, &["--step-ms", "5", "--resume-grace-ms", "5000"]);
+    let (mut first, name) = post_stream(a, 100_000).await;
+    events(&mut first, 2).await;
+    let mut second = RawResponse::get(b, &resume_path(&name), "").await;
+    events(&mut second, 2).await;
+    let path = format!("/v1/chat/completions/{name}/cancel");
+    let mut stopped = RawResponse::post_json(b, &path, "").await;
+    assert_eq!(stopped.status(), 200);
+    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
+    for client in [&mut first, &mut second] {
+        let tail = rest(client).await;
+        let n = tail.len();
+        assert!(n >= 2, "{tail:?}");
+        assert_eq!(tail[n - 2].1, "finish:stop");
+        assert_eq!(tail[n - 1].1, "[DONE]");
+    }
+    let on_a = wait_for(a, "the generator stops", |s| s["generators_running"] == 0).await;
+    assert_eq!(on_a["kv_blocks_in_use"], 0);
+    let unknown = RawResponse::post_json(b, "/v1/chat/completions/nope/cancel", "").await;
+    assert_eq!(unknown.status(), 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_dying_mid_stream_ends_every_subscriber_with_an_error() {
+    let Some(mut redis) = RedisServer::start("kill") else {
+        return;
+    };
+    let (a, b) = instances(&redis, &["--step-ms", "5", "--resume-grace-ms", "5000"]);
+    let (mut first, name) = post_stream(a, 100_000).await;
+    events(&mut first, 2).await;
+    let mut second = RawResponse::get(b, &resume_path(&name), "").await;
+    events(&mut second, 2).await;
+    redis.kill();
+    let killed = Instant::now();
+    for client in [&mut first, &mut second] {
+        let tail = tokio::time::timeout(Duration::from_secs(5), client.rest())
+            .await
+            .expect("an end, not a hang");
+        let last = tail.last().expect("a terminal frame");
+        assert!(
+            last.starts_with("event: error\n") && last.contains("resume_store_error"),
+            "{last:?}"
+        );
+    }
+    assert!(killed.elapsed() < Duration::from_secs(5));
+    let on_a = wait_for(a, "the generator stops", |s| s["generators_running"] == 0).await;
+    assert_eq!(on_a["streams_cancelled"], 1, "{on_a}");
+    assert_eq!(on_a["kv_blocks_in_use"], 0);
+    // Without Redis a new stream is refused, with a reason.
+    let refused = RawResponse::post_json(a, "/v1/chat/completions", &resume_client::chat(5)).await;
+    assert_eq!(refused.status(), 503);
+    // A restarted Redis serves again, through new connections.
+    redis.restart();
+    let (mut again, name) = post_stream(a, 5).await;
+    events(&mut again, 1).await;
+    let mut resumed = RawResponse::get(b, &resume_path(&name), "Last-Event-ID: 0\r\n").await;
+    let tail = rest(&mut resumed).await;
+    assert_eq!(
+        tail.iter().map(|e| e.0).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5, 6]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_expire_after_the_ttl() {
+    let Some(redis) = RedisServer::start("ttl") else {
+        return;
+    };
+    let (a, _) = instances(&redis, &["--step-ms", "1", "--resume-grace-ms", "100"]);
+    let mut redis_connection = redis.connection().await;
+    let (mut first, name) = post_stream(a, 20).await;
+    let keys: Vec<String> = ["log", "meta"]
+        .iter()
+        .map(|key| format!("streamgate:{{{name}}}:{key}"))
+        .collect();
+    events(&mut first, 1).await;
+    // Running: its keys have a TTL the pump renews.
+    for key in &keys {
+        let ttl: i64 = redis::cmd("PTTL")
+            .arg(key)
+            .query_async(&mut redis_connection)
+            .await
+            .unwrap();
+        assert!((1..=10_000).contains(&ttl), "{key}: {ttl}");
+    }
+    assert_eq!(rest(&mut first).await.len(), 21);
+    let ended = Instant::now();
+    let exists = |connection: &mut redis::aio::MultiplexedConnection| {
+        let keys = keys.clone();
+        let mut connection = connection.clone();
+        async move {
+            redis::cmd("EXISTS")
+                .arg(&keys)
+                .query_async::<u64>(&mut connection)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(exists(&mut redis_connection).await, 2, "retained");
+    while exists(&mut redis_connection).await > 0 {
+        assert!(
+            ended.elapsed() < Duration::from_secs(10),
+            "the keys never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Kept at least 3 s after the end, so attached subscribers read it.
+    assert!(
+        ended.elapsed() >= Duration::from_millis(2500),
+        "{:?}",
+        ended.elapsed()
+    );
+    let gone = RawResponse::get(a, &resume_path(&name), "Last-Event-ID: 3\r\n").await;
+    assert_eq!(gone.status(), 404);
+}
