@@ -202,7 +202,9 @@ pub(crate) struct Server {
     stops: Stops,
 }
 
-type Stops = Arc<Mutex<HashMap<String, CancellationToken>>>;
+/// The explicit stop of every generation running here, by stream name, with the completion id
+/// of the generation that holds it (a generation refused the name must not remove the holder's).
+type Stops = Arc<Mutex<HashMap<String, (String, CancellationToken)>>>;
 
 /// A stream's encoded frames, from either store.
 type Frames = Pin<Box<dyn Stream<Item = Frame> + Send>>;
@@ -259,6 +261,18 @@ impl Store {
             Store::Memory(_) => Err(AttachError::Unknown),
             #[cfg(feature = "redis")]
             Store::Redis(registry) => registry.stop(name).await,
+        }
+    }
+
+    /// Lets the stream `name` end without waiting for slow readers or a resume.
+    fn stop_waiting(&self, name: &str) {
+        match self {
+            Store::Memory(registry) => {
+                registry.stop_waiting(name);
+            }
+            // Its pump waits for nobody attached.
+            #[cfg(feature = "redis")]
+            Store::Redis(_) => {}
         }
     }
 
@@ -394,14 +408,22 @@ impl Server {
             .stops
             .lock()
             .unwrap()
-            .insert(meta.stream.clone(), stop.clone());
+            .entry(meta.stream.clone())
+            .or_insert_with(|| (meta.id.clone(), stop.clone()));
         server.stats.streams.start();
         let held = Arc::new(AtomicU64::new(0));
         let on_release = {
             let (server, held) = (server.clone(), held.clone());
-            let stream = meta.stream.clone();
+            let (stream, generation) = (meta.stream.clone(), meta.id.clone());
             move |reason: EndReason, gate: GateStats| {
-                server.stops.lock().unwrap().remove(&stream);
+                let mut stops = server.stops.lock().unwrap();
+                if stops
+                    .get(&stream)
+                    .is_some_and(|(holder, _)| *holder == generation)
+                {
+                    stops.remove(&stream);
+                }
+                drop(stops);
                 let stats = &server.stats;
                 stats
                     .kv_blocks_in_use
@@ -770,8 +792,10 @@ async fn resume(
 async fn cancel(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
     let stop = server.stops.lock().unwrap().get(&id).cloned();
     let cancelled = match stop {
-        Some(stop) => {
+        Some((_, stop)) => {
             stop.cancel();
+            // Its last events (the final chunk, `[DONE]`) wait for no slow reader or resume.
+            server.store.stop_waiting(&id);
             true
         }
         None => match server.store.stop(&id).await {
@@ -858,7 +882,7 @@ pub(crate) fn app(
             let registry = streamgate::resume::RedisRegistry::new(url, resumable)
                 .map_err(|error| format!("--resume-store: {error}"))?
                 .on_stop(move |id| {
-                    if let Some(stop) = stops.lock().unwrap().get(id) {
+                    if let Some((_, stop)) = stops.lock().unwrap().get(id) {
                         stop.cancel();
                     }
                 });

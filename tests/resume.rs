@@ -314,6 +314,7 @@ async fn random_schedules_keep_every_promise() {
         let mut subscriber = Some(registry.register("r", consumer).unwrap());
         let mut seen: Vec<(u64, String)> = Vec::new();
         let mut ended: Option<Option<EndReason>> = None;
+        let mut stopped = false;
         while ended.is_none() {
             match rng.below(6) {
                 0 | 1 => {
@@ -340,13 +341,17 @@ async fn random_schedules_keep_every_promise() {
                             Err(AttachError::Unknown) => {
                                 ended = Some(Some(EndReason::ConsumerGone))
                             }
+                            // A stopped stream's last events wait for nobody.
+                            Err(AttachError::Gone { .. }) if stopped => {
+                                ended = Some(Some(EndReason::Cancelled))
+                            }
                             Err(error) => panic!("run {run}: {error}"),
                         }
                     }
                 }
                 4 => {
                     if rng.below(20) == 0 {
-                        registry.stop("r");
+                        stopped |= registry.stop("r");
                     }
                 }
                 _ => sleep(Duration::from_millis(rng.below(30))).await,
@@ -432,4 +437,144 @@ async fn the_last_reader_cut_off_ends_a_stream_without_grace_as_slow() {
     let (events, end) = rest(&mut reader).await;
     assert_eq!(events, expected(1..1 + events.len() as u64));
     assert_eq!(end.expect("an end").reason(), EndReason::SlowConsumer);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stop_ends_the_stream_at_once_even_while_a_reader_holds_it() {
+    let options = ResumeOptions::default()
+        .read_ahead(2)
+        .max_lag(Duration::from_secs(60));
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let consumer = tokens(
+        &releases,
+        1_000_000,
+        Duration::from_millis(1),
+        Arc::default(),
+    );
+    let mut reading = registry.register("r", consumer).unwrap();
+    let _stalled = registry.attach("r", None).unwrap();
+    take(&mut reading, 2).await;
+    sleep(Duration::from_secs(1)).await;
+    registry.stop("r");
+    // The stalled reader holds nothing any more: the reading one gets the end at once.
+    let (_, end) = timeout(Duration::from_millis(100), rest(&mut reading))
+        .await
+        .expect("the end comes at once");
+    assert_eq!(end.expect("an end").reason(), EndReason::Cancelled);
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::Cancelled);
+    assert_eq!(registry.stats().expired, 0, "a stop is not an expiry");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lag_limit_too_long_to_express_never_cuts() {
+    let options = ResumeOptions::default()
+        .read_ahead(2)
+        .max_lag(Duration::MAX);
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 100, Duration::from_millis(1), Arc::default());
+    let mut reader = registry.register("r", consumer).unwrap();
+    take(&mut reader, 1).await;
+    sleep(Duration::from_secs(3600)).await;
+    let (events, end) = rest(&mut reader).await;
+    assert_eq!(events, expected(1..100));
+    assert!(end.is_none(), "{end:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn every_detach_generates_through_its_grace() {
+    let grace = Duration::from_millis(300);
+    let options = ResumeOptions::default()
+        .grace(grace)
+        .log_bounds(32, 1 << 20);
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let generated = Arc::new(AtomicU64::new(0));
+    let consumer = tokens(
+        &releases,
+        10_000,
+        Duration::from_millis(5),
+        generated.clone(),
+    );
+    let mut reader = registry.register("r", consumer).unwrap();
+    let mut last = 0;
+    for session in 0..3 {
+        // Catch up with everything generated so far, then leave.
+        loop {
+            last = take(&mut reader, 1).await[0].0;
+            if last + 1 >= generated.load(Ordering::SeqCst) {
+                break;
+            }
+        }
+        drop(reader);
+        let before = generated.load(Ordering::SeqCst);
+        sleep(grace / 2).await;
+        let during = generated.load(Ordering::SeqCst) - before;
+        // 150 ms at 5 ms a token, the log (32) not yet full.
+        assert!(
+            during >= 20,
+            "session {session}: {during} tokens during the grace"
+        );
+        reader = registry.attach("r", Some(last)).unwrap();
+    }
+    assert_eq!(take(&mut reader, 1).await[0].0, last + 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reader_cut_off_ends_behind_at_its_next_read() {
+    let options = ResumeOptions::default()
+        .grace(Duration::from_secs(60))
+        .read_ahead(2)
+        .max_lag(Duration::from_millis(100));
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let consumer = tokens(
+        &releases,
+        1_000_000,
+        Duration::from_millis(1),
+        Arc::default(),
+    );
+    let mut reader = registry.register("r", consumer).unwrap();
+    take(&mut reader, 1).await;
+    sleep(Duration::from_secs(1)).await;
+    let (events, end) = rest(&mut reader).await;
+    assert!(events.is_empty(), "{events:?}");
+    let end = end.expect("an end");
+    assert_eq!(end.reason(), EndReason::SlowConsumer);
+    let why = std::error::Error::source(&end).unwrap().to_string();
+    assert!(why.starts_with("behind"), "{why}");
+    // Nobody reads: the stream waits for a resume through its grace.
+    assert_eq!(registry.stats().detached, 1);
+}
+
+/// A re-attach racing the grace's expiry on a multi-threaded runtime: either it comes first and
+/// the stream goes on under it, or the expiry comes first and the attach is refused; never an
+/// attached subscriber on an expired stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reattach_racing_the_expiry_never_lands_on_an_expired_stream() {
+    let grace = Duration::from_millis(2);
+    for _ in 0..200 {
+        let registry = Registry::new(ResumeOptions::default().grace(grace));
+        let releases = Releases::default();
+        let consumer = tokens(
+            &releases,
+            1_000_000,
+            Duration::from_micros(100),
+            Arc::default(),
+        );
+        let mut reader = registry.register("r", consumer).unwrap();
+        let last = take(&mut reader, 1).await[0].0;
+        drop(reader);
+        std::thread::sleep(grace);
+        match registry.attach("r", Some(last)) {
+            Ok(mut resumed) => {
+                let next = timeout(HANG, resumed.next()).await.unwrap().unwrap();
+                assert!(next.is_ok(), "attached, the stream goes on: {next:?}");
+            }
+            Err(error) => assert_eq!(error, AttachError::Unknown),
+        }
+        drop(registry);
+    }
 }

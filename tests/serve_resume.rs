@@ -177,3 +177,47 @@ async fn an_event_source_reconnect_attaches_to_the_running_stream() {
     let stats = wait_for(addr, "it completes", |s| s["streams_completed"] == 1).await;
     assert_eq!(stats["streams_started"], 1);
 }
+
+/// A detached stream paused at a full replay log (its generator blocked on the gate): an
+/// explicit cancel still stops the generator and frees its KV blocks at once, not at the end of
+/// the grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_stops_a_detached_stream_paused_at_a_full_log() {
+    let addr = start(&[
+        "--step-ms",
+        "1",
+        "--resume-grace-ms",
+        "60000",
+        "--replay-bytes",
+        "3000",
+    ]);
+    let (mut first, name) = post_stream(addr, 100_000).await;
+    events(&mut first, 2).await;
+    drop(first);
+    wait_for(addr, "the stream detaches", |s| s["streams_detached"] == 1).await;
+    // Long enough for the 3000-byte log to fill and the generator to block.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(stats(addr).await["kv_blocks_in_use"].as_u64() > Some(0));
+    let path = format!("/v1/chat/completions/{name}/cancel");
+    let mut stopped = RawResponse::post_json(addr, &path, "").await;
+    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
+    let stats = wait_for(addr, "the generator stops", |s| {
+        s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
+    })
+    .await;
+    assert_eq!(stats["streams_expired"], 0, "stopped, not expired");
+}
+
+/// Without a grace nobody can resume, so the replay log holds only what a reader has still to
+/// read: a stopped reader's stream stays within the gate-sized read-ahead, not `--replay-bytes`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_grace_the_log_keeps_only_what_is_unread() {
+    let addr = start(&["--step-ms", "0"]);
+    let (mut reader, _) = post_stream(addr, 100_000).await;
+    events(&mut reader, 1).await;
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let held = stats(addr).await["replay_bytes"].as_u64().unwrap();
+    // 64 events (the read-ahead) of a few hundred bytes each, far below 1 MiB.
+    assert!(held <= 64 * 1024, "{held} bytes held");
+    drop(reader);
+}

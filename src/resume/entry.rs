@@ -11,7 +11,7 @@ use futures_core::Stream;
 use tokio::time::Instant;
 
 use super::log::{Lookup, ReplayLog};
-use super::registry::Shared;
+use super::registry::{AttachError, Shared};
 use crate::chunk::Chunk;
 use crate::gate::{Consumer, EndReason, Event, GateError, GateHandle};
 use crate::sync::{Arc, Mutex, lock};
@@ -38,8 +38,11 @@ struct Reader {
     next: u64,
     /// How long it may keep a full log from taking the next event.
     max_lag: Duration,
-    /// It kept the log full past its `max_lag`: the log evicts past it.
+    /// It held the log back past its `max_lag`: it no longer counts, and its next read ends
+    /// it as behind.
     cut: bool,
+    /// Its task, while it waits for an event.
+    waker: Option<Waker>,
 }
 
 pub(crate) struct State<C> {
@@ -59,7 +62,11 @@ pub(crate) struct State<C> {
     epoch: u64,
     /// The grace ran out (or was zero): the generator was cancelled and the log is freed.
     pub(crate) expired: bool,
-    wakers: Vec<Waker>,
+    /// Stopped on purpose: the log takes every event without waiting for anyone.
+    stopped: bool,
+    /// Whether events every subscriber has read stay in the log for a resume (a grace is set);
+    /// without, the log holds only what someone has still to read.
+    keep_read: bool,
     pump: Option<Waker>,
 }
 
@@ -77,6 +84,7 @@ impl<C: Chunk + Clone> Entry<C> {
         max_events: usize,
         max_bytes: usize,
         read_ahead: usize,
+        keep_read: bool,
     ) -> Self {
         Entry {
             id,
@@ -91,7 +99,8 @@ impl<C: Chunk + Clone> Entry<C> {
                 full_since: None,
                 epoch: 0,
                 expired: false,
-                wakers: Vec::new(),
+                stopped: false,
+                keep_read,
                 pump: None,
             }),
         }
@@ -119,7 +128,22 @@ impl<C: Chunk + Clone> Entry<C> {
             let readers = state.readers.values().filter(|reader| !reader.cut);
             let slowest = readers.map(|reader| reader.next).min();
             let oldest_end = state.log.oldest_end();
+            // Without a grace nobody can come back for what every subscriber has read.
+            if let (false, Some(slowest), Some(end)) = (state.keep_read, slowest, oldest_end) {
+                if end <= slowest {
+                    state.log.evict();
+                    continue;
+                }
+            }
             let room = state.log.fits(&next);
+            if state.stopped {
+                // A stopped stream's last events wait for nobody: laggards fall behind.
+                if !room {
+                    state.log.evict();
+                    continue;
+                }
+                break;
+            }
             let Some(slowest) = slowest else {
                 if room {
                     break;
@@ -152,10 +176,17 @@ impl<C: Chunk + Clone> Entry<C> {
                 if reader.cut || reader.next != slowest {
                     continue;
                 }
-                let limit = since + reader.max_lag;
+                // A limit too far to express never runs out.
+                let Some(limit) = since.checked_add(reader.max_lag) else {
+                    continue;
+                };
                 if limit <= now {
                     reader.cut = true;
                     cut = true;
+                    // It learns at its next read (its task may be waiting for an event).
+                    if let Some(waker) = reader.waker.take() {
+                        waker.wake();
+                    }
                 } else {
                     deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
                 }
@@ -175,20 +206,47 @@ impl<C: Chunk + Clone> Entry<C> {
         }
         state.log.push(next);
         state.full_since = None;
-        wake_all(&mut state.wakers);
+        wake_readers(state);
         Offer::Taken { cut_last: false }
+    }
+
+    /// From now on the log takes every event at once (see [`Registry::stop`]).
+    ///
+    /// [`Registry::stop`]: super::Registry::stop
+    pub(crate) fn stop_waiting(&self) {
+        let mut state = lock(&self.state);
+        state.stopped = true;
+        if let Some(pump) = state.pump.take() {
+            pump.wake();
+        }
     }
 
     /// The pump saw the stream's end.
     fn finish(&self, end: Option<GateError>) {
         let mut state = lock(&self.state);
         state.end = Some(end);
-        wake_all(&mut state.wakers);
+        wake_readers(&mut state);
     }
 
-    /// A subscriber attaches at `next`; returns its key.
-    pub(crate) fn attach(&self, next: u64, max_lag: Duration) -> u64 {
+    /// A subscriber attaches at `next` (`check`: unless the stream expired or its log no longer
+    /// holds `next`); returns its key.
+    pub(crate) fn attach(
+        &self,
+        next: u64,
+        max_lag: Duration,
+        check: bool,
+    ) -> Result<u64, AttachError> {
         let mut state = lock(&self.state);
+        if check {
+            // An expired stream's log is freed and its entry about to go.
+            if state.expired {
+                return Err(AttachError::Unknown);
+            }
+            let oldest = state.log.start();
+            if next < oldest {
+                return Err(AttachError::Gone { oldest });
+            }
+        }
         let key = state.next_reader;
         state.next_reader += 1;
         state.readers.insert(
@@ -197,14 +255,17 @@ impl<C: Chunk + Clone> Entry<C> {
                 next,
                 max_lag,
                 cut: false,
+                waker: None,
             },
         );
         state.epoch += 1;
+        // Attached, the floor of an earlier detach no longer holds events back.
+        state.resume_floor = u64::MAX;
         // The log may evict what the subscribers have read: a waiting pump looks again.
         if let Some(pump) = state.pump.take() {
             pump.wake();
         }
-        key
+        Ok(key)
     }
 
     /// The subscriber `key` left; the last one starts the grace.
@@ -235,7 +296,8 @@ impl<C: Chunk + Clone> Entry<C> {
     ) where
         C: Send + Sync + 'static,
     {
-        if state.end.is_some() {
+        // Someone may have attached since (the caller let go of the lock), or it is over.
+        if state.attached() > 0 || state.end.is_some() || state.expired {
             return;
         }
         let grace = shared.options.grace;
@@ -260,6 +322,9 @@ impl<C: Chunk + Clone> Entry<C> {
     /// Nobody came back in time: the generator is cancelled for `reason` (its two-phase stop
     /// and release are the gate's) and the log is freed.
     fn expire(&self, state: &mut State<C>, shared: &Shared<C>, reason: EndReason) {
+        if state.expired {
+            return;
+        }
         state.expired = true;
         state.log.clear();
         if let Some(pump) = state.pump.take() {
@@ -282,9 +347,20 @@ impl<C: Chunk + Clone> Entry<C> {
             return Poll::Ready(None);
         };
         let next = reader.next;
+        if reader.cut {
+            let why = format!(
+                "behind: cut off at event {next} after holding the replay log back for {:?}",
+                reader.max_lag
+            );
+            return Poll::Ready(Some(Err(GateError::new(
+                EndReason::SlowConsumer,
+                Some(why.into()),
+            ))));
+        }
         match state.log.lookup(next) {
             Lookup::Event(event) => {
                 reader.next = event.id().saturating_add(1);
+                reader.waker = None;
                 // The log may now evict what this subscriber held.
                 if let Some(pump) = state.pump.take() {
                     pump.wake();
@@ -304,8 +380,8 @@ impl<C: Chunk + Clone> Entry<C> {
                 Some(None) => Poll::Ready(None),
                 Some(Some(error)) => Poll::Ready(Some(Err(error.clone()))),
                 None => {
-                    if !state.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                        state.wakers.push(cx.waker().clone());
+                    if let Some(reader) = state.readers.get_mut(&key) {
+                        reader.waker = Some(cx.waker().clone());
                     }
                     Poll::Pending
                 }
@@ -333,9 +409,12 @@ impl<C: Chunk + Clone> Entry<C> {
     }
 }
 
-fn wake_all(wakers: &mut Vec<Waker>) {
-    for waker in wakers.drain(..) {
-        waker.wake();
+/// Wakes every subscriber waiting for an event.
+fn wake_readers<C>(state: &mut State<C>) {
+    for reader in state.readers.values_mut() {
+        if let Some(waker) = reader.waker.take() {
+            waker.wake();
+        }
     }
 }
 

@@ -178,9 +178,12 @@ pub struct RegistryStats {
 ///   grace, or none). An attach ends the grace; its expiry cancels the generator and frees the
 ///   log.
 /// - [`stop`](Registry::stop) is the explicit stop (a user pressing Stop): the generator is
-///   cancelled at once and every subscriber sees the end.
+///   cancelled at once, the log stops waiting for anyone, and every subscriber sees the end
+///   after the events before it.
 /// - A stream that ended stays replayable for the [retention](ResumeOptions::retain), then is
 ///   removed.
+/// - Without a grace (zero: nobody can come back), the log keeps only what some subscriber has
+///   still to read.
 ///
 /// Needs a tokio runtime with time enabled.
 ///
@@ -295,6 +298,7 @@ where
             options.log_events,
             options.log_bytes,
             options.read_ahead,
+            !options.grace.is_zero(),
         ));
         {
             let mut streams = lock(&self.shared.streams);
@@ -303,9 +307,9 @@ where
             }
             streams.insert(id, entry.clone());
         }
-        let subscriber = Subscriber::attached(entry.clone(), 0, self.shared.clone());
+        let subscriber = Subscriber::attached(entry.clone(), 0, self.shared.clone(), false);
         tokio::spawn(pump(entry, consumer, self.shared.clone()));
-        Ok(subscriber)
+        subscriber.map_err(|_| DuplicateId)
     }
 
     /// Attaches a subscriber to the stream `id`, reading the events after `after` (an SSE
@@ -322,19 +326,9 @@ where
             .cloned()
             .ok_or(AttachError::Unknown)?;
         let next = after.map_or(0, |after| after.saturating_add(1));
-        {
-            let state = lock(&entry.state);
-            // An expired stream's log is freed and its entry about to go.
-            if state.expired {
-                return Err(AttachError::Unknown);
-            }
-            let oldest = state.log.start();
-            if next < oldest {
-                return Err(AttachError::Gone { oldest });
-            }
-        }
+        let subscriber = Subscriber::attached(entry, next, self.shared.clone(), true)?;
         self.shared.resumed.fetch_add(1, Ordering::Relaxed);
-        Ok(Subscriber::attached(entry, next, self.shared.clone()))
+        Ok(subscriber)
     }
 
     /// Stops the stream `id` on purpose: its generator is cancelled at once (ending as
@@ -343,7 +337,20 @@ where
     pub fn stop(&self, id: &str) -> bool {
         let entry = lock(&self.shared.streams).get(id).cloned();
         entry.is_some_and(|entry| {
+            entry.stop_waiting();
             entry.handle.cancel();
+            true
+        })
+    }
+
+    /// Lets the stream `id` end without waiting: from now on its log takes every event at once
+    /// instead of waiting for a slow subscriber or a resume (those fall behind), so a generator
+    /// being stopped on purpose can still send its last events (a final chunk) and finish.
+    /// [`stop`](Registry::stop) does this too. Returns whether a stream had this id.
+    pub fn stop_waiting(&self, id: &str) -> bool {
+        let entry = lock(&self.shared.streams).get(id).cloned();
+        entry.is_some_and(|entry| {
+            entry.stop_waiting();
             true
         })
     }

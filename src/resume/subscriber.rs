@@ -9,7 +9,7 @@ use futures_core::{FusedStream, Stream};
 use tokio::task::coop;
 
 use super::entry::Entry;
-use super::registry::Shared;
+use super::registry::{AttachError, Shared};
 use crate::chunk::Chunk;
 use crate::gate::{Event, GateError};
 use crate::sync::Arc;
@@ -35,14 +35,20 @@ impl<C> Subscriber<C>
 where
     C: Chunk + Clone + Send + Sync + 'static,
 {
-    pub(crate) fn attached(entry: Arc<Entry<C>>, next: u64, shared: Arc<Shared<C>>) -> Self {
-        let key = entry.attach(next, shared.options.max_lag);
-        Subscriber {
+    /// Attaches to `entry` at `next` (`check`: unless it expired or no longer holds `next`).
+    pub(crate) fn attached(
+        entry: Arc<Entry<C>>,
+        next: u64,
+        shared: Arc<Shared<C>>,
+        check: bool,
+    ) -> Result<Self, AttachError> {
+        let key = entry.attach(next, shared.options.max_lag, check)?;
+        Ok(Subscriber {
             entry,
             shared,
             key,
             done: false,
-        }
+        })
     }
 
     /// How long this subscriber may keep a full replay log from taking the next event (and,

@@ -106,11 +106,20 @@ where
     }
 }
 
-/// The terminal frame of a stream that did not complete.
+/// The terminal frame of a stream that did not complete. A slow consumer's end says why when
+/// the crate knows more (a subscriber that fell behind a replay log: "behind: ..."); a
+/// generator's own error text never reaches the client.
 pub(crate) fn end_frame(error: &GateError) -> Frame {
     let reason = error.reason();
     debug_assert_ne!(reason, EndReason::Completed);
-    error_frame(reason.as_str(), &error.to_string())
+    let detail = std::error::Error::source(error)
+        .filter(|_| reason == EndReason::SlowConsumer)
+        .map(ToString::to_string);
+    match detail {
+        // The crate's own texts: ASCII without quotes or backslashes.
+        Some(detail) => error_frame(reason.as_str(), &format!("{error}: {detail}")),
+        None => error_frame(reason.as_str(), &error.to_string()),
+    }
 }
 
 /// A terminal `event: error` frame of type `kind` saying `message`: both fixed ASCII texts
