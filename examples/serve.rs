@@ -750,6 +750,8 @@ fn last_event_id(headers: &HeaderMap) -> Option<u64> {
 /// when the store failed.
 fn attach_error(error: &AttachError) -> Response {
     match error {
+        // Nothing follows: an `EventSource` that reconnects after `[DONE]` stops at a 204.
+        AttachError::Finished => StatusCode::NO_CONTENT.into_response(),
         AttachError::Gone { .. } => {
             server::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
         }

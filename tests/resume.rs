@@ -345,6 +345,10 @@ async fn random_schedules_keep_every_promise() {
                             Err(AttachError::Gone { .. }) if stopped => {
                                 ended = Some(Some(EndReason::Cancelled))
                             }
+                            // Over, and everything was read.
+                            Err(AttachError::Finished) => {
+                                ended = Some(stopped.then_some(EndReason::Cancelled))
+                            }
                             Err(error) => panic!("run {run}: {error}"),
                         }
                     }

@@ -221,3 +221,27 @@ async fn without_a_grace_the_log_keeps_only_what_is_unread() {
     assert!(held <= 64 * 1024, "{held} bytes held");
     drop(reader);
 }
+
+/// After `[DONE]` an `EventSource` reconnects with the last id it saw: nothing follows it, and a
+/// 204 stops the reconnects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_after_the_end_gets_no_content() {
+    let addr = start(&["--step-ms", "0", "--resume-grace-ms", "5000"]);
+    let path = "/v1/stream?max_tokens=5&id=tab-9";
+    let mut first = RawResponse::get(addr, path, "").await;
+    let seen = rest(&mut first).await;
+    assert_eq!(seen.last().map(|e| e.1.as_str()), Some("[DONE]"));
+    let last = seen.last().unwrap().0;
+    let again = RawResponse::get(addr, path, &format!("Last-Event-ID: {last}\r\n")).await;
+    assert_eq!(again.status(), 204);
+    // An earlier position still replays what follows it.
+    let mut earlier = RawResponse::get(addr, path, "Last-Event-ID: 3\r\n").await;
+    assert_eq!(
+        rest(&mut earlier)
+            .await
+            .iter()
+            .map(|e| e.0)
+            .collect::<Vec<_>>(),
+        [4, 5, 6]
+    );
+}

@@ -246,6 +246,9 @@ impl<C: Chunk + Clone> Entry<C> {
             if next < oldest {
                 return Err(AttachError::Gone { oldest });
             }
+            if state.end.is_some() && next >= state.log.end() {
+                return Err(AttachError::Finished);
+            }
         }
         let key = state.next_reader;
         state.next_reader += 1;

@@ -106,6 +106,10 @@ pub enum AttachError {
         /// The first event id the log can still replay.
         oldest: u64,
     },
+    /// The stream has ended and has nothing after the position asked for: the client had
+    /// everything (an HTTP server answers 204, which also stops an `EventSource` from
+    /// reconnecting).
+    Finished,
     /// The store the logs live in failed (the Redis of a `RedisRegistry` did not answer), with
     /// its error (503).
     Unavailable(String),
@@ -120,6 +124,9 @@ impl fmt::Display for AttachError {
                     f,
                     "the replay log no longer holds that position; it starts at event {oldest}"
                 )
+            }
+            AttachError::Finished => {
+                f.write_str("the stream has ended; nothing follows that position")
             }
             AttachError::Unavailable(error) => write!(f, "the resume store failed: {error}"),
         }
