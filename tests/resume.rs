@@ -40,6 +40,29 @@ fn tokens(
         })
 }
 
+/// A registry and its stream `"r"`: `n` tokens, one every `step`, its releases, how many tokens
+/// were generated, and its first subscriber.
+struct Started {
+    registry: Registry<String>,
+    releases: Releases,
+    generated: Arc<AtomicU64>,
+    first: Subscriber<String>,
+}
+
+fn started(options: ResumeOptions, n: u64, step: Duration) -> Started {
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let generated = Arc::new(AtomicU64::new(0));
+    let consumer = tokens(&releases, n, step, generated.clone());
+    let first = registry.register("r", consumer).unwrap();
+    Started {
+        registry,
+        releases,
+        generated,
+        first,
+    }
+}
+
 /// The next `count` events of `subscriber` as (id, token).
 async fn take(subscriber: &mut Subscriber<String>, count: usize) -> Vec<(u64, String)> {
     let mut events = Vec::new();
@@ -104,16 +127,16 @@ async fn a_resume_continues_the_same_generation_at_every_cut_point() {
 #[tokio::test(start_paused = true)]
 async fn the_grace_expiry_cancels_the_generator_and_frees_the_log() {
     let grace = Duration::from_secs(5);
-    let registry = Registry::new(ResumeOptions::default().grace(grace));
-    let releases = Releases::default();
-    let generated = Arc::new(AtomicU64::new(0));
-    let consumer = tokens(
-        &releases,
+    let Started {
+        registry,
+        releases,
+        mut first,
+        ..
+    } = started(
+        ResumeOptions::default().grace(grace),
         1_000_000,
         Duration::from_millis(10),
-        generated.clone(),
     );
-    let mut first = registry.register("r", consumer).unwrap();
     take(&mut first, 3).await;
     drop(first);
     sleep(grace / 2).await;
@@ -140,10 +163,16 @@ async fn the_grace_expiry_cancels_the_generator_and_frees_the_log() {
 #[tokio::test(start_paused = true)]
 async fn an_attach_within_the_grace_ends_it() {
     let grace = Duration::from_secs(5);
-    let registry = Registry::new(ResumeOptions::default().grace(grace));
-    let releases = Releases::default();
-    let consumer = tokens(&releases, 2_000, Duration::from_millis(10), Arc::default());
-    let mut first = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        releases,
+        mut first,
+        ..
+    } = started(
+        ResumeOptions::default().grace(grace),
+        2_000,
+        Duration::from_millis(10),
+    );
     let seen = take(&mut first, 3).await;
     drop(first);
     sleep(grace / 2).await;
@@ -158,15 +187,15 @@ async fn an_attach_within_the_grace_ends_it() {
 
 #[tokio::test]
 async fn a_zero_grace_cancels_at_the_disconnect() {
-    let registry = Registry::new(ResumeOptions::default().grace(Duration::ZERO));
-    let releases = Releases::default();
-    let consumer = tokens(
-        &releases,
+    let Started {
+        releases,
+        mut first,
+        ..
+    } = started(
+        ResumeOptions::default().grace(Duration::ZERO),
         1_000_000,
         Duration::from_millis(1),
-        Arc::default(),
     );
-    let mut first = registry.register("r", consumer).unwrap();
     take(&mut first, 2).await;
     drop(first);
     releases.wait_for(1).await;
@@ -175,15 +204,16 @@ async fn a_zero_grace_cancels_at_the_disconnect() {
 
 #[tokio::test]
 async fn a_stop_reaches_every_subscriber() {
-    let registry = Registry::new(ResumeOptions::default());
-    let releases = Releases::default();
-    let consumer = tokens(
-        &releases,
+    let Started {
+        registry,
+        releases,
+        mut first,
+        ..
+    } = started(
+        ResumeOptions::default(),
         1_000_000,
         Duration::from_millis(1),
-        Arc::default(),
     );
-    let mut first = registry.register("r", consumer).unwrap();
     let mut second = registry.attach("r", None).unwrap();
     take(&mut first, 2).await;
     take(&mut second, 2).await;
@@ -199,10 +229,11 @@ async fn a_stop_reaches_every_subscriber() {
 
 #[tokio::test]
 async fn two_subscribers_get_identical_events() {
-    let registry = Registry::new(ResumeOptions::default());
-    let releases = Releases::default();
-    let consumer = tokens(&releases, 300, Duration::ZERO, Arc::default());
-    let mut first = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        mut first,
+        ..
+    } = started(ResumeOptions::default(), 300, Duration::ZERO);
     let mut second = registry.attach("r", None).unwrap();
     let (a, b) = tokio::join!(rest(&mut first), rest(&mut second));
     assert_eq!(a.0, expected(0..300));
@@ -213,10 +244,11 @@ async fn two_subscribers_get_identical_events() {
 #[tokio::test]
 async fn a_position_the_log_no_longer_holds_is_refused() {
     let options = ResumeOptions::default().log_bounds(10, 1 << 20);
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let consumer = tokens(&releases, 100, Duration::ZERO, Arc::default());
-    let mut first = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        mut first,
+        ..
+    } = started(options, 100, Duration::ZERO);
     let (events, _) = rest(&mut first).await;
     assert_eq!(events.len(), 100);
     // The log kept the newest 10 events.
@@ -235,10 +267,11 @@ async fn a_position_the_log_no_longer_holds_is_refused() {
 #[tokio::test]
 async fn a_subscriber_that_falls_out_of_the_log_ends_and_holds_nobody_back() {
     let options = ResumeOptions::default().log_bounds(8, 1 << 20);
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let consumer = tokens(&releases, 500, Duration::ZERO, Arc::default());
-    let mut fast = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        first: mut fast,
+        ..
+    } = started(options, 500, Duration::ZERO);
     let mut stalled = registry
         .attach("r", None)
         .unwrap()
@@ -260,16 +293,12 @@ async fn a_detached_stream_pauses_at_a_full_log_and_loses_nothing() {
     let options = ResumeOptions::default()
         .grace(Duration::from_secs(60))
         .log_bounds(16, 1 << 20);
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let generated = Arc::new(AtomicU64::new(0));
-    let consumer = tokens(
-        &releases,
-        1_000,
-        Duration::from_millis(1),
-        generated.clone(),
-    );
-    let mut first = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        generated,
+        mut first,
+        ..
+    } = started(options, 1_000, Duration::from_millis(1));
     take(&mut first, 5).await;
     drop(first);
     sleep(Duration::from_secs(5)).await;
@@ -398,16 +427,11 @@ async fn an_attached_reader_that_stops_holds_the_generator_within_the_read_ahead
     let options = ResumeOptions::default()
         .read_ahead(8)
         .max_lag(Duration::from_secs(60));
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let generated = Arc::new(AtomicU64::new(0));
-    let consumer = tokens(
-        &releases,
-        1_000,
-        Duration::from_millis(1),
-        generated.clone(),
-    );
-    let mut reader = registry.register("r", consumer).unwrap();
+    let Started {
+        generated,
+        first: mut reader,
+        ..
+    } = started(options, 1_000, Duration::from_millis(1));
     take(&mut reader, 1).await;
     sleep(Duration::from_secs(10)).await;
     // The log (8 unread), the gate (4) and the chunk in the generator's hand.
@@ -424,15 +448,11 @@ async fn the_last_reader_cut_off_ends_a_stream_without_grace_as_slow() {
         .grace(Duration::ZERO)
         .read_ahead(8)
         .max_lag(Duration::from_secs(3));
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let consumer = tokens(
-        &releases,
-        1_000_000,
-        Duration::from_millis(1),
-        Arc::default(),
-    );
-    let mut reader = registry.register("r", consumer).unwrap();
+    let Started {
+        releases,
+        first: mut reader,
+        ..
+    } = started(options, 1_000_000, Duration::from_millis(1));
     take(&mut reader, 1).await;
     sleep(Duration::from_secs(5)).await;
     releases.wait_for(1).await;
@@ -448,15 +468,12 @@ async fn a_stop_ends_the_stream_at_once_even_while_a_reader_holds_it() {
     let options = ResumeOptions::default()
         .read_ahead(2)
         .max_lag(Duration::from_secs(60));
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let consumer = tokens(
-        &releases,
-        1_000_000,
-        Duration::from_millis(1),
-        Arc::default(),
-    );
-    let mut reading = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        releases,
+        first: mut reading,
+        ..
+    } = started(options, 1_000_000, Duration::from_millis(1));
     let _stalled = registry.attach("r", None).unwrap();
     take(&mut reading, 2).await;
     sleep(Duration::from_secs(1)).await;
@@ -476,10 +493,9 @@ async fn a_lag_limit_too_long_to_express_never_cuts() {
     let options = ResumeOptions::default()
         .read_ahead(2)
         .max_lag(Duration::MAX);
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let consumer = tokens(&releases, 100, Duration::from_millis(1), Arc::default());
-    let mut reader = registry.register("r", consumer).unwrap();
+    let Started {
+        first: mut reader, ..
+    } = started(options, 100, Duration::from_millis(1));
     take(&mut reader, 1).await;
     sleep(Duration::from_secs(3600)).await;
     let (events, end) = rest(&mut reader).await;
@@ -493,16 +509,12 @@ async fn every_detach_generates_through_its_grace() {
     let options = ResumeOptions::default()
         .grace(grace)
         .log_bounds(32, 1 << 20);
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let generated = Arc::new(AtomicU64::new(0));
-    let consumer = tokens(
-        &releases,
-        10_000,
-        Duration::from_millis(5),
-        generated.clone(),
-    );
-    let mut reader = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        generated,
+        first: mut reader,
+        ..
+    } = started(options, 10_000, Duration::from_millis(5));
     let mut last = 0;
     for session in 0..3 {
         // Catch up with everything generated so far, then leave.
@@ -532,15 +544,11 @@ async fn a_reader_cut_off_ends_behind_at_its_next_read() {
         .grace(Duration::from_secs(60))
         .read_ahead(2)
         .max_lag(Duration::from_millis(100));
-    let registry = Registry::new(options);
-    let releases = Releases::default();
-    let consumer = tokens(
-        &releases,
-        1_000_000,
-        Duration::from_millis(1),
-        Arc::default(),
-    );
-    let mut reader = registry.register("r", consumer).unwrap();
+    let Started {
+        registry,
+        first: mut reader,
+        ..
+    } = started(options, 1_000_000, Duration::from_millis(1));
     take(&mut reader, 1).await;
     sleep(Duration::from_secs(1)).await;
     let (events, end) = rest(&mut reader).await;
