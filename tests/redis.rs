@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::{RawResponse, stats, wait_for};
 use reference::start;
-use resume_client::{events, post_stream, rest, resume_path};
+use resume_client::{a_stop_reaches_both_clients, events, post_stream, rest, resume_path};
 
 /// A `redis-server` of this test's own, killed when dropped.
 struct RedisServer {
@@ -190,25 +190,7 @@ async fn a_stop_through_the_other_instance_reaches_every_client() {
         return;
     };
     let (a, b) = instances(&redis, &["--step-ms", "5", "--resume-grace-ms", "5000"]);
-    let (mut first, name) = post_stream(a, 100_000).await;
-    events(&mut first, 2).await;
-    let mut second = RawResponse::get(b, &resume_path(&name), "").await;
-    events(&mut second, 2).await;
-    let path = format!("/v1/chat/completions/{name}/cancel");
-    let mut stopped = RawResponse::post_json(b, &path, "").await;
-    assert_eq!(stopped.status(), 200);
-    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
-    for client in [&mut first, &mut second] {
-        let tail = rest(client).await;
-        let n = tail.len();
-        assert!(n >= 2, "{tail:?}");
-        assert_eq!(tail[n - 2].1, "finish:stop");
-        assert_eq!(tail[n - 1].1, "[DONE]");
-    }
-    let on_a = wait_for(a, "the generator stops", |s| s["generators_running"] == 0).await;
-    assert_eq!(on_a["kv_blocks_in_use"], 0);
-    let unknown = RawResponse::post_json(b, "/v1/chat/completions/nope/cancel", "").await;
-    assert_eq!(unknown.status(), 404);
+    a_stop_reaches_both_clients(a, b).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -12,7 +12,7 @@ mod resume_client;
 
 use common::{RawResponse, stats, wait_for};
 use reference::start;
-use resume_client::{events, post_stream, rest, resume_path};
+use resume_client::{a_stop_reaches_both_clients, events, post_stream, rest, resume_path};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_stream_continues_the_same_generation() {
@@ -85,28 +85,7 @@ async fn the_grace_expiry_frees_the_generator_and_its_kv_blocks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_explicit_stop_reaches_every_client() {
     let addr = start(&["--step-ms", "5", "--resume-grace-ms", "5000"]);
-    let (mut first, name) = post_stream(addr, 100_000).await;
-    events(&mut first, 2).await;
-    let mut second = RawResponse::get(addr, &resume_path(&name), "").await;
-    events(&mut second, 2).await;
-    let path = format!("/v1/chat/completions/{name}/cancel");
-    let mut stopped = RawResponse::post_json(addr, &path, "").await;
-    assert_eq!(stopped.status(), 200);
-    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
-    for client in [&mut first, &mut second] {
-        let tail = rest(client).await;
-        let n = tail.len();
-        assert!(n >= 2, "{tail:?}");
-        assert_eq!(tail[n - 2].1, "finish:stop");
-        assert_eq!(tail[n - 1].1, "[DONE]");
-    }
-    let stats = wait_for(addr, "the generator stops", |s| {
-        s["generators_running"] == 0
-    })
-    .await;
-    assert_eq!(stats["kv_blocks_in_use"], 0);
-    let unknown = RawResponse::post_json(addr, "/v1/chat/completions/nope/cancel", "").await;
-    assert_eq!(unknown.status(), 404);
+    a_stop_reaches_both_clients(addr, addr).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -72,3 +72,32 @@ pub async fn post_stream(addr: SocketAddr, max_tokens: u64) -> (RawResponse, Str
 pub fn resume_path(name: &str) -> String {
     format!("/v1/chat/completions/{name}/stream")
 }
+
+/// A stream started through `generating` and read by a second client through `other` (the
+/// same server, or another instance): an explicit stop through `other` ends both clients with a
+/// final chunk (`finish_reason` `stop`) and `[DONE]`, and frees the generator and its KV blocks
+/// on `generating`; an unknown name is 404.
+pub async fn a_stop_reaches_both_clients(generating: SocketAddr, other: SocketAddr) {
+    let (mut first, name) = post_stream(generating, 100_000).await;
+    events(&mut first, 2).await;
+    let mut second = RawResponse::get(other, &resume_path(&name), "").await;
+    events(&mut second, 2).await;
+    let path = format!("/v1/chat/completions/{name}/cancel");
+    let mut stopped = RawResponse::post_json(other, &path, "").await;
+    assert_eq!(stopped.status(), 200);
+    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
+    for client in [&mut first, &mut second] {
+        let tail = rest(client).await;
+        let n = tail.len();
+        assert!(n >= 2, "{tail:?}");
+        assert_eq!(tail[n - 2].1, "finish:stop");
+        assert_eq!(tail[n - 1].1, "[DONE]");
+    }
+    let stats = crate::common::wait_for(generating, "the generator stops", |s| {
+        s["generators_running"] == 0
+    })
+    .await;
+    assert_eq!(stats["kv_blocks_in_use"], 0);
+    let unknown = RawResponse::post_json(other, "/v1/chat/completions/nope/cancel", "").await;
+    assert_eq!(unknown.status(), 404);
+}
