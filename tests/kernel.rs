@@ -146,17 +146,20 @@ async fn read_first_event(client: &mut TcpStream) {
     }
 }
 
-/// A stopped reader, a generator at 2,000 tokens/s, `Disconnect { after: 2 s }`: when the
-/// stream was released, counted from the moment the client stopped reading (`None`: not within
-/// 6 s).
-async fn stopped_reader_released_after(options: ListenOptions) -> Option<Duration> {
-    const AFTER: Duration = Duration::from_secs(2);
+/// A reader that stops after the first event of a generator at 2,000 tokens/s, on a listener
+/// with `options` and a gate with `policy`: why and when its stream was released, counted from
+/// the moment it stopped reading (`None`: not within `limit`).
+async fn stopped_reader_released(
+    options: ListenOptions,
+    policy: Policy,
+    limit: Duration,
+) -> Option<(EndReason, Duration)> {
     let releases = Releases::default();
     let addr = serve(
         ([127, 0, 0, 1], 0).into(),
         options,
         &releases,
-        Policy::Disconnect { after: AFTER },
+        policy,
         Duration::from_micros(500),
         None,
         Duration::from_secs(15),
@@ -165,15 +168,25 @@ async fn stopped_reader_released_after(options: ListenOptions) -> Option<Duratio
     let mut client = TcpStream::connect(addr).await.unwrap();
     read_first_event(&mut client).await;
     let stopped = Instant::now();
-    while releases.count() == 0 && stopped.elapsed() < AFTER * 3 {
+    while releases.count() == 0 && stopped.elapsed() < limit {
         sleep(Duration::from_millis(20)).await;
     }
-    if releases.count() == 0 {
-        return None;
-    }
-    let (reason, _, at) = releases.once_at();
+    let released = (releases.count() > 0).then(|| {
+        let (reason, _, at) = releases.once_at();
+        (reason, at - stopped)
+    });
+    drop(client);
+    released
+}
+
+/// With `Disconnect { after: 2 s }`: when a stopped reader's stream was released as slow
+/// (`None`: not within 6 s).
+async fn stopped_reader_released_after(options: ListenOptions) -> Option<Duration> {
+    const AFTER: Duration = Duration::from_secs(2);
+    let policy = Policy::Disconnect { after: AFTER };
+    let (reason, after) = stopped_reader_released(options, policy, AFTER * 3).await?;
     assert_eq!(reason, EndReason::SlowConsumer);
-    Some(at - stopped)
+    Some(after)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -486,31 +499,14 @@ async fn the_user_timeout_ends_a_stopped_reader_on_kernels_with_the_zero_window_
     // A pause without limit, a reader that is alive (it acknowledges the window probes) but
     // stopped: the kernel fails the connection once its window has been zero for the user
     // timeout, as `ListenOptions` documents.
-    let releases = Releases::default();
     let user_timeout = Duration::from_secs(1);
-    let addr = serve(
-        ([127, 0, 0, 1], 0).into(),
-        ListenOptions::default().user_timeout(Some(user_timeout)),
-        &releases,
-        Policy::Backpressure { max_pause: None },
-        Duration::from_micros(500),
-        None,
-        Duration::from_secs(15),
-    )
-    .await;
-    let mut client = TcpStream::connect(addr).await.unwrap();
-    read_first_event(&mut client).await;
-    let stopped = Instant::now();
-    while releases.count() == 0 && stopped.elapsed() < HANG {
-        sleep(Duration::from_millis(20)).await;
-    }
-    let (reason, _, at) = releases.once_at();
+    let options = ListenOptions::default().user_timeout(Some(user_timeout));
+    let policy = Policy::Backpressure { max_pause: None };
+    let (reason, after) = stopped_reader_released(options, policy, HANG)
+        .await
+        .expect("the connection fails");
     assert_eq!(reason, EndReason::ConsumerGone, "the connection failed");
-    eprintln!(
-        "a stopped reader's connection failed {:?} after it stopped",
-        at - stopped
-    );
-    drop(client);
+    eprintln!("a stopped reader's connection failed {after:?} after it stopped");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
