@@ -463,3 +463,28 @@ async fn h2s_send_buffer_bounds_what_a_stopped_stream_runs_ahead() {
         "{beyond_the_gate:?}"
     );
 }
+
+/// A client that leaves in the middle of a stream (HTTP/1.1 or h2) is what SSE readers do: the
+/// server does not report it as an error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_leaving_mid_stream_is_not_an_error() {
+    let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let endpoints = Endpoints::default();
+    let seen = errors.clone();
+    let server = Server::new().on_error(move |error| seen.lock().unwrap().push(error.to_string()));
+    let listener =
+        TunedListener::bind(([127, 0, 0, 1], 0).into(), ListenOptions::default()).expect("bind");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(server.serve(listener, app(&endpoints), std::future::pending()));
+    let mut h1 = RawResponse::get(addr, "/paced", "").await;
+    h1.expect_frame().await;
+    drop(h1);
+    let mut client = h2(connect(addr).await, None).await;
+    let response = client.send_request(get_request(addr, "/paced")).await;
+    let mut h2_events = events(response.expect("a head"));
+    next(&mut h2_events).await;
+    drop((h2_events, client));
+    endpoints.paced.wait_for(2).await;
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(*errors.lock().unwrap(), Vec::<String>::new());
+}

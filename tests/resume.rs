@@ -590,3 +590,45 @@ async fn a_reattach_racing_the_expiry_never_lands_on_an_expired_stream() {
         drop(registry);
     }
 }
+
+/// A gate ended from outside (a group's shutdown) while a full log holds its detached stream:
+/// the stream ends too, instead of waiting for its grace.
+#[tokio::test(start_paused = true)]
+async fn a_shutdown_ends_a_detached_stream_paused_at_a_full_log() {
+    let options = ResumeOptions::default()
+        .grace(Duration::from_secs(600))
+        .log_bounds(8, 1 << 20);
+    let registry = Registry::new(options);
+    let releases = Releases::default();
+    let group = streamgate::Group::new();
+    let consumer = releases
+        .gate()
+        .group(&group)
+        .policy(Policy::Backpressure { max_pause: None })
+        .spawn(|_, mut tx| async move {
+            for i in 0.. {
+                tx.send(format!("t{i}")).await?;
+            }
+            Ok::<_, streamgate::SendError<String>>(())
+        });
+    let mut reader = registry.register("r", consumer).unwrap();
+    take(&mut reader, 1).await;
+    drop(reader);
+    sleep(Duration::from_secs(1)).await;
+    assert_eq!(registry.stats().detached, 1, "paused, waiting for a resume");
+    let report = group.shutdown(Duration::from_secs(5)).await;
+    assert_eq!(report.released, 1);
+    sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        registry.stats().detached,
+        0,
+        "the stream ended with its gate"
+    );
+    // Its last events waited for nobody; the log's newest ones and the end remain.
+    let Err(AttachError::Gone { oldest }) = registry.attach("r", Some(0)) else {
+        panic!("the log moved on");
+    };
+    let mut late = registry.attach("r", Some(oldest)).unwrap();
+    let (_, end) = rest(&mut late).await;
+    assert_eq!(end.expect("an end").reason(), EndReason::Shutdown);
+}

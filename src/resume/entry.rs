@@ -428,6 +428,11 @@ where
     C: Chunk + Clone + Send + Sync + 'static,
 {
     let mut lag = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    // A gate ended from outside (a group's shutdown, a cancel) while the log holds the pump:
+    // its last events and its end then wait for nobody.
+    let handle = entry.handle.clone();
+    let mut released = std::pin::pin!(handle.released());
+    let mut gate_released = false;
     let end = loop {
         let item = std::future::poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)).await;
         match item {
@@ -443,8 +448,15 @@ where
                                 let state = lock(&entry.state);
                                 entry.nobody_reads(state, &shared, EndReason::SlowConsumer);
                             }
-                            Offer::Wait(None) => return Poll::Pending,
-                            Offer::Wait(Some(deadline)) => {
+                            Offer::Wait(deadline) => {
+                                if !gate_released && released.as_mut().poll(cx).is_ready() {
+                                    gate_released = true;
+                                    entry.stop_waiting();
+                                    continue;
+                                }
+                                let Some(deadline) = deadline else {
+                                    return Poll::Pending;
+                                };
                                 lag.as_mut().reset(deadline);
                                 if lag.as_mut().poll(cx).is_pending() {
                                     return Poll::Pending;

@@ -189,6 +189,11 @@ pub struct RegistryStats {
 ///   after the events before it.
 /// - A stream that ended stays replayable for the [retention](ResumeOptions::retain), then is
 ///   removed.
+/// - To stop a stream with a last word of its own (a final chunk with `finish_reason: "stop"`
+///   and `[DONE]`, as OpenAI clients expect) instead of `Cancelled`: signal your generator
+///   yourself (a `CancellationToken` it watches, say), and call
+///   [`stop_waiting`](Registry::stop_waiting) so its last events reach every subscriber
+///   without waiting for a slow one or a resume.
 /// - Without a grace (zero: nobody can come back), the log keeps only what some subscriber has
 ///   still to read.
 ///
@@ -325,8 +330,9 @@ where
     ///
     /// # Errors
     ///
-    /// [`AttachError::Unknown`] if no stream has this id, [`AttachError::Gone`] if the log no
-    /// longer holds the position.
+    /// [`AttachError::Unknown`] if no stream has this id (or its grace ran out),
+    /// [`AttachError::Gone`] if the log no longer holds the position,
+    /// [`AttachError::Finished`] if the stream has ended and nothing follows the position.
     pub fn attach(&self, id: &str, after: Option<u64>) -> Result<Subscriber<C>, AttachError> {
         let entry = lock(&self.shared.streams)
             .get(id)

@@ -35,7 +35,8 @@ use crate::sse::Frame;
 ///         }
 ///         Ok::<_, streamgate::SendError<SseEvent>>(())
 ///     });
-///     SseResponse::new(consumer.sse().heartbeat(Duration::from_secs(15)))
+///     // Each event's id as its SSE `id:`, for a client's `Last-Event-ID`.
+///     SseResponse::new(consumer.sse().with_ids().heartbeat(Duration::from_secs(15)))
 /// }
 ///
 /// let app: Router = Router::new().route("/tokens", get(tokens));

@@ -38,7 +38,8 @@ pin_project! {
     /// departures exactly; while bytes stay unsent, this asks again after [`DEPARTURE_CHECK`],
     /// backing off to [`DEPARTURE_CHECK_MAX`]. One connection carries one stream at a time for
     /// the offsets to hold: HTTP/1.1, or a raw socket through
-    /// [`FrameWriter`](super::FrameWriter); over HTTP/2 use the stream's flow control instead.
+    /// [`FrameWriter`](super::FrameWriter). Over HTTP/2 (check the request's version) the
+    /// connection interleaves streams: do not use it there.
     ///
     /// When the frames end, this stream ends once their bytes have left the kernel (or the
     /// kernel holds none of the connection's bytes), or once the connection can no longer send

@@ -49,7 +49,10 @@ pub const FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Every request carries its connection's [`SendQueue`](super::SendQueue) as an extension
 /// (`axum::Extension<SendQueue>` in a handler): over HTTP/1.1, where a connection carries one
 /// stream at a time, [`Departures`](super::Departures) records when each event left the
-/// kernel.
+/// kernel. The request's version tells which (`http::Request::version`, axum's `Version`
+/// extractor): over HTTP/2 the connection's bytes interleave several streams, so no
+/// per-stream departure can be read from them; the stream's flow control holds a stopped
+/// reader instead.
 ///
 /// Errors never stop the server: accept errors of the listener as a whole are retried after
 /// [`ACCEPT_BACKOFF`], and a connection that ends with an error ends alone. Each is given to
@@ -103,7 +106,9 @@ impl Server {
         self
     }
 
-    /// Calls `report` with every error met while serving (none stops the server).
+    /// Calls `report` with every error met while serving (none stops the server). A client
+    /// that leaves in the middle of a response (an SSE reader closing its connection, as they
+    /// do) is not an error: it is not reported.
     pub fn on_error(mut self, report: impl Fn(ServeError) + Send + Sync + 'static) -> Self {
         self.on_error = Arc::new(report);
         self
@@ -177,8 +182,11 @@ impl Server {
                 let connection = builder
                     .serve_connection_with_upgrades(TokioIo::new(stream), service)
                     .into_owned();
-                if let Err(error) = watcher.watch(connection).await {
-                    on_error(ServeError::Connection { peer, error });
+                match watcher.watch(connection).await {
+                    Err(error) if !is_client_gone(&*error) => {
+                        on_error(ServeError::Connection { peer, error });
+                    }
+                    _ => {}
                 }
             });
         }
@@ -236,4 +244,11 @@ impl std::error::Error for ServeError {
             ServeError::Connection { error, .. } => error.source(),
         }
     }
+}
+
+/// Whether a connection's error only says that the client left before a response was complete.
+fn is_client_gone(error: &(dyn std::error::Error + 'static)) -> bool {
+    error
+        .downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_incomplete_message)
 }
