@@ -23,6 +23,9 @@ enum Offer {
     Taken { cut_last: bool },
     /// Not yet; look again when woken, or at the instant given (a subscriber's lag limit).
     Wait(Option<Instant>),
+    /// Not yet: nobody is attached and the log is full; look again when woken (an attach, the
+    /// grace's expiry, a stop).
+    Detached,
 }
 
 /// A registered stream, shared by its pump, its subscribers and the registry.
@@ -155,7 +158,7 @@ impl<C: Chunk + Clone> Entry<C> {
                 // Detached: the grace bounds the wait.
                 state.pump = Some(cx.waker().clone());
                 *event = Some(next);
-                return Offer::Wait(None);
+                return Offer::Detached;
             };
             let ahead = state.log.end().saturating_sub(slowest);
             if ahead < state.read_ahead {
@@ -428,8 +431,8 @@ where
     C: Chunk + Clone + Send + Sync + 'static,
 {
     let mut lag = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
-    // A gate ended from outside (a group's shutdown, a cancel) while the log holds the pump:
-    // its last events and its end then wait for nobody.
+    // A gate ended from outside (a group's shutdown, a cancel) while a full log holds a
+    // detached stream's pump: its last events and its end then wait for nobody.
     let handle = entry.handle.clone();
     let mut released = std::pin::pin!(handle.released());
     let mut gate_released = false;
@@ -448,15 +451,18 @@ where
                                 let state = lock(&entry.state);
                                 entry.nobody_reads(state, &shared, EndReason::SlowConsumer);
                             }
-                            Offer::Wait(deadline) => {
-                                if !gate_released && released.as_mut().poll(cx).is_ready() {
-                                    gate_released = true;
-                                    entry.stop_waiting();
-                                    continue;
-                                }
-                                let Some(deadline) = deadline else {
+                            // Only a detached stream's wait can outlive its gate (an attached
+                            // one's is bounded by its readers' lag limits): watching the gate
+                            // there costs the hot path nothing.
+                            Offer::Detached => {
+                                if gate_released || released.as_mut().poll(cx).is_pending() {
                                     return Poll::Pending;
-                                };
+                                }
+                                gate_released = true;
+                                entry.stop_waiting();
+                            }
+                            Offer::Wait(None) => return Poll::Pending,
+                            Offer::Wait(Some(deadline)) => {
                                 lag.as_mut().reset(deadline);
                                 if lag.as_mut().poll(cx).is_pending() {
                                     return Poll::Pending;
