@@ -17,9 +17,9 @@ pub const DEFAULT_BACKLOG: u32 = 1024;
 ///
 /// Without it, Linux lets the send queue of a client that stopped reading grow to megabytes
 /// before a write waits, so a generator runs thousands of tokens ahead and the slow-consumer
-/// clock does not even start. With it, the write waits once 16 KiB are stuck (one write can go
-/// past the mark by up to a segment), the gate fills, and the policy acts on time. Bytes already *in flight* (sent, not yet acknowledged) are
-/// not limited, so the window the kernel autotunes for throughput is kept. BENCHMARKS.md has the
+/// clock does not even start. With it, the write waits once about 16 KiB are stuck (a little
+/// more can stay unsent: BENCHMARKS.md measured up to 46 KiB), the gate fills, and the policy
+/// acts on time. Bytes already *in flight* (sent, not yet acknowledged) are not limited, so the window the kernel autotunes for throughput is kept. BENCHMARKS.md has the
 /// run-ahead and the throughput measured with and without it.
 pub const DEFAULT_NOTSENT_LOWAT: u32 = 16 * 1024;
 

@@ -164,7 +164,7 @@ impl SendQueue {
     }
 
     /// The bytes written but not yet sent (Linux `SIOCOUTQNSD`): what a client that stopped
-    /// reading leaves in the kernel. Bounded by `TCP_NOTSENT_LOWAT` plus one write.
+    /// reading leaves in the kernel. Held near `TCP_NOTSENT_LOWAT` when it is set.
     ///
     /// # Errors
     ///

@@ -101,3 +101,14 @@ pub async fn a_stop_reaches_both_clients(generating: SocketAddr, other: SocketAd
     let unknown = RawResponse::post_json(other, "/v1/chat/completions/nope/cancel", "").await;
     assert_eq!(unknown.status(), 404);
 }
+
+/// How many different salts the tokens of `events` carry (`--token-salt`): one for a single
+/// generation, more for a regenerated stream. Events without a salt (the final chunk, `[DONE]`)
+/// are not counted.
+pub fn salts(events: &[(u64, String)]) -> usize {
+    let salts: std::collections::HashSet<&str> = events
+        .iter()
+        .filter_map(|(_, text)| text.split('.').nth(1))
+        .collect();
+    salts.len()
+}
