@@ -90,6 +90,9 @@
 //! - `net`: `transport::TunedListener` (kernel-aware socket defaults), `transport::SendQueue`
 //!   and `transport::Departures`.
 //! - `metrics`: hop counters through the `metrics` facade.
+//! - `otel`: OpenTelemetry: a span per probed stream per hop, the GenAI streaming histograms,
+//!   W3C `traceparent` extraction and injection (`otel::OtelHop`, `otel::extract`,
+//!   `otel::inject`). The API crate only: the application brings its SDK and exporter.
 //! - `tracing`: a span per probed stream; events for stalls and ends.
 //! - `serde`: `Serialize` for the probe snapshots.
 //! - `redis`: `resume::RedisRegistry`, resumable streams in Redis Streams, so a client resumes
@@ -127,6 +130,9 @@ mod gate;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod openai;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
 pub mod probe;
 // The registry's races are checked by a model test under tokio's clock (tests/resume.rs), not
 // by loom: its tasks and timers are tokio's.
@@ -134,6 +140,8 @@ pub mod probe;
 pub mod resume;
 pub mod sse;
 mod sync;
+#[cfg(feature = "timeline")]
+#[cfg_attr(docsrs, doc(cfg(feature = "timeline")))]
 pub mod timeline;
 pub mod transport;
 

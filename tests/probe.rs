@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use streamgate::probe::{HopProbe, HopRecord, Observation, POSITION_CLASSES, RecordSink};
+use streamgate::probe::{HopProbe, Observation, POSITION_CLASSES, RecordSink};
 use streamgate::{Gate, GateExt, Kind};
 
 /// Counts the allocations a thread makes while its `COUNTING` flag is set: other tests run
@@ -41,13 +41,14 @@ unsafe impl GlobalAlloc for CountingAllocator {
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
 
-/// What brute force says about one stream: (visible gaps with their output position, events by
-/// kind, bytes by kind, longest quiet spell).
+/// What brute force says about one stream: (visible gaps with the output position they ended
+/// at, the stream's last gap included), events by kind, bytes by kind, quiet spells (with the
+/// position they ended at) and whether the last one ended the stream.
 struct Expected {
     gaps: Vec<(u64, u64)>,
     events: [u64; 3],
     bytes: [u64; 3],
-    max_quiet: u64,
+    quiet: Vec<(u64, u64, bool)>,
 }
 
 fn kind_index(kind: Kind) -> usize {
@@ -61,11 +62,16 @@ fn kind_index(kind: Kind) -> usize {
 #[test]
 fn counters_agree_with_brute_force() {
     let stall = Duration::from_millis(800);
+    let stall_ns = stall.as_nanos() as u64;
     for seed in 1..40u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         let hop = HopProbe::new("test.hop").stall_threshold(stall);
-        let mut all_gaps = Vec::new();
-        let mut total_visible = 0;
+        let mut all = Expected {
+            gaps: Vec::new(),
+            events: [0; 3],
+            bytes: [0; 3],
+            quiet: Vec::new(),
+        };
         for stream in 0..3 {
             let mut recorder = hop.recorder(format!("req-{seed}-{stream}"));
             let start = Instant::now();
@@ -74,9 +80,14 @@ fn counters_agree_with_brute_force() {
                 gaps: Vec::new(),
                 events: [0; 3],
                 bytes: [0; 3],
-                max_quiet: 0,
+                quiet: Vec::new(),
             };
-            let (mut last_visible, mut last_alive, mut position) = (None, None, 0u64);
+            // Every stream starts with a visible event, so its end's quiet spell is measured
+            // from an event, not from the recorder's creation.
+            recorder.observe_at(Observation::new(None, 1, Kind::Visible), now);
+            expected.events[0] += 1;
+            expected.bytes[0] += 1;
+            let (mut last_visible, mut last_alive, mut position) = (now, now, 1u64);
             for _ in 0..rng.below(400) {
                 // Mostly short gaps, sometimes stalls, spread over every position class.
                 now += Duration::from_micros(match rng.below(20) {
@@ -90,88 +101,114 @@ fn counters_agree_with_brute_force() {
                 expected.events[kind_index(kind)] += 1;
                 expected.bytes[kind_index(kind)] += bytes;
                 if kind != Kind::Control {
-                    if let Some(last) = last_alive.replace(now) {
-                        let quiet = (now - last).as_nanos() as u64;
-                        expected.max_quiet = expected.max_quiet.max(quiet);
-                    }
+                    let quiet = (now - last_alive).as_nanos() as u64;
+                    expected.quiet.push((position, quiet, false));
+                    last_alive = now;
                 }
                 if kind == Kind::Visible {
-                    if let Some(last) = last_visible {
-                        let gap = (now - last) as Duration;
-                        expected.gaps.push((position, gap.as_nanos() as u64));
-                    }
-                    last_visible = Some(now);
+                    let gap = (now - last_visible).as_nanos() as u64;
+                    expected.gaps.push((position, gap));
+                    last_visible = now;
                     position += 1;
                 }
             }
-            let counters = recorder.counters();
-            let stall_ns = stall.as_nanos() as u64;
-            assert_eq!(counters.visible_events(), expected.events[0], "seed {seed}");
-            assert_eq!(counters.hidden_events(), expected.events[1], "seed {seed}");
-            assert_eq!(counters.control_events(), expected.events[2], "seed {seed}");
-            assert_eq!(counters.visible_bytes(), expected.bytes[0], "seed {seed}");
-            assert_eq!(counters.hidden_bytes(), expected.bytes[1], "seed {seed}");
-            assert_eq!(counters.control_bytes(), expected.bytes[2], "seed {seed}");
-            assert_eq!(counters.gaps().count(), expected.gaps.len() as u64);
-            let max = expected.gaps.iter().map(|g| g.1).max().unwrap_or(0);
-            assert_eq!(counters.max_gap(), Duration::from_nanos(max), "seed {seed}");
-            let stalls = expected.gaps.iter().filter(|g| g.1 >= stall_ns).count() as u64;
-            assert_eq!(counters.stalls(), stalls, "seed {seed}");
+            // The end: sometimes promptly, sometimes after a freeze.
+            now += Duration::from_micros(match rng.below(3) {
+                0 => 900_000 + rng.below(2_000_000),
+                _ => rng.below(20_000),
+            });
+            recorder.end_at("consumer_gone", now);
+            let idle = (now - last_alive).as_nanos() as u64;
+            expected.quiet.push((position, idle, true));
+            expected
+                .gaps
+                .push((position, (now - last_visible).as_nanos() as u64));
+            let summary = *recorder.summary();
+            assert_eq!(summary.visible_events, expected.events[0], "seed {seed}");
+            assert_eq!(summary.hidden_events, expected.events[1], "seed {seed}");
+            assert_eq!(summary.control_events, expected.events[2], "seed {seed}");
+            let stalls = expected.quiet.iter().filter(|q| q.1 >= stall_ns).count() as u64;
+            assert_eq!(summary.stalls, stalls, "seed {seed}");
+            let end = summary.end.unwrap();
+            assert_eq!(end.idle, Duration::from_nanos(idle), "seed {seed}");
             assert_eq!(
-                counters.max_quiet(),
-                Duration::from_nanos(expected.max_quiet)
+                (end.reason, end.stalled),
+                ("consumer_gone", idle >= stall_ns)
             );
-            for (class, seen) in counters.by_position().iter().enumerate() {
-                let limits = [0, 64, 256, 1024, 4096, u64::MAX];
-                let in_class: Vec<u64> = expected
-                    .gaps
-                    .iter()
-                    .filter(|(p, _)| (limits[class]..limits[class + 1]).contains(p))
-                    .map(|g| g.1)
-                    .collect();
-                assert_eq!(seen.class, POSITION_CLASSES[class]);
-                assert_eq!(
-                    seen.gaps,
-                    in_class.len() as u64,
-                    "seed {seed} class {class}"
-                );
-                assert_eq!(seen.total.as_nanos() as u64, in_class.iter().sum::<u64>());
-                assert_eq!(
-                    seen.max.as_nanos() as u64,
-                    in_class.iter().copied().max().unwrap_or(0)
-                );
-                let class_stalls = in_class.iter().filter(|&&g| g >= stall_ns).count() as u64;
-                assert_eq!(seen.stalls, class_stalls);
+            let max_gap = expected.gaps.iter().map(|g| g.1).max().unwrap_or(0);
+            assert_eq!(
+                summary.max_gap,
+                Duration::from_nanos(max_gap),
+                "seed {seed}"
+            );
+            all.gaps.extend(expected.gaps);
+            all.quiet.extend(expected.quiet);
+            for kind in 0..3 {
+                all.events[kind] += expected.events[kind];
+                all.bytes[kind] += expected.bytes[kind];
             }
-            // The histogram's median bucket holds the true median.
-            if !expected.gaps.is_empty() {
-                let mut sorted: Vec<u64> = expected.gaps.iter().map(|g| g.1).collect();
-                sorted.sort_unstable();
-                let median = sorted[sorted.len().div_ceil(2) - 1];
-                let p50 = counters.gaps().quantile(0.5).unwrap().as_nanos() as u64;
-                assert!(
-                    p50 > median || median < 1024,
-                    "seed {seed}: {p50} vs {median}"
-                );
-                assert!(p50 as f64 <= median.max(1024) as f64 * 1.125 + 1.0);
-            }
-            all_gaps.extend(expected.gaps.iter().map(|g| g.1));
-            total_visible += expected.events[0];
-            recorder.end("completed");
         }
-        // The hop's aggregate is the sum of its streams.
-        let snapshot = hop.snapshot();
-        assert_eq!(snapshot.streams_started, 3);
-        assert_eq!(snapshot.streams_ended, vec![("completed", 3)]);
-        assert_eq!(snapshot.counters.visible_events(), total_visible);
-        assert_eq!(snapshot.counters.gaps().count(), all_gaps.len() as u64);
-        let max = all_gaps.iter().copied().max().unwrap_or(0);
-        assert_eq!(snapshot.counters.max_gap(), Duration::from_nanos(max));
+        // The hop's aggregate is the sum of its streams' batches.
+        let counters = hop.snapshot().counters;
+        assert_eq!(counters.visible_events(), all.events[0], "seed {seed}");
+        assert_eq!(counters.hidden_events(), all.events[1], "seed {seed}");
+        assert_eq!(counters.control_events(), all.events[2], "seed {seed}");
+        assert_eq!(counters.visible_bytes(), all.bytes[0], "seed {seed}");
+        assert_eq!(counters.hidden_bytes(), all.bytes[1], "seed {seed}");
+        assert_eq!(counters.control_bytes(), all.bytes[2], "seed {seed}");
+        assert_eq!(counters.gaps().count(), all.gaps.len() as u64);
+        let max = all.gaps.iter().map(|g| g.1).max().unwrap_or(0);
+        assert_eq!(counters.max_gap(), Duration::from_nanos(max), "seed {seed}");
+        assert_eq!(
+            counters.gaps().max(),
+            Duration::from_nanos(max),
+            "seed {seed}"
+        );
+        let stalls = all.quiet.iter().filter(|q| q.1 >= stall_ns).count() as u64;
+        assert_eq!(counters.stalls(), stalls, "seed {seed}");
+        let at_end = all.quiet.iter().filter(|q| q.2 && q.1 >= stall_ns).count();
+        assert_eq!(counters.stalls_at_end(), at_end as u64, "seed {seed}");
+        let max_quiet = all.quiet.iter().map(|q| q.1).max().unwrap_or(0);
+        assert_eq!(counters.max_quiet(), Duration::from_nanos(max_quiet));
+        for (class, seen) in counters.by_position().iter().enumerate() {
+            let limits = [0, 64, 256, 1024, 4096, u64::MAX];
+            let in_class = |p: &u64| (limits[class]..limits[class + 1]).contains(p);
+            let gaps: Vec<u64> = all
+                .gaps
+                .iter()
+                .filter(|(p, _)| in_class(p))
+                .map(|g| g.1)
+                .collect();
+            assert_eq!(seen.class, POSITION_CLASSES[class]);
+            assert_eq!(seen.gaps, gaps.len() as u64, "seed {seed} class {class}");
+            assert_eq!(seen.total.as_nanos() as u64, gaps.iter().sum::<u64>());
+            assert_eq!(
+                seen.max.as_nanos() as u64,
+                gaps.iter().copied().max().unwrap_or(0)
+            );
+            let class_stalls = all
+                .quiet
+                .iter()
+                .filter(|(p, q, _)| in_class(p) && *q >= stall_ns)
+                .count() as u64;
+            assert_eq!(seen.stalls, class_stalls, "seed {seed} class {class}");
+        }
+        // The histogram's median bucket holds the true median.
+        let mut sorted: Vec<u64> = all.gaps.iter().map(|g| g.1).collect();
+        sorted.sort_unstable();
+        let median = sorted[sorted.len().div_ceil(2) - 1];
+        let p50 = counters.gaps().quantile(0.5).unwrap().as_nanos() as u64;
+        assert!(
+            p50 > median || median < 1024,
+            "seed {seed}: {p50} vs {median}"
+        );
+        assert!(p50 as f64 <= median.max(1024) as f64 * 1.125 + 1.0);
+        assert_eq!(hop.snapshot().streams_ended, vec![("consumer_gone", 3)]);
     }
 }
 
 #[test]
-fn hidden_events_keep_a_stream_alive_but_are_not_progress() {
+fn hidden_events_keep_a_stream_alive_and_a_reasoning_phase_is_no_stall() {
     let hop = HopProbe::new("worker.publish");
     let mut recorder = hop.recorder("reasoning");
     let start = Instant::now();
@@ -181,23 +218,62 @@ fn hidden_events_keep_a_stream_alive_but_are_not_progress() {
         let at = start + Duration::from_millis(500 * i);
         recorder.observe_at(Observation::new(None, 3, Kind::Hidden), at);
     }
-    recorder.observe_at(
-        Observation::new(None, 3, Kind::Visible),
-        start + Duration::from_millis(5500),
-    );
-    let counters = recorder.counters();
+    let end = start + Duration::from_millis(5500);
+    recorder.observe_at(Observation::new(None, 3, Kind::Visible), end);
+    recorder.end_at("completed", end);
+    let summary = *recorder.summary();
     assert_eq!(
-        counters.max_gap(),
+        summary.max_gap,
         Duration::from_millis(5500),
         "no visible progress"
     );
-    assert_eq!(counters.stalls(), 1);
+    assert_eq!(summary.stalls, 0, "a reasoning phase is not a stall");
     assert_eq!(
-        counters.max_quiet(),
+        summary.max_quiet,
         Duration::from_millis(500),
-        "but alive throughout"
+        "alive throughout"
     );
-    assert_eq!(counters.hidden_events(), 10);
+    assert_eq!(summary.hidden_events, 10);
+    assert_eq!(hop.snapshot().counters.stalls(), 0);
+}
+
+#[test]
+fn a_freeze_that_ends_the_stream_is_a_stall_of_its_hop() {
+    let hop = HopProbe::new("gateway.write");
+    let mut recorder = hop.recorder("abandoned");
+    let start = Instant::now();
+    for i in 0..3 {
+        recorder.observe_at(
+            Observation::new(Some(i), 3, Kind::Visible),
+            start + Duration::from_millis(10 * i),
+        );
+    }
+    // Forty seconds of nothing, then the user leaves.
+    recorder.end_at("consumer_gone", start + Duration::from_millis(40_020));
+    let end = recorder.summary().end.unwrap();
+    assert_eq!(
+        (end.reason, end.idle, end.stalled),
+        ("consumer_gone", Duration::from_secs(40), true)
+    );
+    let snapshot = hop.snapshot();
+    assert_eq!(snapshot.counters.stalls(), 1);
+    assert_eq!(snapshot.counters.stalls_at_end(), 1);
+    assert_eq!(snapshot.counters.max_gap(), Duration::from_secs(40));
+    assert_eq!(
+        snapshot.counters.gaps().quantile(1.0),
+        Some(Duration::from_secs(40)),
+        "the last gap is in the histogram"
+    );
+    assert_eq!(snapshot.streams_ended, [("consumer_gone", 1)]);
+
+    // A stream that never produced anything and was abandoned ends in a stall too.
+    let hop = HopProbe::new("client.recv").stall_threshold(Duration::from_millis(1));
+    let recorder = hop.recorder("never-started");
+    std::thread::sleep(Duration::from_millis(5));
+    drop(recorder);
+    let snapshot = hop.snapshot();
+    assert_eq!(snapshot.counters.stalls_at_end(), 1);
+    assert_eq!(snapshot.streams_ended, [("consumer_gone", 1)], "dropped");
 }
 
 /// A writer the test can read back.
@@ -232,22 +308,35 @@ async fn a_probed_gate_writes_hop_records_and_buffer_ages() {
     assert_eq!(events.len(), 5);
     sink.sync();
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
-    let records: Vec<HopRecord> = text
+    let records: Vec<serde_json::Value> = text
         .lines()
-        .map(|l| HopRecord::parse_line(l).unwrap())
+        .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(records.len(), 5);
+    assert_eq!(records.len(), 6, "five events and the end");
     for (i, record) in records.iter().enumerate() {
-        assert_eq!(
-            (record.request.as_str(), record.hop.as_str()),
-            ("req-7", "worker.write")
-        );
-        assert_eq!(
-            (record.seq, record.bytes, record.kind),
-            (i as u64, 3, Kind::Visible)
-        );
+        assert_eq!(record["request"], "req-7");
+        assert_eq!(record["hop"], "worker.write");
+        assert_eq!(record["seq"], i as u64);
+        if i < 5 {
+            assert_eq!(
+                (&record["bytes"], &record["kind"]),
+                (&3.into(), &"visible".into())
+            );
+            assert!(record.get("reason").is_none());
+        } else {
+            assert_eq!(
+                (&record["bytes"], &record["kind"]),
+                (&0.into(), &"end".into())
+            );
+            assert_eq!(record["reason"], "completed");
+            assert!(record["idle_ns"].as_u64().unwrap() < 1_000_000_000);
+        }
     }
-    assert!(records.windows(2).all(|w| w[0].t_ns <= w[1].t_ns));
+    let times: Vec<u64> = records
+        .iter()
+        .map(|r| r["t_ns"].as_u64().unwrap())
+        .collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]));
     let snapshot = hop.snapshot();
     assert_eq!(snapshot.streams_ended, vec![("completed", 1)]);
     assert_eq!(
@@ -255,8 +344,8 @@ async fn a_probed_gate_writes_hop_records_and_buffer_ages() {
         5,
         "every event was stamped"
     );
-    assert_eq!(sink.written(), 5);
-    assert_eq!(sink.dropped(), 0);
+    assert_eq!(sink.written(), 6);
+    assert_eq!((sink.dropped(), sink.failed()), (0, 0));
 }
 
 #[test]
@@ -276,8 +365,8 @@ fn records_over_a_full_queue_are_counted_as_dropped() {
     let held = gate.lock().unwrap();
     let sink = RecordSink::to_writer(Blocked(gate.clone()), 4).unwrap();
     let hop = HopProbe::new("client.recv").records(sink.clone(), 1.0);
-    // Each record is larger than the writer thread's buffer, so its first write blocks.
-    let mut recorder = hop.recorder("busy".repeat(4096));
+    // The writer thread blocks at its first flush, so the queue fills.
+    let mut recorder = hop.recorder("busy");
     for _ in 0..100 {
         recorder.observe(Observation::new(None, 1, Kind::Visible));
     }
@@ -287,7 +376,66 @@ fn records_over_a_full_queue_are_counted_as_dropped() {
     assert_eq!(sink.written() + sink.dropped(), 100);
     assert!(sink.dropped() >= 90, "{sink:?}");
     drop(recorder);
-    assert_eq!(hop.snapshot().records_dropped, sink.dropped());
+    sink.sync();
+    assert_eq!(sink.written() + sink.dropped(), 101, "the end record too");
+    assert_eq!(sink.failed(), 0);
+}
+
+#[test]
+fn records_the_writer_fails_to_write_are_counted() {
+    struct Full;
+    impl Write for Full {
+        fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Err(std::io::Error::from(std::io::ErrorKind::StorageFull))
+        }
+    }
+    let sink = RecordSink::to_writer(Full, 1024).unwrap();
+    let hop = HopProbe::new("worker.decode").records(sink.clone(), 1.0);
+    let mut recorder = hop.recorder("disk-full");
+    for _ in 0..10 {
+        recorder.observe(Observation::new(None, 1, Kind::Visible));
+    }
+    recorder.end("completed");
+    sink.sync();
+    assert_eq!(sink.written(), 0);
+    assert!(sink.failed() >= 1, "{sink:?}");
+}
+
+#[test]
+fn a_long_request_id_is_cut_before_it_is_copied() {
+    let out = Shared::default();
+    let sink = RecordSink::to_writer(out.clone(), 1024).unwrap();
+    let hop = HopProbe::new("gateway.recv").records(sink.clone(), 1.0);
+    // 65 KB of a multi-byte character: the cut falls on a character boundary.
+    let mut recorder = hop.recorder("é".repeat(32_768));
+    assert_eq!(recorder.request().len(), 128);
+    for _ in 0..1000 {
+        recorder.observe(Observation::new(None, 1, Kind::Visible));
+    }
+    recorder.end("completed");
+    sink.sync();
+    let written = out.0.lock().unwrap().len();
+    assert!(written < 1001 * 300, "{written} bytes for 1,001 records");
+}
+
+#[test]
+fn a_recorder_is_under_one_kibibyte() {
+    let size = std::mem::size_of::<streamgate::probe::Recorder>();
+    assert!(size <= 1024, "{size} bytes");
+    // Besides itself, a recorder allocates only its request id (here: shared, so nothing).
+    let hop = HopProbe::new("worker.publish");
+    let request: Arc<str> = Arc::from("shared-id");
+    let _warm = hop.recorder(request.clone());
+    ALLOCATIONS.store(0, Ordering::SeqCst);
+    COUNTING.with(|counting| counting.set(true));
+    let recorders: Vec<_> = (0..100).map(|_| hop.recorder(request.clone())).collect();
+    COUNTING.with(|counting| counting.set(false));
+    // One allocation: the vector holding them.
+    assert_eq!(ALLOCATIONS.load(Ordering::SeqCst), 1);
+    drop(recorders);
 }
 
 #[test]

@@ -61,15 +61,19 @@ fn a_span_per_stream_and_events_for_stalls_and_the_end() {
             let at = start + Duration::from_millis(ms);
             recorder.observe_at(Observation::new(Some(seq), 3, Kind::Visible), at);
         }
-        recorder.end("slow_consumer");
+        // Then 600 ms of nothing, and the policy ends the stream: a stall it ended in.
+        recorder.end_at("slow_consumer", start + Duration::from_millis(1510));
     });
     let lines = collect.0.lock().unwrap().clone();
-    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert_eq!(lines.len(), 4, "{lines:#?}");
     assert!(lines[0].starts_with("span streamgate.stream request=req-9 hop=gateway.write"));
     assert!(lines[1].starts_with("event WARN"));
     assert!(lines[1].contains("message=stall") && lines[1].contains("seq=2"));
-    assert!(lines[1].contains("gap_ms=900"));
-    assert!(lines[2].starts_with("event INFO"));
-    assert!(lines[2].contains("reason=\"slow_consumer\""));
-    assert!(lines[2].contains("stalls=1"));
+    assert!(lines[1].contains("quiet_ms=900"));
+    assert!(lines[2].starts_with("event WARN"));
+    assert!(lines[2].contains("message=stream ended in a stall"));
+    assert!(lines[2].contains("reason=\"slow_consumer\"") && lines[2].contains("idle_ms=600"));
+    assert!(lines[3].starts_with("event INFO"));
+    assert!(lines[3].contains("reason=\"slow_consumer\""));
+    assert!(lines[3].contains("stalls=2"));
 }

@@ -221,12 +221,14 @@ impl Chunk for ChatEvent {
 }
 
 /// `data: <json>` with the event's id; a chunk of reasoning only is marked
-/// [`hidden`](SseEvent::hidden).
+/// [`hidden`](SseEvent::hidden), `[DONE]` and an error [`control`](SseEvent::control).
 impl From<ChatEvent> for SseEvent {
     fn from(event: ChatEvent) -> SseEvent {
         let mut sse = SseEvent::data(event.data.to_json());
-        if event.kind() == Kind::Hidden {
-            sse = sse.hidden();
+        match event.kind() {
+            Kind::Visible => {}
+            Kind::Hidden => sse = sse.hidden(),
+            Kind::Control => sse = sse.control(),
         }
         match event.id {
             Some(id) => sse

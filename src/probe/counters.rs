@@ -1,24 +1,18 @@
-//! Gap counters: what one hop saw of one stream, or of every stream through it.
+//! Gap counters: what a hop saw of every stream through it, and the batch of one stream's
+//! counts not yet added to it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::histogram::{AtomicHistogram, Histogram};
+use super::histogram::{AtomicHistogram, Histogram, bucket};
 use crate::chunk::Kind;
-
-/// A histogram bucket a record touched.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Touched {
-    Gap(usize),
-    Age(usize),
-}
 
 /// Output position classes: which part of a response a gap fell in. Long outputs that freeze
 /// late (KV pressure, a gateway buffer threshold) show up in the last classes.
 pub const POSITION_CLASSES: [&str; 5] = ["0-63", "64-255", "256-1023", "1024-4095", "4096+"];
 
 /// The position class of visible event number `position` (0-based).
-pub(crate) fn position_class(position: u64) -> usize {
+fn position_class(position: u64) -> usize {
     match position {
         0..64 => 0,
         64..256 => 1,
@@ -28,7 +22,7 @@ pub(crate) fn position_class(position: u64) -> usize {
     }
 }
 
-// The scalar counters, by index: one array, so that merging and snapshots are one loop.
+// The scalar counters, by index: one array, so that batches and snapshots are one loop.
 const VISIBLE_EVENTS: usize = 0;
 const VISIBLE_BYTES: usize = 1;
 const HIDDEN_EVENTS: usize = 2;
@@ -36,12 +30,13 @@ const HIDDEN_BYTES: usize = 3;
 const CONTROL_EVENTS: usize = 4;
 const CONTROL_BYTES: usize = 5;
 const STALLS: usize = 6;
-const MAX_GAP: usize = 7;
-const MAX_QUIET: usize = 8;
-const MAX_AGE: usize = 9;
-const AGE_TOTAL: usize = 10;
-const PEAK_WAITING: usize = 11;
-const POS_GAPS: usize = 12;
+const STALLS_AT_END: usize = 7;
+const MAX_GAP: usize = 8;
+const MAX_QUIET: usize = 9;
+const MAX_AGE: usize = 10;
+const AGE_TOTAL: usize = 11;
+const PEAK_WAITING: usize = 12;
+const POS_GAPS: usize = 13;
 const POS_TOTAL: usize = POS_GAPS + 5;
 const POS_MAX: usize = POS_TOTAL + 5;
 const POS_STALLS: usize = POS_MAX + 5;
@@ -53,14 +48,20 @@ fn is_max(index: usize) -> bool {
         || (POS_MAX..POS_STALLS).contains(&index)
 }
 
+/// The most events a stream counts before its batch is added to the hop.
+pub(crate) const FLUSH_EVERY: usize = 64;
+
 /// What a hop saw: events and bytes by kind, the visible-gap histogram, its maximum, stalls,
 /// gaps by output position, how long events waited in a gate, and how many waited.
 ///
 /// A *gap* is the time between two consecutive visible events at this hop, on this hop's
-/// monotonic clock. Hidden events (a reasoning phase) keep a stream alive without being
-/// progress: they are counted, and they end a *quiet* spell, but they are not gaps. Control
-/// events (heartbeats, end frames) are counted only.
-#[derive(Clone, PartialEq, Eq, Default)]
+/// monotonic clock, and, at a stream's end, the time from its last visible event to the end.
+/// A *quiet spell* is a time without any visible or hidden event; one at or above the hop's
+/// stall threshold is a *stall*, including the one a stream ended in (a user who left after
+/// 40 s of nothing). Hidden events (a reasoning phase) keep a stream alive: a long reasoning
+/// phase is a long gap but not a stall. Control events (heartbeats, end frames) are counted
+/// only.
+#[derive(Clone, PartialEq, Eq)]
 pub struct GapCounters {
     scalars: [u64; SCALARS],
     gaps: Histogram,
@@ -73,96 +74,28 @@ pub struct GapCounters {
 pub struct PositionGaps {
     /// The class, e.g. `"256-1023"`.
     pub class: &'static str,
-    /// How many gaps ended at a visible event in this class.
+    /// How many gaps ended at (or, for a stream's last gap, after) a visible event in this
+    /// class.
     pub gaps: u64,
     /// Their sum.
     pub total: Duration,
     /// The longest.
     pub max: Duration,
-    /// How many were stalls.
+    /// How many stalls ended in this class.
     pub stalls: u64,
 }
 
+impl Default for GapCounters {
+    fn default() -> Self {
+        GapCounters {
+            scalars: [0; SCALARS],
+            gaps: Histogram::default(),
+            ages: Histogram::default(),
+        }
+    }
+}
+
 impl GapCounters {
-    /// Counts one event of `kind` and `bytes`.
-    pub(crate) fn count_event(&mut self, kind: Kind, bytes: u64) {
-        let (events, sum) = match kind {
-            Kind::Visible => (VISIBLE_EVENTS, VISIBLE_BYTES),
-            Kind::Hidden => (HIDDEN_EVENTS, HIDDEN_BYTES),
-            Kind::Control => (CONTROL_EVENTS, CONTROL_BYTES),
-        };
-        self.scalars[events] += 1;
-        self.scalars[sum] += bytes;
-    }
-
-    /// Records a visible gap of `ns` ending at visible event number `position`; returns the
-    /// histogram bucket it touched.
-    pub(crate) fn record_gap(&mut self, ns: u64, position: u64, stall: bool) -> Touched {
-        let class = position_class(position);
-        let bucket = self.gaps.record(ns);
-        self.max(MAX_GAP, ns);
-        self.scalars[POS_GAPS + class] += 1;
-        self.scalars[POS_TOTAL + class] += ns;
-        self.max(POS_MAX + class, ns);
-        if stall {
-            self.scalars[STALLS] += 1;
-            self.scalars[POS_STALLS + class] += 1;
-        }
-        Touched::Gap(bucket)
-    }
-
-    /// Records a quiet spell (no visible or hidden event between two that were) of `ns`.
-    pub(crate) fn record_quiet(&mut self, ns: u64) {
-        self.max(MAX_QUIET, ns);
-    }
-
-    /// Records that an event waited `ns` in a gate, with `waiting` events behind it; returns
-    /// the histogram bucket it touched.
-    pub(crate) fn record_wait(&mut self, ns: u64, waiting: u64) -> Touched {
-        let bucket = self.ages.record(ns);
-        self.scalars[AGE_TOTAL] += ns;
-        self.max(MAX_AGE, ns);
-        self.max(PEAK_WAITING, waiting);
-        Touched::Age(bucket)
-    }
-
-    fn max(&mut self, index: usize, value: u64) {
-        self.scalars[index] = self.scalars[index].max(value);
-    }
-
-    /// Adds what `self` has beyond `before` (an earlier copy of it) to `shared`, and brings
-    /// `before` up to date. Only the histogram buckets in `touched` can have changed, so a
-    /// flush costs the buckets touched, not the whole histograms; `export` is told each
-    /// bucket's increase.
-    pub(crate) fn flush(
-        &self,
-        before: &mut GapCounters,
-        shared: &SharedCounters,
-        touched: &[Touched],
-        mut export: impl FnMut(Touched, u64),
-    ) {
-        for (index, (now, then)) in self.scalars.iter().zip(before.scalars.iter()).enumerate() {
-            if now == then {
-                continue;
-            }
-            if is_max(index) {
-                shared.scalars[index].fetch_max(*now, Ordering::Relaxed);
-            } else {
-                shared.scalars[index].fetch_add(now - then, Ordering::Relaxed);
-            }
-        }
-        before.scalars = self.scalars;
-        for &bucket in touched {
-            let delta = match bucket {
-                Touched::Gap(i) => self.gaps.sync_bucket(&mut before.gaps, i, &shared.gaps),
-                Touched::Age(i) => self.ages.sync_bucket(&mut before.ages, i, &shared.ages),
-            };
-            if delta > 0 {
-                export(bucket, delta);
-            }
-        }
-    }
-
     /// Visible events.
     pub fn visible_events(&self) -> u64 {
         self.scalars[VISIBLE_EVENTS]
@@ -193,8 +126,7 @@ impl GapCounters {
         self.scalars[CONTROL_BYTES]
     }
 
-    /// The gaps between consecutive visible events (and, when the hop's stall threshold is
-    /// reached, the stalls among them).
+    /// The visible gaps, each stream's last one (to its end) included.
     pub fn gaps(&self) -> &Histogram {
         &self.gaps
     }
@@ -204,13 +136,18 @@ impl GapCounters {
         Duration::from_nanos(self.scalars[MAX_GAP])
     }
 
-    /// Gaps at or above the hop's stall threshold.
+    /// Quiet spells at or above the hop's stall threshold, the ones streams ended in included.
     pub fn stalls(&self) -> u64 {
         self.scalars[STALLS]
     }
 
-    /// The longest time between two events that were visible or hidden: a stream in a long
-    /// hidden reasoning phase has long gaps but short quiet spells.
+    /// Streams that ended in a stall: quiet for at least the stall threshold when they ended.
+    pub fn stalls_at_end(&self) -> u64 {
+        self.scalars[STALLS_AT_END]
+    }
+
+    /// The longest quiet spell (no visible or hidden event), a stream's last one included: a
+    /// stream in a long hidden reasoning phase has long gaps but short quiet spells.
     pub fn max_quiet(&self) -> Duration {
         Duration::from_nanos(self.scalars[MAX_QUIET])
     }
@@ -252,9 +189,118 @@ impl std::fmt::Debug for GapCounters {
             .field("gaps", &self.gaps)
             .field("max_gap", &self.max_gap())
             .field("stalls", &self.stalls())
+            .field("stalls_at_end", &self.stalls_at_end())
             .field("max_quiet", &self.max_quiet())
             .field("max_buffer_age", &self.max_buffer_age())
             .finish_non_exhaustive()
+    }
+}
+
+/// One stream's counts since they were last added to its hop: sums and maxima of the batch,
+/// and the histogram bucket of each gap and wait in it (a byte each), not a copy of the
+/// totals. Filled with plain arithmetic; [`SharedCounters::add`] empties it.
+#[derive(Clone)]
+pub(crate) struct Batch {
+    scalars: [u64; SCALARS],
+    /// One more than [`FLUSH_EVERY`]: a stream's last gap, at its end.
+    gap_buckets: [u8; FLUSH_EVERY + 1],
+    age_buckets: [u8; FLUSH_EVERY],
+    gaps: u8,
+    ages: u8,
+    events: u8,
+}
+
+impl Batch {
+    pub(crate) fn new() -> Self {
+        Batch {
+            scalars: [0; SCALARS],
+            gap_buckets: [0; FLUSH_EVERY + 1],
+            age_buckets: [0; FLUSH_EVERY],
+            gaps: 0,
+            ages: 0,
+            events: 0,
+        }
+    }
+
+    /// Counts one event of `kind` and `bytes`; returns whether the batch is full.
+    pub(crate) fn count_event(&mut self, kind: Kind, bytes: u64) -> bool {
+        let (events, sum) = match kind {
+            Kind::Visible => (VISIBLE_EVENTS, VISIBLE_BYTES),
+            Kind::Hidden => (HIDDEN_EVENTS, HIDDEN_BYTES),
+            Kind::Control => (CONTROL_EVENTS, CONTROL_BYTES),
+        };
+        self.add(events, 1);
+        self.add(sum, bytes);
+        self.events += 1;
+        usize::from(self.events) >= FLUSH_EVERY
+    }
+
+    /// Records a visible gap of `ns` ending at (or, at the end, after) visible event number
+    /// `position`.
+    pub(crate) fn record_gap(&mut self, ns: u64, position: u64) {
+        let class = position_class(position);
+        self.gap_buckets[usize::from(self.gaps)] = bucket(ns) as u8;
+        self.gaps += 1;
+        self.max(MAX_GAP, ns);
+        self.add(POS_GAPS + class, 1);
+        self.add(POS_TOTAL + class, ns);
+        self.max(POS_MAX + class, ns);
+    }
+
+    /// Records a quiet spell of `ns`, a stall or not, at visible position `position`, at the
+    /// stream's end or not.
+    pub(crate) fn record_quiet(&mut self, ns: u64, position: u64, stall: bool, at_end: bool) {
+        self.max(MAX_QUIET, ns);
+        if stall {
+            self.add(STALLS, 1);
+            self.add(POS_STALLS + position_class(position), 1);
+            if at_end {
+                self.add(STALLS_AT_END, 1);
+            }
+        }
+    }
+
+    /// Records that an event waited `ns` in a gate, with `waiting` events behind it.
+    pub(crate) fn record_wait(&mut self, ns: u64, waiting: u64) {
+        self.age_buckets[usize::from(self.ages)] = bucket(ns) as u8;
+        self.ages += 1;
+        self.add(AGE_TOTAL, ns);
+        self.max(MAX_AGE, ns);
+        self.max(PEAK_WAITING, waiting);
+    }
+
+    /// Whether nothing was counted since the last flush.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.gaps == 0 && self.ages == 0 && self.scalars.iter().all(|value| *value == 0)
+    }
+
+    /// The histogram buckets of the batch's gaps.
+    pub(crate) fn gap_buckets(&self) -> &[u8] {
+        &self.gap_buckets[..usize::from(self.gaps)]
+    }
+
+    /// The histogram buckets of the batch's waits.
+    pub(crate) fn age_buckets(&self) -> &[u8] {
+        &self.age_buckets[..usize::from(self.ages)]
+    }
+
+    /// Events, bytes (visible, hidden, control) and stalls in the batch, for exporters.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn sums(&self) -> ([u64; 3], [u64; 3], u64) {
+        let s = &self.scalars;
+        (
+            [s[VISIBLE_EVENTS], s[HIDDEN_EVENTS], s[CONTROL_EVENTS]],
+            [s[VISIBLE_BYTES], s[HIDDEN_BYTES], s[CONTROL_BYTES]],
+            s[STALLS],
+        )
+    }
+
+    fn add(&mut self, index: usize, value: u64) {
+        self.scalars[index] = self.scalars[index].saturating_add(value);
+    }
+
+    fn max(&mut self, index: usize, value: u64) {
+        self.scalars[index] = self.scalars[index].max(value);
     }
 }
 
@@ -274,9 +320,42 @@ impl SharedCounters {
         }
     }
 
+    /// Adds a stream's batch and empties it: one atomic operation per non-zero scalar and per
+    /// gap or wait in the batch.
+    pub(crate) fn add(&self, batch: &mut Batch) {
+        for (index, value) in batch.scalars.iter().enumerate() {
+            if *value == 0 {
+                continue;
+            }
+            if is_max(index) {
+                self.scalars[index].fetch_max(*value, Ordering::Relaxed);
+            } else {
+                self.scalars[index].fetch_add(*value, Ordering::Relaxed);
+            }
+        }
+        for &index in batch.gap_buckets() {
+            self.gaps.add(usize::from(index), 1);
+        }
+        for &index in batch.age_buckets() {
+            self.ages.add(usize::from(index), 1);
+        }
+        if batch.gaps > 0 {
+            self.gaps.raise_max(batch.scalars[MAX_GAP]);
+        }
+        if batch.ages > 0 {
+            self.ages.raise_max(batch.scalars[MAX_AGE]);
+        }
+        batch.scalars = [0; SCALARS];
+        batch.gaps = 0;
+        batch.ages = 0;
+        batch.events = 0;
+    }
+
     pub(crate) fn snapshot(&self) -> GapCounters {
+        // Relaxed loads: a snapshot taken while streams flush may see part of a batch.
+        let scalars = std::array::from_fn(|i| self.scalars[i].load(Ordering::Relaxed));
         GapCounters {
-            scalars: std::array::from_fn(|i| self.scalars[i].load(Ordering::Relaxed)),
+            scalars,
             gaps: self.gaps.snapshot(),
             ages: self.ages.snapshot(),
         }

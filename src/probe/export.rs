@@ -1,60 +1,148 @@
 //! Hop counters through the `metrics` facade (feature `metrics`).
 //!
-//! Names follow Prometheus conventions, with units:
-//! `streamgate_gap_seconds`, `streamgate_buffer_age_seconds` and
-//! `streamgate_time_to_first_event_seconds` (histograms), `streamgate_events_total` and
-//! `streamgate_bytes_total` (by `kind`), `streamgate_stalls_total`, and
-//! `streamgate_streams_ended_total` (by `reason`); every one labelled by `hop`.
+//! The names, units and labels are listed in the `probe` module's documentation.
 
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram as MetricsHistogram, counter, histogram};
+use metrics::{Counter, Histogram as MetricsHistogram, Unit, counter, histogram};
 
-use super::counters::{GapCounters, Touched};
+use super::counters::Batch;
 use super::histogram::{BUCKETS, lower_bound};
+use super::observe::END_REASONS;
 
-/// The metric handles of one hop, registered once when the hop is created.
+/// Bucket boundaries, in seconds, for the crate's histograms: from 100 µs to 10 minutes.
+///
+/// ```ignore
+/// PrometheusBuilder::new()
+///     .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)?
+///     .install_recorder()?;
+/// ```
+pub const METRIC_BUCKETS: [f64; 22] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
+    5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0,
+];
+
+/// Describes every metric of the crate (unit and help text) to the recorder in effect: call it
+/// once after installing the recorder, so that an exporter writes `# HELP` lines.
+pub fn describe_metrics() {
+    use metrics::{describe_counter, describe_histogram};
+    describe_histogram!(
+        "streamgate_gap_seconds",
+        Unit::Seconds,
+        "Time between consecutive visible events at a hop, and from a stream's last visible event to its end"
+    );
+    describe_histogram!(
+        "streamgate_buffer_age_seconds",
+        Unit::Seconds,
+        "How long events waited in a gate before the hop took them"
+    );
+    describe_histogram!(
+        "streamgate_time_to_first_event_seconds",
+        Unit::Seconds,
+        "Time from a stream's start at a hop to its first visible event"
+    );
+    describe_counter!(
+        "streamgate_events_total",
+        Unit::Count,
+        "Events seen at a hop, by kind"
+    );
+    describe_counter!(
+        "streamgate_bytes_total",
+        Unit::Bytes,
+        "Bytes of events seen at a hop, by kind"
+    );
+    describe_counter!(
+        "streamgate_stalls_total",
+        Unit::Count,
+        "Quiet spells at or above a hop's stall threshold, the ones streams ended in included"
+    );
+    describe_counter!(
+        "streamgate_streams_ended_total",
+        Unit::Count,
+        "Streams ended at a hop, by end reason and whether they ended in a stall"
+    );
+    describe_counter!(
+        "streamgate_hop_records_total",
+        Unit::Count,
+        "Hop records written, dropped (queue full) or failed (write error)"
+    );
+}
+
+/// One hop's metric handles, looked up again when the recorder in effect changes.
 pub(crate) struct HopMetrics {
-    hop: String,
+    hop: Arc<str>,
+    /// The recorder the handles belong to (its address), and the handles.
+    current: RwLock<(usize, Arc<Handles>)>,
+}
+
+impl HopMetrics {
+    pub(crate) fn new(hop: Arc<str>) -> Self {
+        let handles = Arc::new(Handles::new(&hop));
+        HopMetrics {
+            current: RwLock::new((recorder_address(), handles)),
+            hop,
+        }
+    }
+
+    /// The handles for a stream starting now: the same as the last stream's unless the
+    /// recorder in effect changed since.
+    pub(crate) fn handles(&self) -> Arc<Handles> {
+        let address = recorder_address();
+        {
+            let current = self.current.read().unwrap_or_else(PoisonError::into_inner);
+            if current.0 == address {
+                return current.1.clone();
+            }
+        }
+        let handles = Arc::new(Handles::new(&self.hop));
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = (address, handles.clone());
+        handles
+    }
+}
+
+/// Which recorder `metrics` uses here and now (the global one, a local one, or its no-op), by
+/// address.
+fn recorder_address() -> usize {
+    metrics::with_recorder(|recorder| std::ptr::from_ref(recorder).cast::<()>() as usize)
+}
+
+/// The handles of one hop's metrics, registered with one recorder.
+pub(crate) struct Handles {
+    hop: Arc<str>,
     gaps: MetricsHistogram,
     ages: MetricsHistogram,
     first_event: MetricsHistogram,
     events: [Counter; 3],
     bytes: [Counter; 3],
     stalls: Counter,
+    /// By [`END_REASONS`] index, then not stalled / stalled.
+    ended: [[Counter; 2]; END_REASONS.len()],
 }
 
-impl HopMetrics {
-    pub(crate) fn new(hop: &str) -> Self {
-        let hop = hop.to_owned();
-        let kinds = ["visible", "hidden", "control"];
-        HopMetrics {
-            gaps: histogram!("streamgate_gap_seconds", "hop" => hop.clone()),
-            ages: histogram!("streamgate_buffer_age_seconds", "hop" => hop.clone()),
-            first_event: histogram!("streamgate_time_to_first_event_seconds", "hop" => hop.clone()),
-            events: kinds.map(
-                |kind| counter!("streamgate_events_total", "hop" => hop.clone(), "kind" => kind),
-            ),
-            bytes: kinds.map(
-                |kind| counter!("streamgate_bytes_total", "hop" => hop.clone(), "kind" => kind),
-            ),
-            stalls: counter!("streamgate_stalls_total", "hop" => hop.clone()),
-            hop,
+const KINDS: [&str; 3] = ["visible", "hidden", "control"];
+const STALLED: [&str; 2] = ["false", "true"];
+
+impl Handles {
+    fn new(hop: &Arc<str>) -> Self {
+        let label = || hop.to_string();
+        Handles {
+            gaps: histogram!("streamgate_gap_seconds", "hop" => label()),
+            ages: histogram!("streamgate_buffer_age_seconds", "hop" => label()),
+            first_event: histogram!("streamgate_time_to_first_event_seconds", "hop" => label()),
+            events: KINDS
+                .map(|kind| counter!("streamgate_events_total", "hop" => label(), "kind" => kind)),
+            bytes: KINDS
+                .map(|kind| counter!("streamgate_bytes_total", "hop" => label(), "kind" => kind)),
+            stalls: counter!("streamgate_stalls_total", "hop" => label()),
+            ended: END_REASONS.map(|reason| STALLED.map(|stalled| ended(label(), reason, stalled))),
+            hop: hop.clone(),
         }
     }
 
-    /// Exports the event, byte and stall counts `now` has beyond `before`.
-    pub(crate) fn add_scalars(&self, now: &GapCounters, before: &GapCounters) {
-        let events = [
-            now.visible_events() - before.visible_events(),
-            now.hidden_events() - before.hidden_events(),
-            now.control_events() - before.control_events(),
-        ];
-        let bytes = [
-            now.visible_bytes() - before.visible_bytes(),
-            now.hidden_bytes() - before.hidden_bytes(),
-            now.control_bytes() - before.control_bytes(),
-        ];
+    /// Exports a stream's batch (before it is added to the hop and emptied).
+    pub(crate) fn export(&self, batch: &Batch) {
+        let (events, bytes, stalls) = batch.sums();
         for (counter, delta) in self
             .events
             .iter()
@@ -65,33 +153,54 @@ impl HopMetrics {
                 counter.increment(delta);
             }
         }
-        if now.stalls() > before.stalls() {
-            self.stalls.increment(now.stalls() - before.stalls());
+        if stalls > 0 {
+            self.stalls.increment(stalls);
         }
-    }
-
-    /// Exports `count` more durations in a histogram bucket, at the bucket's midpoint.
-    pub(crate) fn bucket(&self, bucket: Touched, count: u64) {
-        let (histogram, index) = match bucket {
-            Touched::Gap(index) => (&self.gaps, index),
-            Touched::Age(index) => (&self.ages, index),
-        };
-        let low = lower_bound(index);
-        let high = if index + 1 < BUCKETS {
-            lower_bound(index + 1)
-        } else {
-            low
-        };
-        let mid = (low + (high - low) / 2) as f64 / 1e9;
-        histogram.record_many(mid, usize::try_from(count).unwrap_or(usize::MAX));
+        record_buckets(&self.gaps, batch.gap_buckets());
+        record_buckets(&self.ages, batch.age_buckets());
     }
 
     pub(crate) fn first_event(&self, after: Duration) {
         self.first_event.record(after.as_secs_f64());
     }
 
-    pub(crate) fn ended(&self, reason: &'static str) {
-        counter!("streamgate_streams_ended_total", "hop" => self.hop.clone(), "reason" => reason)
-            .increment(1);
+    pub(crate) fn ended(&self, reason: &'static str, stalled: bool) {
+        match END_REASONS.iter().position(|known| *known == reason) {
+            Some(index) => self.ended[index][usize::from(stalled)].increment(1),
+            None => ended(self.hop.to_string(), reason, STALLED[usize::from(stalled)]).increment(1),
+        }
+    }
+}
+
+fn ended(hop: String, reason: &'static str, stalled: &'static str) -> Counter {
+    counter!("streamgate_streams_ended_total", "hop" => hop, "reason" => reason, "stalled" => stalled)
+}
+
+/// Records each bucket's durations at the bucket's middle, one call per distinct bucket.
+fn record_buckets(histogram: &MetricsHistogram, buckets: &[u8]) {
+    let mut counts = [0u8; BUCKETS];
+    for &index in buckets {
+        counts[usize::from(index)] += 1;
+    }
+    for &index in buckets {
+        let count = std::mem::take(&mut counts[usize::from(index)]);
+        if count == 0 {
+            continue;
+        }
+        let index = usize::from(index);
+        let low = lower_bound(index);
+        let high = if index + 1 < BUCKETS {
+            lower_bound(index + 1)
+        } else {
+            low
+        };
+        histogram.record_many((low + (high - low) / 2) as f64 / 1e9, usize::from(count));
+    }
+}
+
+/// Exports hop-record counts, from the record writer's thread.
+pub(crate) fn records(outcome: &'static str, count: u64) {
+    if count > 0 {
+        counter!("streamgate_hop_records_total", "outcome" => outcome).increment(count);
     }
 }

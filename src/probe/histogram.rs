@@ -39,65 +39,63 @@ pub(crate) fn lower_bound(index: usize) -> u64 {
     }
 }
 
-/// A histogram owned by one writer: plain counts.
+// A bucket index fits in a byte, so a stream's unflushed batch stays small.
+const _: () = assert!(BUCKETS <= 256);
+
+/// A histogram owned by one writer: plain counts, and the largest duration recorded.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Histogram {
     counts: Box<[u64; BUCKETS]>,
+    max: u64,
 }
 
 impl Histogram {
     pub(crate) fn new() -> Self {
         Histogram {
             counts: Box::new([0; BUCKETS]),
+            max: 0,
         }
     }
 
-    /// Counts `ns`; returns the bucket it fell in.
-    pub(crate) fn record(&mut self, ns: u64) -> usize {
+    /// Counts `ns`.
+    #[cfg(any(test, feature = "timeline"))]
+    pub(crate) fn record(&mut self, ns: u64) {
         let index = bucket(ns);
-        self.counts[index] += 1;
-        index
-    }
-
-    /// Adds what bucket `index` of `self` has beyond `before` (an earlier copy) to `into`, and
-    /// brings `before` up to date; returns the increase.
-    pub(crate) fn sync_bucket(
-        &self,
-        before: &mut Histogram,
-        index: usize,
-        into: &AtomicHistogram,
-    ) -> u64 {
-        let delta = self.counts[index] - before.counts[index];
-        if delta > 0 {
-            into.counts[index].fetch_add(delta, Ordering::Relaxed);
-            before.counts[index] = self.counts[index];
-        }
-        delta
+        self.counts[index] = self.counts[index].saturating_add(1);
+        self.max = self.max.max(ns);
     }
 
     /// How many durations were recorded.
     pub fn count(&self) -> u64 {
-        self.counts.iter().sum()
+        self.counts
+            .iter()
+            .fold(0u64, |sum, &count| sum.saturating_add(count))
+    }
+
+    /// The largest duration recorded (zero when empty).
+    pub fn max(&self) -> Duration {
+        Duration::from_nanos(self.max)
     }
 
     /// An upper bound on the `q` quantile (0.0 to 1.0): the top of the bucket that holds it,
-    /// so within 12.5% of the true value from 1 µs up. `None` when empty.
+    /// so within 12.5% of the true value from 1 µs up, and never above the largest duration
+    /// recorded (which bounds the last bucket, from about 4.6 minutes on). `None` when empty.
     pub fn quantile(&self, q: f64) -> Option<Duration> {
         let total = self.count();
         if total == 0 {
             return None;
         }
         let rank = ((q.clamp(0.0, 1.0) * total as f64).ceil() as u64).max(1);
-        let mut seen = 0;
+        let mut seen = 0u64;
         for (index, &count) in self.counts.iter().enumerate() {
-            seen += count;
+            seen = seen.saturating_add(count);
             if seen >= rank {
                 let top = if index + 1 < BUCKETS {
                     lower_bound(index + 1)
                 } else {
-                    u64::MAX
+                    self.max
                 };
-                return Some(Duration::from_nanos(top));
+                return Some(Duration::from_nanos(top.min(self.max)));
             }
         }
         None
@@ -132,17 +130,30 @@ impl std::fmt::Debug for Histogram {
 /// A histogram shared by many writers (a hop's aggregate): atomic counts.
 pub(crate) struct AtomicHistogram {
     counts: Box<[AtomicU64; BUCKETS]>,
+    max: AtomicU64,
 }
 
 impl AtomicHistogram {
     pub(crate) fn new() -> Self {
         AtomicHistogram {
             counts: Box::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            max: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn record(&self, ns: u64) {
         self.counts[bucket(ns)].fetch_add(1, Ordering::Relaxed);
+        self.max.fetch_max(ns, Ordering::Relaxed);
+    }
+
+    /// Adds `count` durations to bucket `index`.
+    pub(crate) fn add(&self, index: usize, count: u64) {
+        self.counts[index].fetch_add(count, Ordering::Relaxed);
+    }
+
+    /// Raises the largest duration recorded to `ns`.
+    pub(crate) fn raise_max(&self, ns: u64) {
+        self.max.fetch_max(ns, Ordering::Relaxed);
     }
 
     pub(crate) fn snapshot(&self) -> Histogram {
@@ -150,6 +161,7 @@ impl AtomicHistogram {
             counts: Box::new(std::array::from_fn(|i| {
                 self.counts[i].load(Ordering::Relaxed)
             })),
+            max: self.max.load(Ordering::Relaxed),
         }
     }
 }
@@ -185,6 +197,24 @@ mod tests {
         assert!(p50 >= Duration::from_millis(50) && p50 <= Duration::from_micros(56_250));
         let p99 = histogram.quantile(0.99).unwrap();
         assert!(p99 >= Duration::from_millis(99) && p99 <= Duration::from_micros(111_375));
+        assert_eq!(histogram.quantile(1.0), Some(Duration::from_millis(100)));
         assert_eq!(Histogram::new().quantile(0.5), None);
+    }
+
+    #[test]
+    fn the_last_bucket_is_bounded_by_the_largest_duration() {
+        let mut histogram = Histogram::new();
+        // Ten minutes is past the last bucket's start (about 4.6 minutes).
+        histogram.record(Duration::from_secs(600).as_nanos() as u64);
+        assert_eq!(
+            bucket(Duration::from_secs(600).as_nanos() as u64),
+            BUCKETS - 1
+        );
+        assert_eq!(histogram.quantile(0.5), Some(Duration::from_secs(600)));
+        let mut histogram = Histogram::new();
+        for _ in 0..3 {
+            histogram.record(Duration::from_secs(5).as_nanos() as u64);
+        }
+        assert_eq!(histogram.quantile(1.0), Some(Duration::from_secs(5)));
     }
 }

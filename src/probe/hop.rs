@@ -9,7 +9,6 @@ use std::time::Duration;
 use super::counters::{GapCounters, SharedCounters};
 use super::histogram::{AtomicHistogram, Histogram};
 use super::record::RecordSink;
-use super::recorder::Recorder;
 
 /// The default stall threshold: a visible gap of one second.
 pub const DEFAULT_STALL: Duration = Duration::from_secs(1);
@@ -18,10 +17,10 @@ pub const DEFAULT_STALL: Duration = Duration::from_secs(1);
 /// `gateway.write`, `client.recv`, …), with the aggregate counters of every stream seen there.
 ///
 /// Create one per hop per process and clone it freely; each stream gets its own
-/// [`Recorder`] from [`recorder`](HopProbe::recorder) (or the
+/// [`Recorder`](super::Recorder) from [`recorder`](HopProbe::recorder) (or the
 /// [`GateExt::probe`](crate::GateExt::probe) combinator). Recording an event takes one clock
-/// read and plain arithmetic on the stream's own counters: no lock, no allocation. Streams add
-/// their counts to the hop's atomics every 64 events, at each stall and at their end.
+/// read and plain arithmetic on the stream's own batch: no lock, no allocation. Streams add
+/// their batches to the hop's atomics every 64 events, at each stall and at their end.
 ///
 /// # Examples
 ///
@@ -37,7 +36,9 @@ pub const DEFAULT_STALL: Duration = Duration::from_secs(1);
 /// recorder.end("completed");
 /// let snapshot = hop.snapshot();
 /// assert_eq!(snapshot.counters.visible_events(), 3);
-/// assert_eq!(snapshot.counters.gaps().count(), 2);
+/// // Two gaps between the events, and the last one: from the third event to the end.
+/// assert_eq!(snapshot.counters.gaps().count(), 3);
+/// assert_eq!(snapshot.streams_ended, [("completed", 1)]);
 /// ```
 #[derive(Clone)]
 pub struct HopProbe {
@@ -50,7 +51,7 @@ pub(crate) struct Hop {
     pub(crate) counters: SharedCounters,
     pub(crate) first_event: AtomicHistogram,
     pub(crate) started: AtomicU64,
-    ended: Mutex<BTreeMap<&'static str, u64>>,
+    pub(crate) ended: Mutex<BTreeMap<&'static str, u64>>,
     pub(crate) records: Option<(RecordSink, u64)>,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: super::export::HopMetrics,
@@ -66,7 +67,7 @@ impl HopProbe {
         HopProbe {
             inner: Arc::new(Hop {
                 #[cfg(feature = "metrics")]
-                metrics: super::export::HopMetrics::new(&name),
+                metrics: super::export::HopMetrics::new(name.clone()),
                 name,
                 stall_ns: u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX),
                 counters: SharedCounters::new(),
@@ -104,12 +105,6 @@ impl HopProbe {
         Duration::from_nanos(self.inner.stall_ns)
     }
 
-    /// A recorder for one stream of request `request` through this hop.
-    pub fn recorder(&self, request: impl Into<Arc<str>>) -> Recorder {
-        self.inner.started.fetch_add(1, Ordering::Relaxed);
-        Recorder::new(self.clone(), request.into())
-    }
-
     /// The counters of every stream through this hop so far (live streams up to their last
     /// batch of 64 events or stall).
     pub fn snapshot(&self) -> HopSnapshot {
@@ -126,19 +121,7 @@ impl HopProbe {
                 .collect(),
             counters: hop.counters.snapshot(),
             time_to_first_event: hop.first_event.snapshot(),
-            records_dropped: hop.records.as_ref().map_or(0, |(sink, _)| sink.dropped()),
         }
-    }
-
-    /// Counts a stream's end, by reason (once per stream, so a lock is fine here).
-    pub(crate) fn count_end(&self, reason: &'static str) {
-        *self
-            .inner
-            .ended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(reason)
-            .or_default() += 1;
     }
 
     /// Whether `request` is in the sample that writes hop records.
@@ -181,13 +164,10 @@ pub struct HopSnapshot {
     pub hop: String,
     /// Streams that got a recorder here.
     pub streams_started: u64,
-    /// Streams that ended, by end reason (`completed`, `cancelled`, `slow_consumer`, …,
-    /// `dropped` for a recorder dropped without an end).
+    /// Streams that ended, by end reason (see [`END_REASONS`](super::END_REASONS)).
     pub streams_ended: Vec<(&'static str, u64)>,
-    /// Events, gaps, stalls, positions, buffer ages.
+    /// Events, gaps, stalls (and streams that ended in one), positions, buffer ages.
     pub counters: GapCounters,
     /// Time from a stream's start at this hop to its first visible event.
     pub time_to_first_event: Histogram,
-    /// Hop records dropped because the writer's queue was full.
-    pub records_dropped: u64,
 }

@@ -4,11 +4,43 @@
 //! aggregates every stream seen there; a [`Recorder`] records one stream's events at it, by hand
 //! or through the [`Probed`] combinator ([`GateExt::probe`](crate::GateExt::probe)). Gaps are
 //! measured between visible events on the hop's own monotonic clock; hidden events keep a
-//! stream alive without counting as progress. Nothing of the payload is ever recorded.
+//! stream alive without counting as progress, so a reasoning phase is never a stall. A
+//! stream's end is recorded too, with how long it had been quiet: a freeze that ends with the
+//! user leaving is a stall of the hop where it began. Nothing of the payload is ever recorded.
 //!
 //! Hop records ([`HopRecord`], JSON lines through a [`RecordSink`]) carry request id + seq +
-//! local time per event for a sampled share of requests; [`timeline`](crate::timeline) reads
-//! them from several hops and processes and names the hop where each stall began.
+//! local time per event, and the end, for a sampled share of requests; the `timeline` module
+//! (feature `timeline`) reads them from several hops and processes and names the hop where
+//! each stall began. Seqs are the gate's event ids ([`Event::id`](crate::Event::id)), which the
+//! SSE encoder writes as `id:` and the decoder reads back with the event's kind
+//! ([`EventId`](crate::sse::EventId)), so every hop numbers the same event the same way.
+//!
+//! With feature `tracing`, each stream is a span with an event per stall and per end.
+//!
+//! # Metrics (feature `metrics`)
+//!
+//! Every hop exports through the `metrics` facade (`describe_metrics` gives an exporter the
+//! units and help texts):
+//!
+//! | name | type | unit | labels | what |
+//! |---|---|---|---|---|
+//! | `streamgate_gap_seconds` | histogram | seconds | `hop` | visible gaps, each stream's last one (to its end) included |
+//! | `streamgate_buffer_age_seconds` | histogram | seconds | `hop` | how long events waited in a gate (stamped gates only) |
+//! | `streamgate_time_to_first_event_seconds` | histogram | seconds | `hop` | from a stream's start at the hop to its first visible event |
+//! | `streamgate_events_total` | counter | events | `hop`, `kind` | events by kind: `visible`, `hidden`, `control` |
+//! | `streamgate_bytes_total` | counter | bytes | `hop`, `kind` | their bytes |
+//! | `streamgate_stalls_total` | counter | stalls | `hop` | quiet spells at or above the hop's stall threshold, the ones streams ended in included |
+//! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](END_REASONS), and whether they ended in a stall (`true`/`false`) |
+//! | `streamgate_hop_records_total` | counter | records | `outcome` | hop records `written`, `dropped` (the writer's queue was full) or `failed` (the write failed) |
+//!
+//! Histogram values are reported at the middle of the crate's own log-linear bucket (within
+//! 6.25% of the true value). A Prometheus exporter summarizes histograms over a short window
+//! unless it is given buckets: give it `METRIC_BUCKETS`, which reach from 100 µs to 10
+//! minutes, so that a 5 s stall shows as one.
+//!
+//! Handles are looked up against the recorder in effect when each stream starts, not once per
+//! hop: a [`HopProbe`] made before the recorder was installed exports every
+//! metric of the streams that start after it.
 //!
 //! The probe knows nothing of the gate: it attaches to any stream whose items are
 //! [`Observed`].
@@ -26,10 +58,15 @@ mod recorder;
 mod serialize;
 
 pub use self::counters::{GapCounters, POSITION_CLASSES, PositionGaps};
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub use self::export::{METRIC_BUCKETS, describe_metrics};
 pub use self::histogram::Histogram;
 pub use self::hop::{DEFAULT_STALL, HopProbe, HopSnapshot};
-pub use self::observe::{Observation, Observed, Seen};
+pub use self::observe::{END_REASONS, Observation, Observed, Seen};
 pub use self::probed::Probed;
 pub(crate) use self::record::json_string;
-pub use self::record::{DEFAULT_RECORD_QUEUE, HopRecord, RecordError, RecordSink};
-pub use self::recorder::Recorder;
+pub use self::record::{
+    DEFAULT_RECORD_QUEUE, HopRecord, MAX_RECORD_REQUEST, RecordKind, RecordSink,
+};
+pub use self::recorder::{Recorder, StreamEnd, StreamSummary};

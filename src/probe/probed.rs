@@ -14,7 +14,8 @@ pin_project! {
     /// [`GateExt::probe`](crate::GateExt::probe).
     ///
     /// The end of the inner stream is recorded as `completed` unless an item said otherwise
-    /// (an error frame, a gate error); dropping it early records `dropped`.
+    /// (a terminal error frame, a gate error); dropping it before its end (a response body
+    /// dropped because the client left) records `consumer_gone`.
     #[must_use = "streams do nothing unless polled"]
     pub struct Probed<S> {
         #[pin]
@@ -47,6 +48,10 @@ where
         match &item {
             Some(item) => match item.observed() {
                 Seen::Event(event) => this.recorder.observe(event),
+                Seen::Last(event, reason) => {
+                    this.recorder.observe(event);
+                    this.recorder.end(reason);
+                }
                 Seen::End(reason) => this.recorder.end(reason),
                 Seen::Nothing => {}
             },

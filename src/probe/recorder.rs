@@ -1,26 +1,49 @@
 //! One stream's recorder at one hop.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::counters::{GapCounters, Touched};
+use super::counters::Batch;
 use super::hop::HopProbe;
 use super::observe::Observation;
-use super::record::{Pending, monotonic_ns};
+use super::record::{MAX_RECORD_REQUEST, Pending, RecordKind, monotonic_ns};
 use crate::chunk::Kind;
 
-/// Events between two additions of a stream's counts to its hop's aggregate.
-const FLUSH_EVERY: usize = 64;
+impl HopProbe {
+    /// A recorder for one stream of request `request` through this hop. An id longer than
+    /// [`MAX_RECORD_REQUEST`] bytes is cut (at a character boundary) before it is kept.
+    pub fn recorder(&self, request: impl Into<Arc<str>>) -> Recorder {
+        self.inner.started.fetch_add(1, Ordering::Relaxed);
+        Recorder::new(self.clone(), bounded(request.into()))
+    }
+}
 
-/// Records one stream's events at one hop: gaps, stalls, positions, waits, and (for sampled
-/// requests) hop records.
+/// `request`, cut to at most [`MAX_RECORD_REQUEST`] bytes.
+fn bounded(request: Arc<str>) -> Arc<str> {
+    if request.len() <= MAX_RECORD_REQUEST {
+        return request;
+    }
+    let mut cut = MAX_RECORD_REQUEST;
+    while !request.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    Arc::from(&request[..cut])
+}
+
+/// Records one stream's events at one hop: gaps, quiet spells and stalls, positions, waits,
+/// its end, and (for sampled requests) hop records.
 ///
 /// Owned by whoever sees the events (the [`Probed`](super::Probed) combinator, a generator's
 /// decode loop); `observe` takes `&mut self`, one clock read, and touches only this recorder's
-/// own counters: no lock, no atomic, no allocation. Every 64 events, at each stall and at the
-/// end, the counts are added to the hop's aggregate. Dropping a recorder without
-/// [`end`](Recorder::end) counts the stream as ended `dropped`.
+/// own batch: no lock, no atomic, no allocation. Every 64 events, at each stall and at the end,
+/// the batch is added to the hop's aggregate. A recorder is under 1 KiB.
+///
+/// Its [`end`](Recorder::end) records why the stream ended and how long it had been quiet:
+/// a stream frozen for 40 s and then abandoned is a stall of this hop, in its counters, its
+/// metrics, its tracing events and its hop records. Dropping a recorder without `end` records
+/// the end as `consumer_gone` (a response body dropped because its client left).
 pub struct Recorder {
     hop: HopProbe,
     request: Arc<str>,
@@ -28,44 +51,75 @@ pub struct Recorder {
     // per event, then plain integer arithmetic.
     started: u64,
     last_visible: Option<u64>,
-    last_alive: Option<u64>,
+    /// The last visible or hidden event.
+    last_progress: Option<u64>,
     /// Visible events so far: the output position of the next one.
     position: u64,
     next_seq: u64,
-    counters: GapCounters,
-    /// What the hop's aggregate already has of `counters`.
-    flushed: GapCounters,
-    /// Events since the last flush, and the histogram buckets they touched.
-    unflushed: usize,
-    touched: [Touched; 2 * FLUSH_EVERY],
-    touched_len: usize,
+    summary: StreamSummary,
+    /// Counts not yet added to the hop.
+    batch: Batch,
     sampled: bool,
-    first_event: Option<Duration>,
     ended: bool,
+    #[cfg(feature = "metrics")]
+    metrics: Arc<super::export::Handles>,
     #[cfg(feature = "tracing")]
     span: tracing::Span,
 }
 
+/// One stream at one hop, so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct StreamSummary {
+    /// Visible events.
+    pub visible_events: u64,
+    /// Hidden events.
+    pub hidden_events: u64,
+    /// Control events.
+    pub control_events: u64,
+    /// The longest gap between visible events (or from the last one to the end).
+    pub max_gap: Duration,
+    /// The longest quiet spell (no visible or hidden event), the one at the end included.
+    pub max_quiet: Duration,
+    /// Quiet spells at or above the hop's stall threshold, the one at the end included.
+    pub stalls: u64,
+    /// Time from the recorder's creation to the first visible event, once there was one.
+    pub time_to_first_event: Option<Duration>,
+    /// How the stream ended, once it did.
+    pub end: Option<StreamEnd>,
+}
+
+/// How a stream ended at a hop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamEnd {
+    /// Why (one of [`END_REASONS`](super::END_REASONS), or a reason of your own).
+    pub reason: &'static str,
+    /// How long the stream had been without a visible or hidden event (since it began at this
+    /// hop, when it saw none).
+    pub idle: Duration,
+    /// Whether `idle` reached the stall threshold: the stream ended in a stall.
+    pub stalled: bool,
+}
+
 impl Recorder {
-    pub(crate) fn new(hop: HopProbe, request: Arc<str>) -> Self {
+    fn new(hop: HopProbe, request: Arc<str>) -> Self {
         let now = monotonic_ns(Instant::now());
         Recorder {
             sampled: hop.samples(&request),
+            #[cfg(feature = "metrics")]
+            metrics: hop.inner.metrics.handles(),
             #[cfg(feature = "tracing")]
             span: tracing::info_span!("streamgate.stream", request = %request, hop = %hop.name()),
             hop,
             request,
             started: now,
             last_visible: None,
-            last_alive: None,
+            last_progress: None,
             position: 0,
             next_seq: 0,
-            counters: GapCounters::default(),
-            flushed: GapCounters::default(),
-            unflushed: 0,
-            touched: [Touched::Gap(0); 2 * FLUSH_EVERY],
-            touched_len: 0,
-            first_event: None,
+            summary: StreamSummary::default(),
+            batch: Batch::new(),
             ended: false,
         }
     }
@@ -75,7 +129,7 @@ impl Recorder {
         self.observe_at(event, Instant::now());
     }
 
-    /// Records one event seen at `now` (for events whose time was taken elsewhere).
+    /// Records one event seen at `at` (for events whose time was taken elsewhere).
     pub fn observe_at(&mut self, event: Observation, at: Instant) {
         let now = monotonic_ns(at);
         // A control event without a number of its own (a heartbeat between numbered events) is
@@ -89,90 +143,112 @@ impl Recorder {
                 Some(seq)
             }
         };
-        self.counters.count_event(event.kind, event.bytes);
+        let full = self.batch.count_event(event.kind, event.bytes);
+        let summary = &mut self.summary;
+        let count = match event.kind {
+            Kind::Visible => &mut summary.visible_events,
+            Kind::Hidden => &mut summary.hidden_events,
+            Kind::Control => &mut summary.control_events,
+        };
+        *count = count.saturating_add(1);
         let mut stall = false;
+        if event.kind != Kind::Control {
+            if let Some(last) = self.last_progress.replace(now) {
+                let quiet = now.saturating_sub(last);
+                stall = quiet >= self.hop.inner.stall_ns;
+                self.quiet(quiet, stall, false);
+                #[cfg(feature = "tracing")]
+                if stall {
+                    tracing::warn!(parent: &self.span, seq, position = self.position,
+                        quiet_ms = quiet / 1_000_000, "stall");
+                }
+            }
+        }
         if event.kind == Kind::Visible {
             match self.last_visible {
-                Some(last) => {
-                    let gap = now.saturating_sub(last);
-                    stall = gap >= self.hop.inner.stall_ns;
-                    let touched = self.counters.record_gap(gap, self.position, stall);
-                    self.touch(touched);
-                    #[cfg(feature = "tracing")]
-                    if stall {
-                        tracing::warn!(parent: &self.span, seq, position = self.position,
-                            gap_ms = gap / 1_000_000, "stall");
-                    }
-                }
+                Some(last) => self.gap(now.saturating_sub(last)),
                 None => {
                     let first = Duration::from_nanos(now.saturating_sub(self.started));
-                    self.first_event = Some(first);
+                    self.summary.time_to_first_event = Some(first);
                     self.hop.inner.first_event.record(nanos(first));
                     #[cfg(feature = "metrics")]
-                    self.hop.inner.metrics.first_event(first);
+                    self.metrics.first_event(first);
                 }
             }
             self.last_visible = Some(now);
-            self.position += 1;
-        }
-        if event.kind != Kind::Control {
-            if let Some(last) = self.last_alive.replace(now) {
-                self.counters.record_quiet(now.saturating_sub(last));
-            }
+            self.position = self.position.saturating_add(1);
         }
         if let Some(enqueued) = event.enqueued_at {
             let waited = nanos(at.saturating_duration_since(enqueued));
-            let touched = self.counters.record_wait(waited, event.waiting);
-            self.touch(touched);
+            self.batch.record_wait(waited, event.waiting);
         }
-        if let (true, Some(seq)) = (self.sampled, seq) {
-            if let Some((sink, _)) = &self.hop.inner.records {
-                sink.send(Pending {
-                    request: self.request.clone(),
-                    hop: self.hop.inner.name.clone(),
-                    seq,
-                    t_ns: now,
-                    bytes: event.bytes,
-                    kind: event.kind,
-                });
-            }
+        if let Some(seq) = seq {
+            self.record(seq, now, event.bytes, event.kind.into(), None);
         }
-        self.unflushed += 1;
-        if stall || self.unflushed >= FLUSH_EVERY {
+        if stall || full {
             self.flush();
         }
     }
 
-    /// Records the stream's end (`completed`, or why it ended early) and adds its last counts
-    /// to the hop. Later calls do nothing.
+    /// Records the stream's end (`completed`, or why it ended early: see
+    /// [`END_REASONS`](super::END_REASONS)), with how long it had been quiet, and adds its
+    /// last counts to the hop. Later calls do nothing.
     pub fn end(&mut self, reason: &'static str) {
+        self.end_at(reason, Instant::now());
+    }
+
+    /// Records the stream's end as seen at `at` (for ends whose time was taken elsewhere).
+    pub fn end_at(&mut self, reason: &'static str, at: Instant) {
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
+        let now = monotonic_ns(at);
+        let idle = now.saturating_sub(self.last_progress.unwrap_or(self.started));
+        let stalled = idle >= self.hop.inner.stall_ns;
+        self.quiet(idle, stalled, true);
+        if let Some(last) = self.last_visible {
+            self.gap(now.saturating_sub(last));
+        }
+        self.summary.end = Some(StreamEnd {
+            reason,
+            idle: Duration::from_nanos(idle),
+            stalled,
+        });
+        self.record(self.next_seq, now, 0, RecordKind::End, Some((reason, idle)));
         self.flush();
-        self.hop.count_end(reason);
+        *self
+            .hop
+            .inner
+            .ended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(reason)
+            .or_default() += 1;
         #[cfg(feature = "metrics")]
-        self.hop.inner.metrics.ended(reason);
+        self.metrics.ended(reason, stalled);
         #[cfg(feature = "tracing")]
-        tracing::info!(parent: &self.span, reason,
-            visible_events = self.counters.visible_events(),
-            hidden_events = self.counters.hidden_events(),
-            max_gap_ms = self.counters.max_gap().as_millis() as u64,
-            stalls = self.counters.stalls(),
-            "stream ended");
+        {
+            if stalled {
+                tracing::warn!(parent: &self.span, reason, position = self.position,
+                    idle_ms = idle / 1_000_000, "stream ended in a stall");
+            }
+            let summary = &self.summary;
+            tracing::info!(parent: &self.span, reason,
+                visible_events = summary.visible_events,
+                hidden_events = summary.hidden_events,
+                max_gap_ms = summary.max_gap.as_millis() as u64,
+                stalls = summary.stalls,
+                idle_ms = idle / 1_000_000,
+                "stream ended");
+        }
     }
 
-    /// This stream's counters at this hop.
-    pub fn counters(&self) -> &GapCounters {
-        &self.counters
+    /// This stream at this hop, so far.
+    pub fn summary(&self) -> &StreamSummary {
+        &self.summary
     }
 
-    /// Time from the recorder's creation to the first visible event, once there was one.
-    pub fn time_to_first_event(&self) -> Option<Duration> {
-        self.first_event
-    }
-
-    /// The request id.
+    /// The request id (cut to [`MAX_RECORD_REQUEST`] bytes).
     pub fn request(&self) -> &str {
         &self.request
     }
@@ -182,37 +258,58 @@ impl Recorder {
         self.sampled
     }
 
-    fn touch(&mut self, bucket: Touched) {
-        self.touched[self.touched_len] = bucket;
-        self.touched_len += 1;
+    fn quiet(&mut self, ns: u64, stall: bool, at_end: bool) {
+        self.batch.record_quiet(ns, self.position, stall, at_end);
+        let summary = &mut self.summary;
+        summary.max_quiet = summary.max_quiet.max(Duration::from_nanos(ns));
+        if stall {
+            summary.stalls = summary.stalls.saturating_add(1);
+        }
+    }
+
+    fn gap(&mut self, ns: u64) {
+        self.batch.record_gap(ns, self.position);
+        let max = &mut self.summary.max_gap;
+        *max = (*max).max(Duration::from_nanos(ns));
+    }
+
+    fn record(
+        &self,
+        seq: u64,
+        t_ns: u64,
+        bytes: u64,
+        kind: RecordKind,
+        end: Option<(&'static str, u64)>,
+    ) {
+        if !self.sampled {
+            return;
+        }
+        if let Some((sink, _)) = &self.hop.inner.records {
+            sink.send(Pending {
+                request: self.request.clone(),
+                hop: self.hop.inner.name.clone(),
+                seq,
+                t_ns,
+                bytes,
+                kind,
+                end,
+            });
+        }
     }
 
     fn flush(&mut self) {
-        if self.unflushed == 0 {
+        if self.batch.is_empty() {
             return;
         }
-        let touched = &self.touched[..self.touched_len];
         #[cfg(feature = "metrics")]
-        let metrics = &self.hop.inner.metrics;
-        #[cfg(feature = "metrics")]
-        metrics.add_scalars(&self.counters, &self.flushed);
-        self.counters.flush(
-            &mut self.flushed,
-            &self.hop.inner.counters,
-            touched,
-            |_bucket, _delta| {
-                #[cfg(feature = "metrics")]
-                metrics.bucket(_bucket, _delta);
-            },
-        );
-        self.unflushed = 0;
-        self.touched_len = 0;
+        self.metrics.export(&self.batch);
+        self.hop.inner.counters.add(&mut self.batch);
     }
 }
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        self.end("dropped");
+        self.end("consumer_gone");
     }
 }
 
@@ -221,7 +318,7 @@ impl fmt::Debug for Recorder {
         f.debug_struct("Recorder")
             .field("hop", &self.hop.name())
             .field("request", &self.request)
-            .field("counters", &self.counters)
+            .field("summary", &self.summary)
             .field("sampled", &self.sampled)
             .finish_non_exhaustive()
     }

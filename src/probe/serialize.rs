@@ -14,8 +14,9 @@ fn nanos(duration: std::time::Duration) -> u64 {
 impl Serialize for Histogram {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let buckets: Vec<(u64, u64)> = self.buckets().map(|(low, n)| (nanos(low), n)).collect();
-        let mut out = serializer.serialize_struct("Histogram", 4)?;
+        let mut out = serializer.serialize_struct("Histogram", 5)?;
         out.serialize_field("count", &self.count())?;
+        out.serialize_field("max_ns", &nanos(self.max()))?;
         out.serialize_field("p50_ns", &self.quantile(0.5).map(nanos))?;
         out.serialize_field("p99_ns", &self.quantile(0.99).map(nanos))?;
         out.serialize_field("buckets", &buckets)?;
@@ -43,7 +44,7 @@ impl Serialize for GapCounters {
                 map.end()
             }
         }
-        let mut out = serializer.serialize_struct("GapCounters", 14)?;
+        let mut out = serializer.serialize_struct("GapCounters", 15)?;
         out.serialize_field("visible_events", &self.visible_events())?;
         out.serialize_field("visible_bytes", &self.visible_bytes())?;
         out.serialize_field("hidden_events", &self.hidden_events())?;
@@ -53,6 +54,7 @@ impl Serialize for GapCounters {
         out.serialize_field("gaps", self.gaps())?;
         out.serialize_field("max_gap_ns", &nanos(self.max_gap()))?;
         out.serialize_field("stalls", &self.stalls())?;
+        out.serialize_field("stalls_at_end", &self.stalls_at_end())?;
         out.serialize_field("max_quiet_ns", &nanos(self.max_quiet()))?;
         // Per class: [gaps, total_ns, max_ns, stalls].
         out.serialize_field("by_position", &Positions(self))?;
@@ -65,13 +67,12 @@ impl Serialize for GapCounters {
 
 impl Serialize for HopSnapshot {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut out = serializer.serialize_struct("HopSnapshot", 6)?;
+        let mut out = serializer.serialize_struct("HopSnapshot", 5)?;
         out.serialize_field("hop", &self.hop)?;
         out.serialize_field("streams_started", &self.streams_started)?;
         out.serialize_field("streams_ended", &self.streams_ended)?;
         out.serialize_field("counters", &self.counters)?;
         out.serialize_field("time_to_first_event", &self.time_to_first_event)?;
-        out.serialize_field("records_dropped", &self.records_dropped)?;
         out.end()
     }
 }

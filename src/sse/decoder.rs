@@ -8,6 +8,8 @@ use bytes::{Buf, BytesMut};
 use tokio_util::codec::Decoder;
 
 use super::event::SseEvent;
+use super::id::EventId;
+use crate::chunk::Kind;
 use crate::gate::BoxError;
 
 /// The default longest line: 256 KiB (see [`SseDecoder::max_line`]).
@@ -28,6 +30,12 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// does not fit in a `u64`); the last event id persists across events; the type is reset after
 /// each dispatch; data pending at the end of the stream is discarded; invalid UTF-8 is decoded
 /// with U+FFFD.
+///
+/// Kinds survive the hop: an event whose own `id:` is one of this crate's
+/// [`EventId`](super::EventId)s ending in `h` or `c` is marked [`hidden`](SseEvent::hidden) or
+/// [`control`](SseEvent::control); an event whose data is `[DONE]` (the OpenAI end marker) or
+/// whose type is `error` (an end frame) is marked control; any other event with data is
+/// visible.
 ///
 /// Time is linear in the input however it is split: the parser remembers how far it scanned.
 ///
@@ -82,6 +90,8 @@ pub struct SseDecoder {
     data: Option<String>,
     event_type: String,
     last_event_id: Option<String>,
+    /// Whether the event being built set its own id (the last id persists, its kind does not).
+    own_id: bool,
 }
 
 impl SseDecoder {
@@ -98,6 +108,7 @@ impl SseDecoder {
             data: None,
             event_type: String::new(),
             last_event_id: None,
+            own_id: false,
         }
     }
 
@@ -201,6 +212,7 @@ impl SseDecoder {
             if mem::take(&mut self.dropping_event) {
                 self.data = None;
                 self.event_type.clear();
+                self.own_id = false;
                 return Ok(None);
             }
             return Ok(self.dispatch());
@@ -229,7 +241,10 @@ impl SseDecoder {
                     None => self.data = Some(value.to_owned()),
                 }
             }
-            "id" if !value.contains('\0') => self.last_event_id = Some(value.to_owned()),
+            "id" if !value.contains('\0') => {
+                self.last_event_id = Some(value.to_owned());
+                self.own_id = true;
+            }
             "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                 // A value too large for u64 is ignored.
                 if let Ok(ms) = value.parse() {
@@ -244,7 +259,22 @@ impl SseDecoder {
     /// Dispatches the event built so far, if it has data.
     fn dispatch(&mut self) -> Option<SseEvent> {
         let event_type = mem::take(&mut self.event_type);
-        let mut event = SseEvent::data(self.data.take()?);
+        let own_id = mem::take(&mut self.own_id);
+        let data = self.data.take()?;
+        let kind = if data == "[DONE]" || event_type == "error" {
+            Kind::Control
+        } else if own_id {
+            let id = self.last_event_id.as_deref().and_then(EventId::parse);
+            id.map_or(Kind::Visible, EventId::kind)
+        } else {
+            Kind::Visible
+        };
+        let mut event = SseEvent::data(data);
+        match kind {
+            Kind::Visible => {}
+            Kind::Hidden => event = event.hidden(),
+            Kind::Control => event = event.control(),
+        }
         if !event_type.is_empty() {
             event = event
                 .with_event(event_type)

@@ -9,8 +9,10 @@ use pin_project_lite::pin_project;
 
 use super::event::SseEvent;
 use super::frame::Frame;
+use super::id::EventId;
 use crate::chunk::{Chunk, Kind};
 use crate::gate::{EndReason, Event, GateError};
+use crate::probe::json_string;
 
 pin_project! {
     /// Encodes each event of a gated stream as one SSE [`Frame`], and an early end as a
@@ -38,8 +40,10 @@ impl<S> EncodeSse<S> {
     }
 
     /// Gives every event without an id of its own its event id ([`Event::id`]: the position of
-    /// its last chunk in the generator's output) as its SSE `id:`, so a client reconnecting
-    /// with `Last-Event-ID` names where it stopped, and hops can line events up.
+    /// its last chunk in the generator's output) as its SSE `id:`, written as an
+    /// [`EventId`](super::EventId) (`42`, `42h` for a hidden event, `42c` for a control one),
+    /// so a client reconnecting with `Last-Event-ID` names where it stopped, and hops that
+    /// decode the stream see each event under the same id and kind.
     pub fn with_ids(mut self) -> Self {
         self.ids = true;
         self
@@ -63,14 +67,15 @@ where
                 // The gated chunk's kind stands: a control chunk stays control once encoded.
                 let (gate_id, kind) = (event.id(), event.chunk().kind());
                 let mut sse: SseEvent = event.into_chunk().into();
-                // An event that carries a numeric id of its own (an upstream's, kept by a
-                // gateway) is known by it, so every hop numbers it the same way.
+                // An event that carries an id of its own (an upstream's, kept by a gateway) is
+                // known by it, so every hop numbers it the same way.
                 let id = sse
                     .id()
-                    .and_then(|id| id.parse::<u64>().ok())
-                    .unwrap_or(gate_id);
+                    .and_then(EventId::parse)
+                    .map_or(gate_id, EventId::seq);
                 if *this.ids && sse.id().is_none() {
-                    sse = sse.with_id(id.to_string()).expect("a number is a valid id");
+                    let id = EventId::new(id, kind).to_string();
+                    sse = sse.with_id(id).expect("an event id is a valid SSE id");
                 }
                 Frame::new(sse.encode(), kind, Some(id))
             }
@@ -115,19 +120,22 @@ pub(crate) fn end_frame(error: &GateError) -> Frame {
     let detail = std::error::Error::source(error)
         .filter(|_| reason == EndReason::SlowConsumer)
         .map(ToString::to_string);
-    match detail {
-        // The crate's own texts: ASCII without quotes or backslashes.
+    let frame = match detail {
         Some(detail) => error_frame(reason.as_str(), &format!("{error}: {detail}")),
         None => error_frame(reason.as_str(), &error.to_string()),
-    }
+    };
+    frame.ending(reason.as_str())
 }
 
-/// A terminal `event: error` frame of type `kind` saying `message`: both fixed ASCII texts
-/// without quotes or backslashes, so no escaping is needed.
+/// A terminal `event: error` frame of type `kind` saying `message`, both written as JSON
+/// strings.
 pub(crate) fn error_frame(kind: &str, message: &str) -> Frame {
-    let frame = format!(
-        "event: error\ndata: {{\"error\":{{\"type\":\"{kind}\",\"message\":\"{message}\"}}}}\n\n"
-    );
+    let mut frame = String::with_capacity(64 + kind.len() + message.len());
+    frame.push_str("event: error\ndata: {\"error\":{\"type\":");
+    json_string(&mut frame, kind);
+    frame.push_str(",\"message\":");
+    json_string(&mut frame, message);
+    frame.push_str("}}\n\n");
     Frame::new(Bytes::from(frame), Kind::Control, None)
 }
 

@@ -37,7 +37,8 @@ pub struct SseEvent {
     // The rarer fields live behind one box, so a plain data event (most of a token stream) is
     // small to move through the gate's buffer.
     fields: Option<Box<Fields>>,
-    hidden: bool,
+    /// A kind set by hand (hidden, control); `None`: from the fields.
+    marked: Option<Kind>,
     /// The data is plain text, so consecutive events may merge by concatenation.
     text: bool,
 }
@@ -134,7 +135,14 @@ impl SseEvent {
     /// Marks the event as hidden output (a reasoning delta): alive, but no user-visible progress
     /// for the gap counters.
     pub fn hidden(mut self) -> Self {
-        self.hidden = true;
+        self.marked = Some(Kind::Hidden);
+        self
+    }
+
+    /// Marks the event as housekeeping that carries no model output (a `[DONE]`): neither
+    /// progress nor a sign of life for the gap counters.
+    pub fn control(mut self) -> Self {
+        self.marked = Some(Kind::Control);
         self
     }
 
@@ -283,13 +291,13 @@ impl Chunk for SseEvent {
         len(self.data_str()) + len(self.event()) + len(self.id()) + len(self.comment_str())
     }
 
-    /// Hidden if marked so; visible when it carries data; otherwise (a comment, a retry) a
-    /// control frame.
+    /// Hidden or control if marked so; visible when it carries data; otherwise (a comment, a
+    /// retry) a control frame.
     fn kind(&self) -> Kind {
-        match (self.hidden, &self.data) {
-            (true, _) => Kind::Hidden,
-            (false, Some(_)) => Kind::Visible,
-            (false, None) => Kind::Control,
+        match (self.marked, &self.data) {
+            (Some(kind), _) => kind,
+            (None, Some(_)) => Kind::Visible,
+            (None, None) => Kind::Control,
         }
     }
 
@@ -306,7 +314,7 @@ impl Chunk for SseEvent {
             && self.is_plain_data()
             && next.is_plain_data()
             && self.event_type() == next.event_type()
-            && self.hidden == next.hidden)
+            && self.marked == next.marked)
         {
             return Err(next);
         }
@@ -388,6 +396,7 @@ mod tests {
         assert_eq!(encoded(&SseEvent::comment("")), ":\n\n");
         assert_eq!(SseEvent::comment("x").kind(), Kind::Control);
         assert_eq!(SseEvent::data("x").hidden().kind(), Kind::Hidden);
+        assert_eq!(SseEvent::data("[DONE]").control().kind(), Kind::Control);
     }
 
     #[test]

@@ -6,12 +6,14 @@ use crate::chunk::{Chunk, Kind};
 use crate::probe::{Observation, Observed, Seen};
 
 /// One encoded SSE frame: the bytes a transport writes in one go, with what the probes need to
-/// know about it (its kind, and the event id when it carries an event).
+/// know about it (its kind, the event id when it carries an event, and the end reason when it
+/// is a stream's terminal frame).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Frame {
     bytes: Bytes,
     kind: Kind,
     id: Option<u64>,
+    end: Option<&'static str>,
 }
 
 /// The frame of a heartbeat: one empty comment.
@@ -20,7 +22,24 @@ const HEARTBEAT: &[u8] = b":\n\n";
 impl Frame {
     /// A frame of already encoded bytes.
     pub fn new(bytes: Bytes, kind: Kind, id: Option<u64>) -> Self {
-        Frame { bytes, kind, id }
+        Frame {
+            bytes,
+            kind,
+            id,
+            end: None,
+        }
+    }
+
+    /// The same frame, as the terminal frame of a stream that ended for `reason` (one of
+    /// [`END_REASONS`](crate::probe::END_REASONS)): a probe records the end with it.
+    pub fn ending(mut self, reason: &'static str) -> Self {
+        self.end = Some(reason);
+        self
+    }
+
+    /// Why the stream ended, when this is its terminal frame.
+    pub fn end_reason(&self) -> Option<&'static str> {
+        self.end
     }
 
     /// A heartbeat: an empty SSE comment, a control frame.
@@ -61,13 +80,13 @@ impl Chunk for Frame {
 }
 
 impl Observed for Frame {
-    /// Every frame is an event for the probe (a terminal error frame a control one); the
-    /// stream's end reason is seen where the gate's stream is probed.
+    /// Every frame is an event for the probe; a terminal frame also ends the stream, with its
+    /// reason, so a probe on the frames names the same end as one on the gate's events.
     fn observed(&self) -> Seen {
-        Seen::Event(Observation::new(
-            self.id,
-            self.bytes.len() as u64,
-            self.kind,
-        ))
+        let event = Observation::new(self.id, self.bytes.len() as u64, self.kind);
+        match self.end {
+            Some(reason) => Seen::Last(event, reason),
+            None => Seen::Event(event),
+        }
     }
 }

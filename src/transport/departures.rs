@@ -165,17 +165,22 @@ where
         if !*this.finishing {
             match this.frames.as_mut().poll_next(cx) {
                 Poll::Ready(Some(frame)) => {
-                    match frame.observed() {
-                        Seen::Event(event) => {
-                            let start = this.queue.written().max(*this.end);
-                            *this.end = start.saturating_add(event.bytes);
-                            // The time it waited in a gate is the write hop's to record.
-                            let event = Observation::new(event.seq, event.bytes, event.kind);
-                            this.unsent.push_back((*this.end, event));
-                            *this.delay = DEPARTURE_CHECK;
-                        }
-                        Seen::End(reason) => *this.ended = Some(reason),
-                        Seen::Nothing => {}
+                    let (event, end) = match frame.observed() {
+                        Seen::Event(event) => (Some(event), None),
+                        Seen::Last(event, reason) => (Some(event), Some(reason)),
+                        Seen::End(reason) => (None, Some(reason)),
+                        Seen::Nothing => (None, None),
+                    };
+                    if let Some(event) = event {
+                        let start = this.queue.written().max(*this.end);
+                        *this.end = start.saturating_add(event.bytes);
+                        // The time it waited in a gate is the write hop's to record.
+                        let event = Observation::new(event.seq, event.bytes, event.kind);
+                        this.unsent.push_back((*this.end, event));
+                        *this.delay = DEPARTURE_CHECK;
+                    }
+                    if end.is_some() {
+                        *this.ended = end;
                     }
                     return Poll::Ready(Some(frame));
                 }

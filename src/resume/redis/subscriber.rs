@@ -115,7 +115,10 @@ async fn read(
     mut last: Option<EntryId>,
     tx: &mpsc::Sender<Frame>,
 ) -> Option<Frame> {
-    let failed = || Some(error_frame("resume_store_error", "the resume store failed"));
+    let failed = || {
+        let frame = error_frame("resume_store_error", "the resume store failed");
+        Some(frame.ending("upstream_error"))
+    };
     loop {
         let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
         // The log's start and its next entries, at one instant.
@@ -134,10 +137,11 @@ async fn read(
             return failed();
         };
         let Some(start) = start else {
-            return Some(error_frame(
+            let frame = error_frame(
                 "resume_store_error",
                 "the stream is no longer in the resume store",
-            ));
+            );
+            return Some(frame.ending("upstream_error"));
         };
         let next = last.map_or(0, |(event, _)| event.saturating_add(1));
         if next < start {
