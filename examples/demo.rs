@@ -1,7 +1,7 @@
 //! The main job: a worker, a gateway and clients in one process on loopback, two injected
 //! stalls, hop records at every hop, and the diagnosis naming where each stall began.
 //!
-//! `cargo run --release --example demo --features axum,metrics`
+//! `cargo run --release --example demo --features axum,metrics,timeline`
 //!
 //! The worker (`examples/serve.rs`) decodes one token every 5 ms and stalls 1.2 s before
 //! token 40 of every stream; the gateway (`examples/gateway.rs`) stalls 1.2 s before forwarding
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use streamgate::probe::{HopProbe, RecordSink};
-use streamgate::timeline::Timeline;
+use streamgate::timeline::{Blame, Timeline};
 use streamgate::transport::Server;
 
 #[allow(dead_code)]
@@ -189,28 +189,43 @@ async fn run() -> Result<(), String> {
 
     let mut timeline = Timeline::new(PATH, Duration::from_millis(500));
     for name in ["worker.jsonl", "gateway.jsonl", "client.jsonl"] {
-        let text = std::fs::read_to_string(file(name)).map_err(|e| format!("{name}: {e}"))?;
-        timeline.add_lines(name, &text);
+        let records = std::fs::File::open(file(name)).map_err(|e| format!("{name}: {e}"))?;
+        timeline
+            .read(name, records)
+            .map_err(|e| format!("{name}: {e}"))?;
     }
     let diagnosis = timeline.diagnose();
     println!(
-        "\ndiagnosis ({} requests; a stall is a visible gap of 500 ms or more):",
+        "\ndiagnosis ({} requests; a stall is a quiet spell of 500 ms or more, the one a stream ends in included):",
         diagnosis.requests
     );
     for hop in PATH {
-        let stalls: Vec<_> = diagnosis.stalls.iter().filter(|s| s.hop == hop).collect();
-        if stalls.is_empty() {
-            continue;
+        for began in [true, false] {
+            let stalls: Vec<_> = diagnosis
+                .stalls
+                .iter()
+                .filter(|s| s.hop == hop && (s.blame == Blame::Began) == began)
+                .collect();
+            if stalls.is_empty() {
+                continue;
+            }
+            let streams: Vec<&str> = stalls.iter().map(|s| s.request.as_str()).collect();
+            let seqs: std::collections::BTreeSet<String> = stalls
+                .iter()
+                .map(|s| {
+                    s.seq
+                        .map_or_else(|| "end".to_owned(), |seq| seq.to_string())
+                })
+                .collect();
+            let worst = stalls.iter().map(|s| s.gap).max().unwrap_or_default();
+            let what = if began { "began at" } else { "unknown, at" };
+            println!(
+                "  {what} {hop:<14} {} stalls (seq {seqs:?}, up to {:.0} ms): {}",
+                stalls.len(),
+                worst.as_secs_f64() * 1e3,
+                streams.join(", ")
+            );
         }
-        let streams: Vec<&str> = stalls.iter().map(|s| s.request.as_str()).collect();
-        let seqs: std::collections::BTreeSet<u64> = stalls.iter().map(|s| s.seq).collect();
-        let worst = stalls.iter().map(|s| s.gap).max().unwrap_or_default();
-        println!(
-            "  began at {hop:<14} {} stalls (seq {seqs:?}, up to {:.0} ms): {}",
-            stalls.len(),
-            worst.as_secs_f64() * 1e3,
-            streams.join(", ")
-        );
     }
     println!("\ngaps per hop:");
     print!(

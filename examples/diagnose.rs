@@ -1,28 +1,61 @@
 //! Names the hop where each stall began, from hop records written by several processes.
 //!
-//! `cargo run --example diagnose -- --path HOP1,HOP2,... [--stall-ms MS] [--json] [--plot FILE.svg] FILES...`
+//! ```text
+//! cargo run --release --features timeline --example diagnose -- --path HOP1,HOP2,... \
+//!     [--stall-ms MS] [--json] [--plot FILE.svg] [--request ID] [--since DURATION] \
+//!     [--max-requests N] INPUT...
+//! ```
 //!
-//! FILES are hop-record JSON lines (any number of hops per file). Each hop's gaps are computed
-//! on its own clock; a stall (a visible gap of at least `--stall-ms`, default 1000) is blamed on
-//! the first hop in `--path` order where it appears while the hop before was regular. The
-//! report is for people; `--json` prints one JSON object instead. `--plot` draws the gap at
-//! each output position, per hop, as an SVG. Bad lines are reported and skipped.
+//! INPUTs are hop-record files (JSON lines, any hops per file), directories (every file in
+//! them, oldest first, so a hop's rotated logs are read in the order they were written), or
+//! `-` for standard input. The input is streamed: memory holds a small state per request and
+//! hop, never the records.
+//!
+//! Each hop's quiet spells are measured on its own clock; a stall (a quiet spell of at least
+//! `--stall-ms`, default 1000, the time a stream ended in included) is blamed on the hop in
+//! `--path` order where it began, or reported as unknown, with why, when a record that would
+//! decide it is missing (see `streamgate::timeline`). The report is for people; `--json`
+//! prints one JSON object instead. `--plot` draws the longest and mean gap at each output
+//! position, per hop, as an SVG. Bad input is reported (the first examples, and counts by
+//! kind) and skipped.
+//!
+//! `--request ID` analyses one request. `--since DURATION` (`500ms`, `90s`, `10m`, `2h`)
+//! analyses the last DURATION of each hop's clock in each file: hop records carry per-process
+//! monotonic times, which share no origin with each other or with wall-clock time, so the
+//! window ends at the latest record of that hop in that file (found in a first pass; not
+//! possible on standard input).
+//!
+//! Exit status: 0 no stalls found, 1 stalls found, 2 a usage error, no readable input, or
+//! output (the report, the plot) that could not be written. A closed standard output (`|
+//! head`) ends it quietly.
 
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
-use streamgate::timeline::Timeline;
+use streamgate::timeline::{ProblemKind, Timeline};
 
 #[allow(dead_code)] // each example uses a part
 #[path = "common/mod.rs"]
 mod common;
 
-struct Args {
+const USAGE: &str = "usage: diagnose --path HOP1,HOP2,... [--stall-ms MS] [--json] [--plot FILE.svg] \
+[--request ID] [--since DURATION] [--max-requests N] INPUT... (files, directories, - for stdin)";
+
+/// The parsed command line.
+#[derive(Debug)]
+pub struct Args {
     path: Vec<String>,
     stall: Duration,
     json: bool,
     plot: Option<String>,
-    files: Vec<String>,
+    request: Option<String>,
+    since: Option<Duration>,
+    max_requests: Option<usize>,
+    inputs: Vec<String>,
+    help: bool,
 }
 
 fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
@@ -31,15 +64,17 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         stall: Duration::from_secs(1),
         json: false,
         plot: None,
-        files: Vec::new(),
+        request: None,
+        since: None,
+        max_requests: None,
+        inputs: Vec::new(),
+        help: false,
     };
     while let Some(arg) = args.next() {
+        let mut value = |what: &str| args.next().ok_or(format!("{arg} needs {what}"));
         match arg.as_str() {
             "--path" => {
-                let hops = args
-                    .next()
-                    .ok_or("--path needs a comma-separated list of hops")?;
-                parsed.path = hops
+                parsed.path = value("a comma-separated list of hops")?
                     .split(',')
                     .map(str::trim)
                     .filter(|h| !h.is_empty())
@@ -47,66 +82,234 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
                     .collect();
             }
             "--stall-ms" => {
-                let ms = args.next().and_then(|ms| ms.parse::<u64>().ok());
+                let ms = value("a positive number")?;
                 parsed.stall = Duration::from_millis(
-                    ms.filter(|ms| *ms > 0)
-                        .ok_or("--stall-ms needs a positive number")?,
+                    ms.parse::<u64>()
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .ok_or(format!("--stall-ms: `{ms}` is not a positive number"))?,
                 );
             }
             "--json" => parsed.json = true,
-            "--plot" => parsed.plot = Some(args.next().ok_or("--plot needs a file name")?),
-            flag if flag.starts_with("--") => return Err(format!("unknown flag {flag}")),
-            file => parsed.files.push(file.to_owned()),
+            "--plot" => parsed.plot = Some(value("a file name")?),
+            "--request" => parsed.request = Some(value("a request id")?),
+            "--since" => parsed.since = Some(duration(&value("a duration")?)?),
+            "--max-requests" => {
+                let n = value("a positive number")?;
+                parsed.max_requests = Some(
+                    n.parse::<usize>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or(format!("--max-requests: `{n}` is not a positive number"))?,
+                );
+            }
+            "-h" | "--help" => parsed.help = true,
+            "-" => parsed.inputs.push(arg),
+            flag if flag.starts_with('-') => return Err(format!("unknown flag {flag}")),
+            _ => parsed.inputs.push(arg),
         }
+    }
+    if parsed.help {
+        return Ok(parsed);
     }
     if parsed.path.is_empty() {
         return Err("--path is required".into());
     }
-    if parsed.files.is_empty() {
-        return Err("no hop-record files given".into());
+    if parsed.path.len() > streamgate::timeline::MAX_PATH {
+        return Err(format!(
+            "--path has at most {} hops",
+            streamgate::timeline::MAX_PATH
+        ));
+    }
+    for (i, hop) in parsed.path.iter().enumerate() {
+        if parsed.path[..i].contains(hop) {
+            return Err(format!("--path names {hop} twice"));
+        }
+    }
+    if parsed.inputs.is_empty() {
+        return Err("no input given (files, directories, - for stdin)".into());
+    }
+    let stdin = parsed.inputs.iter().filter(|i| *i == "-").count();
+    if stdin > 1 {
+        return Err("- (stdin) given twice".into());
+    }
+    if stdin == 1 && parsed.since.is_some() {
+        return Err("--since reads its input twice (to find where each hop's clock ends): it cannot read stdin".into());
     }
     Ok(parsed)
 }
 
-fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
+/// `500ms`, `90s`, `10m`, `2h`.
+fn duration(text: &str) -> Result<Duration, String> {
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: u64 = number
+        .parse()
+        .map_err(|_| format!("--since: `{text}` is not a duration like 500ms, 90s, 10m, 2h"))?;
+    let unit_ms = match unit {
+        "ms" => 1,
+        "s" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(format!("--since: `{text}` needs a unit: ms, s, m or h")),
+    };
+    Ok(Duration::from_millis(number.saturating_mul(unit_ms)))
+}
+
+/// One input to read.
+enum Input {
+    Stdin,
+    File(PathBuf),
+}
+
+impl Input {
+    fn name(&self) -> String {
+        match self {
+            Input::Stdin => "-".into(),
+            Input::File(path) => path.display().to_string(),
+        }
+    }
+}
+
+/// The files of a directory, oldest first (then by name).
+fn directory(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        // Follows symlinks; subdirectories are not read.
+        if let Ok(meta) = std::fs::metadata(&path) {
+            if meta.is_file() {
+                let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                files.push((modified, path));
+            }
+        }
+    }
+    files.sort();
+    Ok(files.into_iter().map(|(_, path)| path).collect())
+}
+
+/// Runs the command with `args` (without the program name), reading `-` from `stdin`, the
+/// report to `out` and messages to `err`; returns the exit status.
+pub fn run(
+    args: impl IntoIterator<Item = String>,
+    stdin: impl Read,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> u8 {
+    let args = match parse(args.into_iter()) {
+        Ok(args) if args.help => {
+            let _ = writeln!(out, "{USAGE}");
+            return 0;
+        }
         Ok(args) => args,
         Err(error) => {
-            eprintln!("diagnose: {error}");
-            eprintln!(
-                "usage: diagnose --path HOP1,HOP2,... [--stall-ms MS] [--json] [--plot FILE.svg] FILES..."
-            );
-            return ExitCode::from(2);
+            let _ = writeln!(err, "diagnose: {error}\n{USAGE}");
+            return 2;
         }
     };
     let mut timeline = Timeline::new(args.path.iter().cloned(), args.stall);
-    let mut read = 0;
-    for file in &args.files {
-        match std::fs::read(file) {
-            Ok(bytes) => {
-                timeline.add_lines(file, &String::from_utf8_lossy(&bytes));
-                read += 1;
+    if let Some(id) = &args.request {
+        timeline = timeline.request(id.clone());
+    }
+    if let Some(window) = args.since {
+        timeline = timeline.since(window);
+    }
+    if let Some(n) = args.max_requests {
+        timeline = timeline.max_requests(n);
+    }
+    let mut inputs = Vec::new();
+    for input in &args.inputs {
+        if input == "-" {
+            inputs.push(Input::Stdin);
+            continue;
+        }
+        let path = PathBuf::from(input);
+        if path.is_dir() {
+            match directory(&path) {
+                Ok(files) => inputs.extend(files.into_iter().map(Input::File)),
+                Err(error) => {
+                    let _ = writeln!(err, "diagnose: {input}: {error}");
+                    timeline.add_problem(ProblemKind::Unreadable, input, &error.to_string());
+                }
             }
-            Err(error) => eprintln!("diagnose: {file}: {error}"),
+        } else {
+            inputs.push(Input::File(path));
+        }
+    }
+    if args.since.is_some() {
+        for input in &inputs {
+            if let Input::File(path) = input {
+                // An error here shows again on the second pass.
+                if let Ok(file) = File::open(path) {
+                    let _ = timeline.scan(&input.name(), file);
+                }
+            }
+        }
+    }
+    let mut read = 0;
+    let mut stdin = Some(stdin);
+    for input in &inputs {
+        let name = input.name();
+        let result = match input {
+            Input::Stdin => match stdin.take() {
+                Some(stdin) => timeline.read(&name, stdin),
+                None => continue,
+            },
+            Input::File(path) => match File::open(path) {
+                Ok(file) => timeline.read(&name, file),
+                Err(error) => {
+                    timeline.add_problem(ProblemKind::Unreadable, &name, &error.to_string());
+                    Err(error)
+                }
+            },
+        };
+        match result {
+            Ok(()) => read += 1,
+            Err(error) => {
+                let _ = writeln!(err, "diagnose: {name}: {error}");
+            }
         }
     }
     if read == 0 {
-        return ExitCode::FAILURE;
+        let _ = writeln!(err, "diagnose: no readable input");
+        return 2;
     }
     let diagnosis = timeline.diagnose();
-    if args.json {
-        println!("{}", diagnosis.to_json());
+    let status = if diagnosis.has_stalls() { 1 } else { 0 };
+    let mut out = BufWriter::new(out);
+    let mut written = if args.json {
+        diagnosis.write_json(&mut out).and_then(|()| writeln!(out))
     } else {
-        print!("{}", diagnosis.report());
-    }
-    if let Some(file) = &args.plot {
+        diagnosis.write_report(&mut out)
+    };
+    if let (Ok(()), Some(file)) = (&written, &args.plot) {
         if let Err(error) = common::plot(&diagnosis, file) {
-            eprintln!("diagnose: plotting {file}: {error}");
-            return ExitCode::FAILURE;
+            let _ = writeln!(err, "diagnose: plotting {file}: {error}");
+            return 2;
         }
         if !args.json {
-            println!("  gap by output position written to {file}");
+            written = writeln!(out, "gap by output position written to {file}");
         }
     }
-    ExitCode::SUCCESS
+    match written.and_then(|()| out.flush()) {
+        Ok(()) => status,
+        // A reader that stopped early (`| head`) wanted no more.
+        Err(error) if error.kind() == io::ErrorKind::BrokenPipe => status,
+        Err(error) => {
+            let _ = writeln!(err, "diagnose: writing the report: {error}");
+            2
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let status = run(
+        std::env::args().skip(1),
+        io::stdin().lock(),
+        &mut io::stdout().lock(),
+        &mut io::stderr().lock(),
+    );
+    ExitCode::from(status)
 }

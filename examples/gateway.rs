@@ -128,7 +128,19 @@ async fn chat_completions(
             || format!("gw-{}", gateway.next_id.fetch_add(1, Ordering::Relaxed)),
             str::to_owned,
         );
-    let forwarded = [("x-request-id", request.as_str())];
+    #[allow(unused_mut)]
+    let mut forwarded = vec![("x-request-id", request.as_str())];
+    // With `otel`: the client's trace (its `traceparent`) goes on in `gateway.recv` and in the
+    // upstream request, so the worker's spans join it. (To make them children of the gateway's
+    // span instead, make the recorder before the request and inject its `otel_context()`.)
+    #[cfg(feature = "otel")]
+    let (parent, mut traced) = (streamgate::otel::extract(&headers), HeaderMap::new());
+    #[cfg(feature = "otel")]
+    streamgate::otel::inject(&parent, &mut traced);
+    #[cfg(feature = "otel")]
+    for (name, value) in &traced {
+        forwarded.push((name.as_str(), value.to_str().unwrap_or_default()));
+    }
     let path = "/v1/chat/completions";
     let upstream = match common::request(config.upstream, "POST", path, &forwarded, body).await {
         Ok(response) => response,
@@ -159,9 +171,11 @@ async fn chat_completions(
     }
     let streams = gateway.streams.clone();
     streams.start();
-    let events = common::body_stream(upstream)
-        .sse_events()
-        .probe(&gateway.recv, request.as_str());
+    let events = common::body_stream(upstream).sse_events();
+    #[cfg(feature = "otel")]
+    let events = gateway.recv.recorder_in(&*request, &parent).probe(events);
+    #[cfg(not(feature = "otel"))]
+    let events = events.probe(&gateway.recv, request.as_str());
     let (stall_at, stall) = (config.stall_at, config.stall);
     let gated = config
         .gate
@@ -232,6 +246,11 @@ pub(crate) fn app(
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // With `otel`: `traceparent` is read and written by the W3C propagator.
+    #[cfg(feature = "otel")]
+    opentelemetry::global::set_text_map_propagator(
+        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
+    );
     let prometheus = || {
         PrometheusBuilder::new()
             .install_recorder()

@@ -4,8 +4,9 @@
 //! itself, prints its `/metrics` page and exits; add `-- --serve 127.0.0.1:9000` to keep serving.
 //!
 //! The probe exports through the `metrics` facade; `metrics-exporter-prometheus` renders it.
-//! Install the recorder before creating the hop probes: their metric handles are registered
-//! with the recorder in place when they are created.
+//! The names, units and labels are listed in the `streamgate::probe` docs. Handles are looked
+//! up when each stream starts, so the recorder may be installed before or after the hop probes
+//! are created.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use streamgate::probe::HopProbe;
+use streamgate::probe::{HopProbe, METRIC_BUCKETS, describe_metrics};
 use streamgate::sse::SseEvent;
 use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
 use streamgate::{Gate, GateExt};
@@ -21,14 +22,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[tokio::main]
 async fn main() {
+    // The crate's buckets reach from 100 µs to 10 minutes; without them the exporter keeps
+    // short-window summaries, in which a 5 s stall can vanish.
     let prometheus = PrometheusBuilder::new()
-        .set_buckets_for_metric(
-            Matcher::Suffix("_seconds".into()),
-            &[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0],
-        )
+        .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)
         .expect("valid buckets")
         .install_recorder()
         .expect("no other recorder is installed");
+    describe_metrics();
     let hop = HopProbe::new("worker.write").stall_threshold(Duration::from_millis(100));
 
     let stream_hop = hop.clone();

@@ -36,9 +36,9 @@ use axum::routing::{get, post};
 use futures_core::Stream;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
-use streamgate::probe::{HopProbe, Observation, RecordSink};
+use streamgate::probe::{HopProbe, METRIC_BUCKETS, Observation, RecordSink, describe_metrics};
 use streamgate::resume::{AttachError, Registry, RegistryStats, ResumeOptions};
-use streamgate::sse::{Frame, SseEvent};
+use streamgate::sse::{EventId, Frame, SseEvent};
 use streamgate::transport::{
     DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, Departures, ListenOptions, SendQueue, SseResponse,
     TunedListener,
@@ -738,12 +738,14 @@ async fn stream_get(
     response
 }
 
-/// The `Last-Event-ID` header as an event id, if it is one.
+/// The `Last-Event-ID` header as an event id, if it is one (`42`, or `42h`/`42c` as the encoder
+/// writes hidden and control events' ids).
 fn last_event_id(headers: &HeaderMap) -> Option<u64> {
     headers
         .get("last-event-id")
         .and_then(|id| id.to_str().ok())
-        .and_then(|id| id.trim().parse::<u64>().ok())
+        .and_then(|id| EventId::parse(id.trim()))
+        .map(EventId::seq)
 }
 
 /// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds, 503
@@ -841,16 +843,15 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
     server::metrics_response(&server.prometheus)
 }
 
-/// Installs the process's Prometheus recorder (once per process: probes register their metrics
-/// with it when they are created).
+/// Installs the process's Prometheus recorder (once per process), with the crate's histogram
+/// buckets and help texts.
 pub(crate) fn prometheus() -> Result<PrometheusHandle, String> {
-    let buckets = [
-        0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
-    ];
-    PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &buckets)
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)
         .and_then(PrometheusBuilder::install_recorder)
-        .map_err(|error| format!("metrics: {error}"))
+        .map_err(|error| format!("metrics: {error}"))?;
+    describe_metrics();
+    Ok(handle)
 }
 
 /// Binds the listener and builds the app for `config`; the caller serves it.

@@ -3,6 +3,9 @@
 
 #[path = "../fuzz/checks/sse.rs"]
 mod checks;
+#[cfg(feature = "timeline")]
+#[path = "../fuzz/checks/hop_records.rs"]
+mod hop_checks;
 #[cfg(feature = "openai")]
 #[path = "../fuzz/checks/openai.rs"]
 mod openai_checks;
@@ -99,5 +102,26 @@ fn sse_decode_corpus_is_compared_with_eventsource_stream() {
         compared * 2 > files.len(),
         "{compared} of {} compared",
         files.len()
+    );
+}
+
+#[cfg(feature = "timeline")]
+#[test]
+fn hop_records_corpus() {
+    replay("hop_records", hop_checks::check);
+}
+
+#[cfg(feature = "timeline")]
+#[test]
+fn hop_records_corpus_reaches_every_limit() {
+    let mut inputs = BTreeMap::new();
+    for (_, data) in corpus("hop_records") {
+        for (name, reached) in hop_checks::reach(&data) {
+            *inputs.entry(name).or_insert(0) += usize::from(reached);
+        }
+    }
+    assert!(
+        inputs.values().all(|&n| n > 0),
+        "inputs reaching each: {inputs:?}"
     );
 }

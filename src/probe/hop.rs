@@ -55,6 +55,9 @@ pub(crate) struct Hop {
     pub(crate) records: Option<(RecordSink, u64)>,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: super::export::HopMetrics,
+    /// The hop's OpenTelemetry tracer and instruments, with its attributes.
+    #[cfg(feature = "otel")]
+    pub(crate) otel: Option<crate::otel::HopOtel>,
 }
 
 impl HopProbe {
@@ -75,15 +78,66 @@ impl HopProbe {
                 started: AtomicU64::new(0),
                 ended: Mutex::new(BTreeMap::new()),
                 records,
+                #[cfg(feature = "otel")]
+                otel: None,
             }),
         }
     }
 
-    /// The same hop with a different stall threshold: a visible gap at or above it is a stall.
+    /// The same hop, also exporting to OpenTelemetry through `otel`: a span per stream (its
+    /// request id, gap summary and end reason), the GenAI time-to-first-token and
+    /// per-chunk histograms, and a counter of ends by reason (see [`otel`](crate::otel)).
+    ///
+    /// A stream's span is a child of the context its recorder is made in: the one given to
+    /// [`recorder_in`](HopProbe::recorder_in), or [`Context::current`] for
+    /// [`recorder`](HopProbe::recorder) and [`GateExt::probe`](crate::GateExt::probe).
+    ///
+    /// [`Context::current`]: opentelemetry::Context::current
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use opentelemetry::metrics::MeterProvider as _;
+    /// use opentelemetry::trace::TracerProvider as _;
+    /// use opentelemetry_sdk::metrics::SdkMeterProvider;
+    /// use opentelemetry_sdk::trace::SdkTracerProvider;
+    /// use streamgate::otel::OtelHop;
+    /// use streamgate::probe::HopProbe;
+    ///
+    /// let tracers = SdkTracerProvider::builder().build();
+    /// let meters = SdkMeterProvider::builder().build();
+    /// let otel = OtelHop::new(tracers.tracer("streamgate"), &meters.meter("streamgate"));
+    /// let hop = HopProbe::new("worker.publish").otel(otel);
+    /// let mut recorder = hop.recorder("req-1"); // its span starts here
+    /// recorder.end("completed"); // and ends here
+    /// ```
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn otel(self, otel: crate::otel::OtelHop) -> Self {
+        let records = self.inner.records.clone();
+        let mut probe = HopProbe::build(self.inner.name.clone(), self.stall(), records);
+        let hop = Arc::get_mut(&mut probe.inner).expect("a hop just built");
+        hop.otel = Some(otel.bind(&hop.name));
+        probe
+    }
+
+    /// `self` with `from`'s OpenTelemetry export (the builders make a new hop).
+    #[cfg(feature = "otel")]
+    fn with_otel_of(mut self, from: &HopProbe) -> Self {
+        let hop = Arc::get_mut(&mut self.inner).expect("a hop just built");
+        hop.otel = from.inner.otel.clone();
+        self
+    }
+
+    /// The same hop with a different stall threshold: a quiet spell (no visible or hidden
+    /// event) at or above it is a stall.
     /// Call before creating recorders; existing clones keep the old settings.
     pub fn stall_threshold(self, stall: Duration) -> Self {
         let records = self.inner.records.clone();
-        HopProbe::build(self.inner.name.clone(), stall, records)
+        let probe = HopProbe::build(self.inner.name.clone(), stall, records);
+        #[cfg(feature = "otel")]
+        let probe = probe.with_otel_of(&self);
+        probe
     }
 
     /// The same hop, also writing a [`HopRecord`](super::HopRecord) per event for a sampled
@@ -92,7 +146,10 @@ impl HopProbe {
     pub fn records(self, sink: RecordSink, sample: f64) -> Self {
         let threshold = (sample.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
         let stall = Duration::from_nanos(self.inner.stall_ns);
-        HopProbe::build(self.inner.name.clone(), stall, Some((sink, threshold)))
+        let probe = HopProbe::build(self.inner.name.clone(), stall, Some((sink, threshold)));
+        #[cfg(feature = "otel")]
+        let probe = probe.with_otel_of(&self);
+        probe
     }
 
     /// The hop's name.

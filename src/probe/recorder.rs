@@ -16,7 +16,49 @@ impl HopProbe {
     /// [`MAX_RECORD_REQUEST`] bytes is cut (at a character boundary) before it is kept.
     pub fn recorder(&self, request: impl Into<Arc<str>>) -> Recorder {
         self.inner.started.fetch_add(1, Ordering::Relaxed);
-        Recorder::new(self.clone(), bounded(request.into()))
+        let recorder = Recorder::new(self.clone(), bounded(request.into()));
+        #[cfg(feature = "otel")]
+        let recorder = if self.inner.otel.is_some() {
+            recorder.traced(&opentelemetry::Context::current())
+        } else {
+            recorder
+        };
+        recorder
+    }
+
+    /// A recorder for one stream of request `request` through this hop, whose span (with
+    /// [`otel`](HopProbe::otel)) continues the trace of `parent`: the context extracted from
+    /// the incoming request ([`otel::extract`](crate::otel::extract)). At a hop without
+    /// `otel`, the recorder only keeps `parent`, for
+    /// [`otel_context`](Recorder::otel_context) to carry on upstream.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::HeaderMap;
+    /// use streamgate::probe::HopProbe;
+    ///
+    /// # let incoming = HeaderMap::new();
+    /// let hop = HopProbe::new("gateway.recv");
+    /// let parent = streamgate::otel::extract(&incoming);
+    /// let recorder = hop.recorder_in("req-1", &parent);
+    /// // The upstream request carries this stream's span (or the caller's trace).
+    /// let mut upstream = HeaderMap::new();
+    /// streamgate::otel::inject(&recorder.otel_context(), &mut upstream);
+    /// // ... send it, then probe the upstream's events with this recorder:
+    /// let events = futures_util::stream::empty::<streamgate::sse::Frame>();
+    /// let probed = recorder.probe(events);
+    /// # drop(probed);
+    /// ```
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn recorder_in(
+        &self,
+        request: impl Into<Arc<str>>,
+        parent: &opentelemetry::Context,
+    ) -> Recorder {
+        self.inner.started.fetch_add(1, Ordering::Relaxed);
+        Recorder::new(self.clone(), bounded(request.into())).traced(parent)
     }
 }
 
@@ -65,6 +107,10 @@ pub struct Recorder {
     metrics: Arc<super::export::Handles>,
     #[cfg(feature = "tracing")]
     span: tracing::Span,
+    /// The stream's OpenTelemetry span (or only its parent's context, at a hop without
+    /// `otel`); `None` for a plain recorder at a hop without `otel`.
+    #[cfg(feature = "otel")]
+    otel: Option<crate::otel::StreamSpan>,
 }
 
 /// One stream at one hop, so far.
@@ -121,7 +167,20 @@ impl Recorder {
             summary: StreamSummary::default(),
             batch: Batch::new(),
             ended: false,
+            #[cfg(feature = "otel")]
+            otel: None,
         }
+    }
+
+    /// Starts the stream's span (at a hop with `otel`) as a child of `parent`.
+    #[cfg(feature = "otel")]
+    fn traced(mut self, parent: &opentelemetry::Context) -> Self {
+        use crate::otel::StreamSpan;
+        self.otel = Some(match &self.hop.inner.otel {
+            Some(otel) => StreamSpan::start(otel, &self.request, parent),
+            None => StreamSpan::pass_through(parent),
+        });
+        self
     }
 
     /// Records one event, now.
@@ -162,17 +221,32 @@ impl Recorder {
                     tracing::warn!(parent: &self.span, seq, position = self.position,
                         quiet_ms = quiet / 1_000_000, "stall");
                 }
+                #[cfg(feature = "otel")]
+                if let (true, Some(otel)) = (stall, &mut self.otel) {
+                    otel.stall(Duration::from_nanos(quiet), self.position);
+                }
             }
         }
         if event.kind == Kind::Visible {
             match self.last_visible {
-                Some(last) => self.gap(now.saturating_sub(last)),
+                Some(last) => {
+                    let gap = now.saturating_sub(last);
+                    self.gap(gap);
+                    #[cfg(feature = "otel")]
+                    if let Some(otel) = &mut self.otel {
+                        otel.gap(Duration::from_nanos(gap));
+                    }
+                }
                 None => {
                     let first = Duration::from_nanos(now.saturating_sub(self.started));
                     self.summary.time_to_first_event = Some(first);
                     self.hop.inner.first_event.record(nanos(first));
                     #[cfg(feature = "metrics")]
                     self.metrics.first_event(first);
+                    #[cfg(feature = "otel")]
+                    if let Some(otel) = &mut self.otel {
+                        otel.first_event(first);
+                    }
                 }
             }
             self.last_visible = Some(now);
@@ -241,6 +315,10 @@ impl Recorder {
                 idle_ms = idle / 1_000_000,
                 "stream ended");
         }
+        #[cfg(feature = "otel")]
+        if let Some(otel) = &mut self.otel {
+            otel.end(&self.summary, self.position);
+        }
     }
 
     /// This stream at this hop, so far.
@@ -251,6 +329,29 @@ impl Recorder {
     /// The request id (cut to [`MAX_RECORD_REQUEST`] bytes).
     pub fn request(&self) -> &str {
         &self.request
+    }
+
+    /// The context to carry upstream ([`otel::inject`](crate::otel::inject)): this stream's
+    /// span in its parent's context, at a hop with [`otel`](HopProbe::otel), so the
+    /// upstream's spans are its children; at a hop without, the parent given to
+    /// [`recorder_in`](HopProbe::recorder_in), so the caller's trace goes on; otherwise empty.
+    #[cfg(feature = "otel")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+    pub fn otel_context(&self) -> opentelemetry::Context {
+        self.otel
+            .as_ref()
+            .map_or_else(opentelemetry::Context::new, |otel| otel.context().clone())
+    }
+
+    /// Records every item of `stream` with this recorder, as
+    /// [`GateExt::probe`](crate::GateExt::probe) does with a new one: for a recorder made
+    /// before its stream (to carry its context upstream first, say).
+    pub fn probe<S>(self, stream: S) -> super::Probed<S>
+    where
+        S: futures_core::Stream,
+        S::Item: super::Observed,
+    {
+        super::Probed::new(stream, self)
     }
 
     /// Whether this stream writes hop records.

@@ -1,0 +1,698 @@
+//! Timeline analysis: the hop each stall began at, from the hop records of several processes,
+//! in bounded memory.
+//!
+//! Give a [`Timeline`] the hops in path order (`worker.publish`, `gateway.recv`,
+//! `gateway.write`, `client.recv`) and the hop records each wrote ([`HopRecord`] JSON lines,
+//! from files, directories or standard input, in any order of files). It reads them as a
+//! stream, keeps a small state per request and hop, and after the last record names, for
+//! every stall, the hop where it began.
+//!
+//! # The rule
+//!
+//! Everything is measured per request, per hop, **on that hop's clock only**: times of
+//! different hops (processes, machines) are never subtracted, so clock offsets cannot matter.
+//!
+//! - *Progress* records are the visible and hidden ones (control records are housekeeping).
+//!   A **quiet spell** at a hop is the time between two consecutive progress records, and the
+//!   trailing one is the end record's `idle_ns`: the time from the last progress to the end.
+//!   That is how a freeze the stream ends in (a user who leaves after 40 s of nothing) is seen.
+//! - A **stall** at hop H is a quiet spell at or above the threshold, spanning the events from
+//!   `after` (the previous progress record's seq, or the start) to `seq` (the progress record
+//!   that ended it, or the end).
+//! - For each stall at H, with U the hop just before H in the path:
+//!   1. H is the first hop of the path: it **began at H**.
+//!   2. U has no records of the request: **unknown** ("no records of this request at U").
+//!   3. U has no record of `after` or of `seq`, or no end record when the stall runs to the
+//!      end: **unknown**, naming the missing record (dropped by a full sink, a request U did
+//!      not sample, a hop that filtered events).
+//!   4. U's longest quiet spell within the span (between its progress records with seqs from
+//!      `after` to `seq`, plus its trailing one when the span runs to the end) is at or above
+//!      the threshold: **passed on** from upstream. Not reported at H: U's own analysis
+//!      reports it, at U or further up.
+//!   5. U has hidden records strictly inside the span and H carries no hidden events (it
+//!      recorded none of the request): a **hidden phase** (reasoning) H does not carry. Not a
+//!      stall; counted per hop. A span that runs to the end also needs U to have no visible
+//!      record after `after`: visible events H never received are not a phase it does not
+//!      carry (a hop that froze during reasoning and was then abandoned did stall).
+//!   6. Otherwise it **began at H**, and U's longest quiet spell over the span is reported as
+//!      the upstream gap (exact from a tenth of the threshold up; below that, possibly an
+//!      upper bound, and said so).
+//! - Seqs are the events' ids, the same at every hop: a coalescing hop records a merged event
+//!   under its last id, so the hops after it skip seqs and still line up with the hops before.
+//!   Records after a hop's end record for a request belong to a resumed stream (a new
+//!   subscriber): from another source, or later on the same clock. They continue the hop's
+//!   seqs; no quiet spell is measured across the resume.
+//! - Per hop, a table of *visible* gaps (visible event to visible event, plus the time from the
+//!   last visible event to the end), from a bounded histogram, and the longest and mean gap at
+//!   each output position.
+//!
+//! # Bounded memory, hostile input
+//!
+//! Lines are read with a length limit (a longer line is one problem, never held whole). A
+//! request at a hop is a fixed state of about 150 bytes, whatever its number of records; what
+//! can grow (holes in its seqs, hidden phases, stalls, quiet spells of a tenth of the threshold
+//! or more) is counted against one detail budget,
+//! and an answer that would need a detail not kept is "unknown", never a guess. The number of
+//! requests, of problems kept as examples and of stalls listed are limited too (counts are
+//! kept past each limit). Bad lines, duplicates, seqs out of order, times going backwards,
+//! records after the end, `u64::MAX` seqs and times are reported, line by line, and skipped;
+//! arithmetic saturates; nothing panics.
+//!
+//! # Examples
+//!
+//! ```
+//! use std::time::Duration;
+//! use streamgate::timeline::{Blame, Timeline};
+//!
+//! let worker = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+//! {"request":"r1","hop":"worker.publish","seq":1,"t_ns":5000000,"bytes":3,"kind":"visible"}
+//! {"request":"r1","hop":"worker.publish","seq":2,"t_ns":6000000,"bytes":0,"kind":"end","reason":"completed","idle_ns":1000000}"#;
+//! // The gateway's clock is unrelated to the worker's; only its own gaps count.
+//! let gateway = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":900000000000,"bytes":3,"kind":"visible"}
+//! {"request":"r1","hop":"gateway.write","seq":1,"t_ns":902005000000,"bytes":3,"kind":"visible"}
+//! {"request":"r1","hop":"gateway.write","seq":2,"t_ns":902006000000,"bytes":0,"kind":"end","reason":"completed","idle_ns":1000000}"#;
+//! let mut timeline = Timeline::new(["worker.publish", "gateway.write"], Duration::from_secs(1));
+//! timeline.add_lines("worker.jsonl", worker);
+//! timeline.add_lines("gateway.jsonl", gateway);
+//! let diagnosis = timeline.diagnose();
+//! assert!(diagnosis.problems.is_empty());
+//! assert_eq!(diagnosis.stalls.len(), 1);
+//! let stall = &diagnosis.stalls[0];
+//! assert_eq!((stall.hop.as_str(), stall.after, stall.seq), ("gateway.write", Some(0), Some(1)));
+//! assert_eq!(stall.blame, Blame::Began);
+//! assert_eq!(stall.upstream_gap, Some(Duration::from_millis(5)));
+//! ```
+
+mod blame;
+mod lines;
+mod parse;
+mod problems;
+mod report;
+mod stream;
+mod table;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{self, BufReader, Read};
+use std::time::Duration;
+
+use crate::probe::{HopRecord, RecordKind};
+
+use self::blame::Verdict;
+use self::lines::{Line, each_line};
+use self::parse::Parsed;
+use self::problems::ProblemLog;
+use self::stream::{Budget, Ctx, NO_REASON, Rec, Stream};
+use self::table::HopTable;
+
+pub use self::parse::RecordError;
+pub use self::problems::{Problem, ProblemKind, Problems};
+pub use self::report::{Blame, Diagnosis, HopSummary, Stall};
+pub use self::table::PositionGap;
+
+/// The longest line read by default: 64 KiB (a record is a few hundred bytes).
+pub const DEFAULT_MAX_LINE: usize = 64 * 1024;
+/// Requests analysed by default: 1 Mi (each about 150 bytes per hop it has records of, plus its
+/// id and its place in a hash table: about 300 MB for a million requests of one hop).
+pub const DEFAULT_MAX_REQUESTS: usize = 1 << 20;
+/// Problems kept as examples by default (all are counted).
+pub const DEFAULT_MAX_PROBLEMS: usize = 100;
+/// Stalls listed by default: the longest 10,000 (all are counted).
+pub const DEFAULT_MAX_STALLS: usize = 10_000;
+/// The detail budget by default: 4 Mi holes, hidden phases, stalls and quiet spells of a tenth
+/// of the threshold or more, over all streams (16 to 48 bytes each).
+pub const DEFAULT_MAX_DETAILS: u64 = 1 << 22;
+/// Output positions tracked per hop by default (for the gap-by-position plot).
+pub const DEFAULT_MAX_POSITIONS: usize = 4096;
+
+/// The most hops a path may have.
+pub const MAX_PATH: usize = 64;
+/// Distinct end reasons kept; later ones are reported as `other`.
+const MAX_REASONS: usize = 255;
+/// Distinct sources told apart (for resumes); later ones share one.
+const MAX_SOURCES: usize = u16::MAX as usize;
+
+/// Hop records gathered for analysis: a small state per request and hop, read as a stream.
+///
+/// # Examples
+///
+/// A client that stopped receiving and left after 40 s, while the gateway before it kept
+/// writing: the freeze began between them, at `client.recv`.
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::{Blame, Timeline};
+///
+/// let mut records = String::new();
+/// let mut line = |hop: &str, seq: u64, t_ms: u64, end: Option<u64>| {
+///     let t_ns = t_ms * 1_000_000;
+///     records.push_str(&match end {
+///         None => format!(r#"{{"request":"r","hop":"{hop}","seq":{seq},"t_ns":{t_ns},"bytes":5,"kind":"visible"}}"#),
+///         Some(idle_ms) => format!(
+///             r#"{{"request":"r","hop":"{hop}","seq":{seq},"t_ns":{t_ns},"bytes":0,"kind":"end","reason":"consumer_gone","idle_ns":{}}}"#,
+///             idle_ms * 1_000_000
+///         ),
+///     });
+///     records.push('\n');
+/// };
+/// for seq in 0..100 {
+///     line("gateway.write", seq, 10 * seq, None);
+/// }
+/// line("gateway.write", 100, 990 + 3, Some(3));
+/// for seq in 0..10 {
+///     line("client.recv", seq, 5_000 + 10 * seq, None);
+/// }
+/// line("client.recv", 10, 5_090 + 40_000, Some(40_000));
+///
+/// let mut timeline = Timeline::new(["gateway.write", "client.recv"], Duration::from_secs(1));
+/// timeline.read("records.jsonl", records.as_bytes())?;
+/// let diagnosis = timeline.diagnose();
+/// let stall = &diagnosis.stalls[0];
+/// assert_eq!(stall.hop, "client.recv");
+/// assert_eq!((stall.after, stall.seq), (Some(9), None));
+/// assert_eq!(stall.end_reason.as_deref(), Some("consumer_gone"));
+/// assert_eq!(stall.gap, Duration::from_secs(40));
+/// assert_eq!(stall.blame, Blame::Began);
+/// assert!(stall.upstream_gap < Some(Duration::from_millis(20)));
+/// assert!(diagnosis.has_stalls());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct Timeline {
+    path: Vec<Box<str>>,
+    stall_ns: u64,
+    max_line: usize,
+    max_requests: usize,
+    max_stalls: usize,
+    only: Option<Box<str>>,
+    window_ns: Option<u64>,
+    /// (source, hop) -> the latest time seen by `scan`.
+    latest: HashMap<(u16, u8), u64>,
+    sources: Vec<Box<str>>,
+    reasons: Vec<Box<str>>,
+    requests: HashMap<Box<str>, Vec<Stream>>,
+    tables: Vec<HopTable>,
+    problems: ProblemLog,
+    budget: Budget,
+    max_details: u64,
+    lines: u64,
+    records: u64,
+    filtered: u64,
+}
+
+impl Timeline {
+    /// An empty timeline for the hops of `path`, in order, with `stall` as the stall
+    /// threshold.
+    ///
+    /// # Panics
+    ///
+    /// If the path is empty, longer than [`MAX_PATH`], or names a hop twice.
+    pub fn new<I, S>(path: I, stall: Duration) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let path: Vec<Box<str>> = path
+            .into_iter()
+            .map(|hop| hop.into().into_boxed_str())
+            .collect();
+        assert!(
+            !path.is_empty() && path.len() <= MAX_PATH,
+            "a path has 1 to {MAX_PATH} hops"
+        );
+        for (index, hop) in path.iter().enumerate() {
+            assert!(
+                !path[..index].contains(hop),
+                "hop `{hop}` is twice in the path"
+            );
+        }
+        Timeline {
+            stall_ns: u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX),
+            max_line: DEFAULT_MAX_LINE,
+            max_requests: DEFAULT_MAX_REQUESTS,
+            max_stalls: DEFAULT_MAX_STALLS,
+            only: None,
+            window_ns: None,
+            latest: HashMap::new(),
+            sources: Vec::new(),
+            reasons: Vec::new(),
+            requests: HashMap::new(),
+            tables: path
+                .iter()
+                .map(|_| HopTable::new(DEFAULT_MAX_POSITIONS))
+                .collect(),
+            path,
+            problems: ProblemLog::new(DEFAULT_MAX_PROBLEMS),
+            budget: Budget {
+                left: DEFAULT_MAX_DETAILS,
+            },
+            max_details: DEFAULT_MAX_DETAILS,
+            lines: 0,
+            records: 0,
+            filtered: 0,
+        }
+    }
+
+    /// Analyses only the request `id`: other requests' records are counted as filtered.
+    pub fn request(mut self, id: impl Into<String>) -> Self {
+        self.only = Some(id.into().into_boxed_str());
+        self
+    }
+
+    /// Analyses only the last `window` of each hop's clock in each source.
+    ///
+    /// Hop records carry monotonic times of the process that wrote them: times of different
+    /// processes share no origin, and none of them is wall-clock time. So the window is taken
+    /// per source and hop: it ends at the latest record of that hop in that source, which
+    /// [`scan`](Timeline::scan) finds in a first pass over each source; [`read`](Timeline::read)
+    /// then leaves out older records. The records of a source that was not scanned are all
+    /// read. A source holding records of several processes of one hop (the logs of two
+    /// replicas, or of a restart, in one file) mixes their clocks: split it first. A request
+    /// that crosses the window's start may have records at one hop and not at the hop before;
+    /// its stalls there are unknown, and say so.
+    pub fn since(mut self, window: Duration) -> Self {
+        self.window_ns = Some(u64::try_from(window.as_nanos()).unwrap_or(u64::MAX));
+        self
+    }
+
+    /// Reads lines of at most `bytes` (default [`DEFAULT_MAX_LINE`]); longer ones are skipped
+    /// as they are read, one problem each.
+    pub fn max_line(mut self, bytes: usize) -> Self {
+        self.max_line = bytes;
+        self
+    }
+
+    /// Analyses at most `n` requests (default [`DEFAULT_MAX_REQUESTS`]); records of later
+    /// ones are counted as [`ProblemKind::RequestLimit`].
+    pub fn max_requests(mut self, n: usize) -> Self {
+        self.max_requests = n;
+        self
+    }
+
+    /// Keeps the first `n` problems as examples (default [`DEFAULT_MAX_PROBLEMS`]); all are
+    /// counted by kind.
+    pub fn max_problems(mut self, n: usize) -> Self {
+        self.problems.set_max(n);
+        self
+    }
+
+    /// Lists the `n` longest stalls (default [`DEFAULT_MAX_STALLS`]); all are counted.
+    pub fn max_stalls(mut self, n: usize) -> Self {
+        self.max_stalls = n;
+        self
+    }
+
+    /// Keeps at most `n` details (default [`DEFAULT_MAX_DETAILS`]) over all streams: holes
+    /// in a hop's seqs, hidden phases, stalls, quiet spells of a tenth of the threshold or
+    /// more. What would need a hole, a phase or a stall not kept is unknown; a quiet spell not
+    /// kept goes into the stream's sketch (an upstream gap becomes an upper bound).
+    pub fn max_details(mut self, n: u64) -> Self {
+        let used = self.max_details.saturating_sub(self.budget.left);
+        self.max_details = n;
+        self.budget.left = n.saturating_sub(used);
+        self
+    }
+
+    /// Tracks gaps by output position for the first `n` positions of each stream (default
+    /// [`DEFAULT_MAX_POSITIONS`]).
+    pub fn max_positions(mut self, n: usize) -> Self {
+        for table in &mut self.tables {
+            table.set_max_positions(n);
+        }
+        self
+    }
+
+    /// The first pass of [`since`](Timeline::since): finds the latest time of each hop in the
+    /// records of `source`. Does nothing without a window.
+    ///
+    /// # Errors
+    ///
+    /// What reading returns.
+    pub fn scan(&mut self, source: &str, reader: impl Read) -> io::Result<()> {
+        if self.window_ns.is_none() {
+            return Ok(());
+        }
+        let source = self.source(source);
+        let (path, latest) = (&self.path, &mut self.latest);
+        each_line(
+            BufReader::with_capacity(1 << 16, reader),
+            self.max_line,
+            |_, line| {
+                let Line::Text(text) = line else { return };
+                let Ok(record) = parse::parse(text) else {
+                    return;
+                };
+                if let Some(hop) = path.iter().position(|h| **h == *record.hop) {
+                    let t = latest.entry((source, hop as u8)).or_insert(0);
+                    *t = (*t).max(record.t_ns);
+                }
+            },
+        )
+    }
+
+    /// Reads the hop records of `source` (JSON lines, any hops, blank lines skipped), naming
+    /// `source` in any problem found. Memory stays bounded however long the input or its
+    /// lines are.
+    ///
+    /// # Errors
+    ///
+    /// What reading returns; the records read before the error count (the error is also a
+    /// problem of the diagnosis).
+    pub fn read(&mut self, source: &str, reader: impl Read) -> io::Result<()> {
+        let id = self.source(source);
+        let max_line = self.max_line;
+        let result = each_line(
+            BufReader::with_capacity(1 << 16, reader),
+            max_line,
+            |n, line| self.line(id, n, line),
+        );
+        if let Err(error) = &result {
+            self.problems
+                .add(ProblemKind::Unreadable, source, None, || error.to_string());
+        }
+        result
+    }
+
+    /// Reads the hop records in `text` (see [`read`](Timeline::read)).
+    pub fn add_lines(&mut self, source: &str, text: &str) {
+        // Reading from a slice cannot fail.
+        let _ = self.read(source, text.as_bytes());
+    }
+
+    /// Adds one record.
+    pub fn add_record(&mut self, source: &str, record: &HopRecord) {
+        let id = self.source(source);
+        if let Err(error) = parse::check(
+            &record.request,
+            record.kind,
+            record.reason.as_deref(),
+            record.idle_ns,
+        ) {
+            self.problems
+                .add(ProblemKind::BadRecord, source, None, || error.to_string());
+            return;
+        }
+        let parsed = Parsed {
+            request: record.request.as_str().into(),
+            hop: record.hop.as_str().into(),
+            seq: record.seq,
+            t_ns: record.t_ns,
+            bytes: record.bytes,
+            kind: record.kind,
+            end: record.reason.clone().zip(record.idle_ns),
+        };
+        self.take(id, None, &parsed);
+    }
+
+    /// A problem not tied to a line: an input that could not be opened, for one.
+    pub fn add_problem(&mut self, kind: ProblemKind, source: &str, message: &str) {
+        self.problems.add(kind, source, None, || message.to_owned());
+    }
+
+    fn source(&mut self, name: &str) -> u16 {
+        if let Some(id) = self.sources.iter().position(|s| **s == *name) {
+            return id as u16;
+        }
+        if self.sources.len() < MAX_SOURCES {
+            self.sources.push(name.into());
+        }
+        (self.sources.len() - 1) as u16
+    }
+
+    fn reason(&mut self, reason: &str) -> u16 {
+        if let Some(id) = self.reasons.iter().position(|r| **r == *reason) {
+            return id as u16;
+        }
+        if self.reasons.len() < MAX_REASONS {
+            self.reasons.push(reason.into());
+            return (self.reasons.len() - 1) as u16;
+        }
+        NO_REASON - 1 // other
+    }
+
+    fn line(&mut self, source: u16, number: u64, line: Line<'_>) {
+        self.lines = self.lines.saturating_add(1);
+        let name = &self.sources[usize::from(source)];
+        match line {
+            Line::TooLong(length) => {
+                let max = self.max_line;
+                self.problems
+                    .add(ProblemKind::LongLine, name, Some(number), || {
+                        format!("a line of {length} bytes (at most {max}): skipped")
+                    });
+            }
+            Line::Text(text) => {
+                if text.iter().all(u8::is_ascii_whitespace) {
+                    return;
+                }
+                match parse::parse(text) {
+                    Ok(parsed) => self.take(source, Some(number), &parsed),
+                    Err(error) => {
+                        self.problems
+                            .add(ProblemKind::BadRecord, name, Some(number), || {
+                                error.to_string()
+                            })
+                    }
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, source: u16, line: Option<u64>, record: &Parsed<'_>) {
+        if self
+            .only
+            .as_deref()
+            .is_some_and(|only| only != record.request)
+        {
+            self.filtered = self.filtered.saturating_add(1);
+            return;
+        }
+        let source_name = &self.sources[usize::from(source)];
+        let Some(hop) = self.path.iter().position(|h| **h == *record.hop) else {
+            let hop = parse::cut(&record.hop, 64);
+            self.problems
+                .add(ProblemKind::UnknownHop, source_name, line, || {
+                    format!("hop `{hop}` is not on the path")
+                });
+            return;
+        };
+        let hop = hop as u8;
+        if let Some(window) = self.window_ns {
+            if let Some(&latest) = self.latest.get(&(source, hop)) {
+                if record.t_ns < latest.saturating_sub(window) {
+                    self.filtered = self.filtered.saturating_add(1);
+                    return;
+                }
+            }
+        }
+        let end = record
+            .end
+            .as_ref()
+            .map(|(reason, idle)| (self.reason(reason), *idle));
+        let rec = Rec {
+            seq: record.seq,
+            t_ns: record.t_ns,
+            kind: record.kind,
+            end,
+            source,
+        };
+        debug_assert_eq!(rec.end.is_some(), record.kind == RecordKind::End);
+        let Timeline {
+            path,
+            stall_ns,
+            requests,
+            tables,
+            problems,
+            budget,
+            sources,
+            max_requests,
+            window_ns,
+            records,
+            ..
+        } = self;
+        let source_name = &sources[usize::from(source)];
+        let streams = match requests.get_mut(&*record.request) {
+            Some(streams) => streams,
+            None => {
+                if requests.len() >= *max_requests {
+                    let max = *max_requests;
+                    problems.add(ProblemKind::RequestLimit, source_name, line, || {
+                        format!(
+                            "request `{}` not analysed: more than {max} requests",
+                            record.request
+                        )
+                    });
+                    return;
+                }
+                requests
+                    .entry(record.request.as_ref().into())
+                    .or_insert_with(|| Vec::with_capacity(1))
+            }
+        };
+        let at = match streams.iter().position(|s| s.hop == hop) {
+            Some(at) => at,
+            None => {
+                if streams.len() == streams.capacity() {
+                    // Grow once, to the path's length, rather than doubling.
+                    streams.reserve_exact(path.len() - streams.len());
+                }
+                streams.push(Stream::new(hop, source, window_ns.is_some()));
+                streams.len() - 1
+            }
+        };
+        let table = &mut tables[usize::from(hop)];
+        let mut cx = Ctx {
+            stall_ns: *stall_ns,
+            budget,
+            table,
+            problems,
+            source: source_name,
+            line,
+            request: &record.request,
+            hop: &path[usize::from(hop)],
+        };
+        if streams[at].add(&rec, &mut cx) {
+            cx.table.records = cx.table.records.saturating_add(1);
+            *records = records.saturating_add(1);
+        }
+    }
+
+    /// Names the hop each stall began at, from everything read so far. It can be called
+    /// again after reading more.
+    pub fn diagnose(&self) -> Diagnosis {
+        #[derive(Default, Clone)]
+        struct Counts {
+            began: u64,
+            unknown: u64,
+            passed_on: u64,
+            hidden: u64,
+        }
+        let mut counts = vec![Counts::default(); self.path.len()];
+        let mut stalls: Vec<Stall> = Vec::new();
+        let mut total: u64 = 0;
+        let keep = self.max_stalls;
+        for (request, streams) in &self.requests {
+            for stream in streams {
+                let upstream = stream
+                    .hop
+                    .checked_sub(1)
+                    .and_then(|up| streams.iter().find(|s| s.hop == up));
+                let count = &mut counts[usize::from(stream.hop)];
+                for spell in stream.spells() {
+                    let (blame, upstream_gap) =
+                        match blame::judge(&self.path, stream, upstream, spell) {
+                            Verdict::PassedOn => {
+                                count.passed_on += 1;
+                                continue;
+                            }
+                            Verdict::Hidden => {
+                                count.hidden += 1;
+                                continue;
+                            }
+                            Verdict::Began(gap) => {
+                                count.began += 1;
+                                (Blame::Began, gap)
+                            }
+                            Verdict::Unknown(why) => {
+                                count.unknown += 1;
+                                (Blame::Unknown(why), None)
+                            }
+                        };
+                    total = total.saturating_add(1);
+                    if keep == 0 {
+                        continue;
+                    }
+                    let end_reason = (spell.seq.is_none() && spell.reason != NO_REASON)
+                        .then(|| self.reason_name(spell.reason).to_owned());
+                    stalls.push(Stall {
+                        request: request.to_string(),
+                        hop: self.path[usize::from(stream.hop)].to_string(),
+                        after: spell.after,
+                        seq: spell.seq,
+                        end_reason,
+                        gap: Duration::from_nanos(spell.quiet_ns),
+                        upstream_gap: upstream_gap.map(|(ns, _)| Duration::from_nanos(ns)),
+                        upstream_gap_exact: upstream_gap.is_some_and(|(_, exact)| exact),
+                        blame,
+                    });
+                    if stalls.len() >= keep.saturating_mul(2) {
+                        longest_first(&mut stalls);
+                        stalls.truncate(keep);
+                    }
+                }
+            }
+        }
+        longest_first(&mut stalls);
+        stalls.truncate(keep);
+        let order = |hop: &str| self.path.iter().position(|h| **h == *hop);
+        stalls.sort_by(|a, b| {
+            (&a.request, order(&a.hop), a.after, a.seq).cmp(&(
+                &b.request,
+                order(&b.hop),
+                b.after,
+                b.seq,
+            ))
+        });
+        let hops = self
+            .path
+            .iter()
+            .zip(&self.tables)
+            .zip(counts)
+            .map(|((hop, table), count)| HopSummary {
+                hop: hop.to_string(),
+                gaps: table.count(),
+                p50: table.quantile(0.5),
+                p99: table.quantile(0.99),
+                max: table.max(),
+                by_position: table.positions(),
+                positions_beyond: table.beyond(),
+                quiet_spells: table.quiet_spells,
+                began: count.began,
+                unknown: count.unknown,
+                passed_on: count.passed_on,
+                hidden_phases: count.hidden,
+                resumes: table.resumes,
+                records: table.records,
+            })
+            .collect();
+        Diagnosis {
+            stall: Duration::from_nanos(self.stall_ns),
+            requests: self.requests.len() as u64,
+            records: self.records,
+            lines: self.lines,
+            filtered: self.filtered,
+            stalls_total: total,
+            stalls,
+            hops,
+            problems: self.problems.summary(),
+        }
+    }
+
+    fn reason_name(&self, id: u16) -> &str {
+        self.reasons.get(usize::from(id)).map_or("other", |r| r)
+    }
+}
+
+/// Sorts stalls longest first (ties in a fixed order, so the ones kept do not depend on the
+/// order requests are stored in).
+fn longest_first(stalls: &mut [Stall]) {
+    stalls.sort_unstable_by(|a, b| {
+        b.gap
+            .cmp(&a.gap)
+            .then_with(|| a.request.cmp(&b.request))
+            .then_with(|| a.hop.cmp(&b.hop))
+            .then_with(|| a.after.cmp(&b.after))
+            .then_with(|| a.seq.cmp(&b.seq))
+    });
+}
+
+impl fmt::Debug for Timeline {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Timeline")
+            .field("path", &self.path)
+            .field("stall", &Duration::from_nanos(self.stall_ns))
+            .field("requests", &self.requests.len())
+            .field("records", &self.records)
+            .field("details_left", &self.budget.left)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,90 @@
+//! The probe's metrics through a real Prometheus recorder: install order, names, buckets.
+
+use std::time::{Duration, Instant};
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+use streamgate::Kind;
+use streamgate::probe::{HopProbe, METRIC_BUCKETS, Observation, describe_metrics};
+
+/// The value of the sample line that starts with `prefix`.
+fn sample(page: &str, prefix: &str) -> f64 {
+    page.lines()
+        .find(|line| line.starts_with(prefix))
+        .and_then(|line| line.rsplit(' ').next())
+        .unwrap_or_else(|| panic!("no `{prefix}` in\n{page}"))
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_hop_made_before_the_recorder_exports_every_metric_with_the_crates_buckets() {
+    // The hop exists before any recorder: its first handles are the no-op recorder's.
+    let hop = HopProbe::new("worker.write");
+    drop(hop.recorder("before"));
+    let recorder = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)
+        .unwrap()
+        .build_recorder();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, || {
+        describe_metrics();
+        let mut stream = hop.recorder("req-1");
+        let start = Instant::now();
+        // Three 5 s stalls, then a prompt end.
+        for (seq, s) in [0u64, 5, 10, 15].into_iter().enumerate() {
+            let at = start + Duration::from_secs(s);
+            stream.observe_at(Observation::new(Some(seq as u64), 3, Kind::Visible), at);
+        }
+        stream.end_at("completed", start + Duration::from_secs(15));
+        // A stream abandoned in a freeze.
+        let mut frozen = hop.recorder("req-2");
+        frozen.observe_at(Observation::new(Some(0), 3, Kind::Visible), start);
+        frozen.end_at("consumer_gone", start + Duration::from_secs(40));
+    });
+    let page = handle.render();
+    let hop = r#"hop="worker.write""#;
+    assert!(page.contains("# HELP streamgate_gap_seconds"), "{page}");
+    assert_eq!(
+        sample(&page, &format!("streamgate_stalls_total{{{hop}}}")),
+        4.0
+    );
+    assert_eq!(
+        sample(
+            &page,
+            &format!(r#"streamgate_events_total{{{hop},kind="visible"}}"#)
+        ),
+        5.0
+    );
+    assert_eq!(
+        sample(
+            &page,
+            &format!("streamgate_time_to_first_event_seconds_count{{{hop}}}")
+        ),
+        2.0
+    );
+    // Gaps: three of 5 s, the last one of each stream (0 s and 40 s).
+    assert_eq!(
+        sample(&page, &format!("streamgate_gap_seconds_count{{{hop}}}")),
+        5.0
+    );
+    let bucket = |le: &str| {
+        sample(
+            &page,
+            &format!(r#"streamgate_gap_seconds_bucket{{{hop},le="{le}"}}"#),
+        )
+    };
+    assert_eq!(bucket("0.0001"), 1.0, "the prompt end");
+    assert_eq!(bucket("2"), 1.0);
+    assert_eq!(bucket("10"), 4.0, "three 5 s stalls are stalls, not 28 ms");
+    assert_eq!(bucket("60"), 5.0);
+    let ended = |reason: &str, stalled: &str| {
+        sample(
+            &page,
+            &format!(
+                r#"streamgate_streams_ended_total{{{hop},reason="{reason}",stalled="{stalled}"}}"#
+            ),
+        )
+    };
+    assert_eq!(ended("completed", "false"), 1.0);
+    assert_eq!(ended("consumer_gone", "true"), 1.0);
+}
