@@ -38,7 +38,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, METRIC_BUCKETS, Observation, RecordSink, describe_metrics};
 use streamgate::resume::{AttachError, Registry, RegistryStats, ResumeOptions};
-use streamgate::sse::{EventId, Frame, SseEvent};
+use streamgate::sse::{Frame, SseEvent};
 use streamgate::transport::{
     DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, Departures, ListenOptions, SendQueue, SseResponse,
     TunedListener,
@@ -475,7 +475,11 @@ impl Server {
                         break;
                     }
                     if (i - from) % BLOCK_TOKENS == 0 {
-                        worker.take_block()?;
+                        if let Err(error) = worker.take_block() {
+                            decode.end("generator_error");
+                            publish.end("generator_error");
+                            return Err(error.into());
+                        }
                         held.fetch_add(1, Ordering::SeqCst);
                     }
                     worker
@@ -498,8 +502,15 @@ impl Server {
                     .map_err(|_| "the stream ended")?;
                     publish.observe(observed);
                 }
-                decode.end("completed");
-                publish.end("completed");
+                // A stop asked for is the stream cancelled; a recorder dropped on the way out
+                // (the gate ended first) is its consumer gone.
+                let ended = if finish == "stop" {
+                    "cancelled"
+                } else {
+                    "completed"
+                };
+                decode.end(ended);
+                publish.end(ended);
                 tx.send(Delta::Finish {
                     meta,
                     reason: finish,
@@ -738,14 +749,12 @@ async fn stream_get(
     response
 }
 
-/// The `Last-Event-ID` header as an event id, if it is one (`42`, or `42h`/`42c` as the encoder
-/// writes hidden and control events' ids).
+/// The `Last-Event-ID` header as an event id, if it is one.
 fn last_event_id(headers: &HeaderMap) -> Option<u64> {
     headers
         .get("last-event-id")
         .and_then(|id| id.to_str().ok())
-        .and_then(|id| EventId::parse(id.trim()))
-        .map(EventId::seq)
+        .and_then(|id| id.trim().parse::<u64>().ok())
 }
 
 /// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds, 503

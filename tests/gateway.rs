@@ -87,7 +87,8 @@ async fn tokens_pass_through_in_order() {
         assert!(frame.contains(&format!("\"content\":\"t{i} \"")), "{frame}");
     }
     // Every event carries its id: the final chunk and `[DONE]` the ids after the tokens'.
-    assert_eq!(frames[11], "id: 11\ndata: [DONE]\n\n");
+    // `[DONE]` is marked control for hops that decode the stream; clients ignore the comment.
+    assert_eq!(frames[11], ": control\nid: 11\ndata: [DONE]\n\n");
     // Errors pass through.
     let mut refused = post(gateway, "r2", r#"{"messages":[],"max_tokens":0}"#).await;
     assert_eq!(refused.status(), 400);
@@ -151,13 +152,19 @@ async fn diagnose(
     let mut recorder = client.recorder(tag);
     let mut response = post(gateway, tag, &chat(60)).await;
     while let Some(frame) = response.next_frame().await {
-        let kind = if frame.starts_with(':') {
+        // A heartbeat has no data; the final chunk and `[DONE]` are marked `: control`.
+        let data = frame.lines().any(|line| line.starts_with("data:"));
+        let kind = if !data || frame.starts_with(": control\n") {
             Kind::Control
         } else {
             Kind::Visible
         };
-        if kind == Kind::Visible {
-            recorder.observe(Observation::new(None, frame.len() as u64, kind));
+        let seq = frame
+            .lines()
+            .find_map(|line| line.strip_prefix("id: "))
+            .and_then(|id| id.parse().ok());
+        if data {
+            recorder.observe(Observation::new(seq, frame.len() as u64, kind));
         }
     }
     recorder.end("completed");

@@ -351,11 +351,11 @@ fn kinds() {
 #[test]
 fn done_usage_and_error_frames() {
     let done = SseEvent::from(ChatEvent::done());
-    assert_eq!(&done.encode()[..], b"data: [DONE]\n\n");
+    assert_eq!(&done.encode()[..], b": control\ndata: [DONE]\n\n");
     let error = SseEvent::from(ChatEvent::error("upstream: reset", "upstream_error"));
     assert_eq!(
         &error.encode()[..],
-        &b"data: {\"error\":{\"message\":\"upstream: reset\",\"type\":\"upstream_error\"}}\n\n"[..]
+        &b": control\ndata: {\"error\":{\"message\":\"upstream: reset\",\"type\":\"upstream_error\"}}\n\n"[..]
     );
     let Ok(ChatData::Error(api_error)) = ChatEvent::from_sse(&error).map(ChatEvent::into_data)
     else {
@@ -646,7 +646,10 @@ async fn a_slow_reader_of_a_coalescing_gate_gets_the_same_message() {
         while let Some(frame) = frames.next().await {
             tokio::time::sleep(Duration::from_millis(10)).await;
             let text = String::from_utf8(frame.bytes().to_vec()).unwrap();
-            let data = text.strip_prefix("data: ").unwrap().trim_end();
+            let data = text
+                .lines()
+                .find_map(|line| line.strip_prefix("data: "))
+                .unwrap();
             received.push(ChatData::parse(data).unwrap());
         }
         assert!(matches!(received.pop(), Some(ChatData::Done)));

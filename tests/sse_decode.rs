@@ -301,3 +301,34 @@ fn encode_then_decode_round_trips() {
         checks::check_roundtrip(&input);
     }
 }
+
+#[test]
+fn kinds_survive_an_encode_and_a_decode() {
+    use streamgate::{Chunk, Kind};
+    let cases = [
+        (SseEvent::data("a"), Kind::Visible),
+        (SseEvent::data("thinking").hidden(), Kind::Hidden),
+        (SseEvent::data("{\"finish_reason\":\"stop\"}").control(), Kind::Control),
+        // Unmarked, from any OpenAI-compatible upstream: `[DONE]` and an end frame.
+        (SseEvent::data("[DONE]"), Kind::Control),
+        (SseEvent::data("{}").with_event("error").unwrap(), Kind::Control),
+    ];
+    for (event, kind) in cases {
+        let encoded = event.encode();
+        let decoded = decode_in_pieces(&encoded, &[]);
+        let [Ok(decoded)] = &decoded[..] else {
+            panic!("one event from {encoded:?}: {decoded:?}")
+        };
+        assert_eq!(decoded.kind(), kind, "{encoded:?}");
+        assert_eq!(decoded.data_str(), event.data_str());
+    }
+    // A mark belongs to the event it is in: a comment-only frame leaves nothing behind, and a
+    // comment that is not a mark marks nothing.
+    for input in [": hidden\n\ndata: v\n\n", ": hiddenness\ndata: v\n\n"] {
+        let decoded = decode_in_pieces(input.as_bytes(), &[]);
+        let [Ok(decoded)] = &decoded[..] else {
+            panic!("{input:?}: {decoded:?}")
+        };
+        assert_eq!(decoded.kind(), Kind::Visible, "{input:?}");
+    }
+}

@@ -175,7 +175,6 @@ pub async fn stream_chat(
 ) -> Outcome {
     use futures_util::StreamExt;
     use streamgate::GateExt;
-    use streamgate::sse::EventId;
 
     let mut outcome = Outcome::default();
     let headers = [("x-request-id", request_id)];
@@ -203,10 +202,10 @@ pub async fn stream_chat(
         let Some(data) = event.data_str() else {
             continue;
         };
-        // The event's id and kind as the server wrote them (`42`, `42h`, `42c`); the decoder
-        // marks `[DONE]` control.
+        // The event's id and kind as the server wrote them (the decoder reads a `: control`
+        // or `: hidden` mark, and takes an unmarked `[DONE]` as control).
         let done = data == "[DONE]";
-        let seq = event.id().and_then(EventId::parse).map(EventId::seq);
+        let seq = event.id().and_then(|id| id.parse().ok());
         let kind = streamgate::Chunk::kind(&event);
         recorder.observe(streamgate::probe::Observation::new(
             seq,

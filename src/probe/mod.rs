@@ -12,8 +12,8 @@
 //! local time per event, and the end, for a sampled share of requests; the `timeline` module
 //! (feature `timeline`) reads them from several hops and processes and names the hop where
 //! each stall began. Seqs are the gate's event ids ([`Event::id`](crate::Event::id)), which the
-//! SSE encoder writes as `id:` and the decoder reads back with the event's kind
-//! ([`EventId`](crate::sse::EventId)), so every hop numbers the same event the same way.
+//! SSE encoder writes as `id:`, and kinds travel as a `: hidden` or `: control` comment line
+//! that the decoder reads back, so every hop sees the same event under the same id and kind.
 //!
 //! With feature `tracing`, each stream is a span with an event per stall and per end.
 //!

@@ -74,10 +74,10 @@ pub const MAX_RECORD_REQUEST: usize = 128;
 ///
 /// `seq` is the event id: the position of the event's (last) chunk in the generator's output,
 /// which the gate counts at `send` ([`Event::id`](crate::Event::id)) and the SSE encoder writes
-/// as `id:` ([`EventId`](crate::sse::EventId): the number, then `h` for hidden and `c` for
-/// control). A hop in another language records the number of the SSE `id` it received (a
-/// browser's `MessageEvent.lastEventId`) and the kind its suffix names, so every hop numbers
-/// the same event the same way; a coalesced event is recorded under its last id.
+/// as `id:`. A hop in another language records the SSE `id` it received (a browser's
+/// `MessageEvent.lastEventId`), so every hop numbers the same event the same way; a coalesced
+/// event is recorded under its last id. The kind travels in a `: hidden` or `: control`
+/// comment line before a non-visible event's fields.
 ///
 /// An end record's `seq` is one past the last event the hop numbered, its `reason` is one of
 /// [`END_REASONS`](super::END_REASONS), and its `idle_ns` is how long the hop had then been

@@ -10,7 +10,6 @@ use tokio_util::codec::Decoder;
 
 use super::decoder::{DecodeError, SseDecoder};
 use super::event::SseEvent;
-use super::id::EventId;
 use crate::chunk::Chunk;
 use crate::gate::BoxError;
 use crate::probe::{Observation, Observed, Seen};
@@ -109,15 +108,16 @@ where
 }
 
 impl Observed for Result<SseEvent, DecodeError> {
-    /// A decoded event is observed with the upstream's seq and kind when its id is an
-    /// [`EventId`](super::EventId) (as this crate's servers send with `with_ids`), so a
-    /// gateway's `recv` hop lines up with the upstream's hops. An `event: error` frame is the
+    /// A decoded event is observed with the upstream's seq when its id is a number (as this
+    /// crate's servers send with `with_ids`), and with the kind the upstream marked (see
+    /// [`SseDecoder`](super::SseDecoder)), so a gateway's `recv` hop lines up with the
+    /// upstream's hops. An `event: error` frame is the
     /// stream's last event, ending it `upstream_error`, as does a failed upstream; a limit
     /// error does not end it.
     fn observed(&self) -> Seen {
         match self {
             Ok(event) => {
-                let seq = event.id().and_then(EventId::parse).map(EventId::seq);
+                let seq = event.id().and_then(|id| id.parse().ok());
                 let seen = Observation::new(seq, event.byte_len() as u64, event.kind());
                 if event.event() == Some("error") {
                     Seen::Last(seen, "upstream_error")

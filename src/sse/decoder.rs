@@ -7,8 +7,7 @@ use std::mem;
 use bytes::{Buf, BytesMut};
 use tokio_util::codec::Decoder;
 
-use super::event::SseEvent;
-use super::id::EventId;
+use super::event::{KIND_MARKS, SseEvent};
 use crate::chunk::Kind;
 use crate::gate::BoxError;
 
@@ -31,10 +30,10 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// each dispatch; data pending at the end of the stream is discarded; invalid UTF-8 is decoded
 /// with U+FFFD.
 ///
-/// Kinds survive the hop: an event whose own `id:` is one of this crate's
-/// [`EventId`](super::EventId)s ending in `h` or `c` is marked [`hidden`](SseEvent::hidden) or
-/// [`control`](SseEvent::control); an event whose data is `[DONE]` (the OpenAI end marker) or
-/// whose type is `error` (an end frame) is marked control; any other event with data is
+/// Kinds survive the hop: an event with a `: hidden` or `: control` comment line (as
+/// [`SseEvent::encode`] writes for marked events) is marked [`hidden`](SseEvent::hidden) or
+/// [`control`](SseEvent::control); an unmarked event whose data is `[DONE]` (the OpenAI end
+/// marker) or whose type is `error` (an end frame) is control; any other event with data is
 /// visible.
 ///
 /// Time is linear in the input however it is split: the parser remembers how far it scanned.
@@ -90,8 +89,8 @@ pub struct SseDecoder {
     data: Option<String>,
     event_type: String,
     last_event_id: Option<String>,
-    /// Whether the event being built set its own id (the last id persists, its kind does not).
-    own_id: bool,
+    /// The kind the event being built was marked with (a `: hidden` or `: control` comment).
+    marked: Option<Kind>,
 }
 
 impl SseDecoder {
@@ -108,7 +107,7 @@ impl SseDecoder {
             data: None,
             event_type: String::new(),
             last_event_id: None,
-            own_id: false,
+            marked: None,
         }
     }
 
@@ -212,12 +211,19 @@ impl SseDecoder {
             if mem::take(&mut self.dropping_event) {
                 self.data = None;
                 self.event_type.clear();
-                self.own_id = false;
+                self.marked = None;
                 return Ok(None);
             }
             return Ok(self.dispatch());
         }
-        if self.dropping_event || line.starts_with(':') {
+        if self.dropping_event {
+            return Ok(None);
+        }
+        if let Some(comment) = line.strip_prefix(':') {
+            let comment = comment.strip_prefix(' ').unwrap_or(comment);
+            if let Some((kind, _)) = KIND_MARKS.iter().find(|(_, mark)| *mark == comment) {
+                self.marked = Some(*kind);
+            }
             return Ok(None);
         }
         let (name, value) = match line.split_once(':') {
@@ -241,10 +247,7 @@ impl SseDecoder {
                     None => self.data = Some(value.to_owned()),
                 }
             }
-            "id" if !value.contains('\0') => {
-                self.last_event_id = Some(value.to_owned());
-                self.own_id = true;
-            }
+            "id" if !value.contains('\0') => self.last_event_id = Some(value.to_owned()),
             "retry" if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) => {
                 // A value too large for u64 is ignored.
                 if let Ok(ms) = value.parse() {
@@ -259,15 +262,12 @@ impl SseDecoder {
     /// Dispatches the event built so far, if it has data.
     fn dispatch(&mut self) -> Option<SseEvent> {
         let event_type = mem::take(&mut self.event_type);
-        let own_id = mem::take(&mut self.own_id);
+        let marked = mem::take(&mut self.marked);
         let data = self.data.take()?;
-        let kind = if data == "[DONE]" || event_type == "error" {
-            Kind::Control
-        } else if own_id {
-            let id = self.last_event_id.as_deref().and_then(EventId::parse);
-            id.map_or(Kind::Visible, EventId::kind)
-        } else {
-            Kind::Visible
+        let kind = match marked {
+            Some(kind) => kind,
+            None if data == "[DONE]" || event_type == "error" => Kind::Control,
+            None => Kind::Visible,
         };
         let mut event = SseEvent::data(data);
         match kind {

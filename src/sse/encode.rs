@@ -9,7 +9,6 @@ use pin_project_lite::pin_project;
 
 use super::event::SseEvent;
 use super::frame::Frame;
-use super::id::EventId;
 use crate::chunk::{Chunk, Kind};
 use crate::gate::{EndReason, Event, GateError};
 use crate::probe::json_string;
@@ -40,10 +39,9 @@ impl<S> EncodeSse<S> {
     }
 
     /// Gives every event without an id of its own its event id ([`Event::id`]: the position of
-    /// its last chunk in the generator's output) as its SSE `id:`, written as an
-    /// [`EventId`](super::EventId) (`42`, `42h` for a hidden event, `42c` for a control one),
-    /// so a client reconnecting with `Last-Event-ID` names where it stopped, and hops that
-    /// decode the stream see each event under the same id and kind.
+    /// its last chunk in the generator's output) as its SSE `id:`, so a client reconnecting
+    /// with `Last-Event-ID` names where it stopped, and hops that decode the stream see each
+    /// event under the same id.
     pub fn with_ids(mut self) -> Self {
         self.ids = true;
         self
@@ -64,18 +62,21 @@ where
         }
         let frame = match ready!(this.events.poll_next(cx)) {
             Some(Ok(event)) => {
-                // The gated chunk's kind stands: a control chunk stays control once encoded.
+                // The gated chunk's kind stands: a control chunk stays control once encoded,
+                // and says so on the wire (see `SseEvent::encode`).
                 let (gate_id, kind) = (event.id(), event.chunk().kind());
                 let mut sse: SseEvent = event.into_chunk().into();
+                if sse.kind() != kind {
+                    sse = sse.marked(kind);
+                }
                 // An event that carries an id of its own (an upstream's, kept by a gateway) is
                 // known by it, so every hop numbers it the same way.
                 let id = sse
                     .id()
-                    .and_then(EventId::parse)
-                    .map_or(gate_id, EventId::seq);
+                    .and_then(|id| id.parse::<u64>().ok())
+                    .unwrap_or(gate_id);
                 if *this.ids && sse.id().is_none() {
-                    let id = EventId::new(id, kind).to_string();
-                    sse = sse.with_id(id).expect("an event id is a valid SSE id");
+                    sse = sse.with_id(id.to_string()).expect("a number is a valid id");
                 }
                 Frame::new(sse.encode(), kind, Some(id))
             }

@@ -7,6 +7,10 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::chunk::{Chunk, Kind};
 
+/// The comment lines that carry an event's kind across a hop that decodes SSE.
+pub(crate) const KIND_MARKS: [(Kind, &str); 2] =
+    [(Kind::Hidden, "hidden"), (Kind::Control, "control")];
+
 /// One server-sent event: data, and optionally an event type, an id, a retry time and a
 /// comment.
 ///
@@ -133,16 +137,22 @@ impl SseEvent {
     }
 
     /// Marks the event as hidden output (a reasoning delta): alive, but no user-visible progress
-    /// for the gap counters.
-    pub fn hidden(mut self) -> Self {
-        self.marked = Some(Kind::Hidden);
-        self
+    /// for the gap counters. Its encoding says so in a `: hidden` comment line, which clients
+    /// ignore and [`SseDecoder`](super::SseDecoder) reads back.
+    pub fn hidden(self) -> Self {
+        self.marked(Kind::Hidden)
     }
 
-    /// Marks the event as housekeeping that carries no model output (a `[DONE]`): neither
-    /// progress nor a sign of life for the gap counters.
-    pub fn control(mut self) -> Self {
-        self.marked = Some(Kind::Control);
+    /// Marks the event as housekeeping that carries no model output (a `[DONE]`, a final chunk
+    /// with only a finish reason): neither progress nor a sign of life for the gap counters.
+    /// Its encoding says so in a `: control` comment line.
+    pub fn control(self) -> Self {
+        self.marked(Kind::Control)
+    }
+
+    /// Marks the event as being of `kind` ([`Visible`](Kind::Visible) takes a mark away).
+    pub(crate) fn marked(mut self, kind: Kind) -> Self {
+        self.marked = (kind != Kind::Visible).then_some(kind);
         self
     }
 
@@ -185,9 +195,25 @@ impl SseEvent {
         self.data
     }
 
-    /// Encodes the event as one frame.
+    /// Encodes the event as one frame. A [`hidden`](SseEvent::hidden) or
+    /// [`control`](SseEvent::control) event with data starts with a `: hidden` or `: control`
+    /// comment line: clients ignore it, and a decoding hop (a gateway) reads the kind back.
+    ///
+    /// ```
+    /// use streamgate::sse::SseEvent;
+    ///
+    /// assert_eq!(&SseEvent::data("[DONE]").control().encode()[..], b": control\ndata: [DONE]\n\n");
+    /// ```
     pub fn encode(&self) -> Bytes {
         let mut frame = BytesMut::with_capacity(self.encoded_len_hint());
+        if let (Some(kind), Some(_)) = (self.marked, &self.data) {
+            // The kind, for a hop that decodes the stream (clients ignore comments).
+            if let Some((_, mark)) = KIND_MARKS.iter().find(|(marked, _)| *marked == kind) {
+                frame.put_slice(b": ");
+                frame.put_slice(mark.as_bytes());
+                frame.put_slice(b"\n");
+            }
+        }
         if let Some(comment) = self.comment_str() {
             for line in lines(comment) {
                 frame.put_slice(b":");
@@ -223,7 +249,8 @@ impl SseEvent {
             None => 0,
             Some(_) => text(self.event()) + text(self.id()) + text(self.comment_str()) + 28,
         };
-        text(self.data_str()) + fields + 1
+        let mark = if self.marked.is_some() { 10 } else { 0 };
+        text(self.data_str()) + fields + mark + 1
     }
 
     /// Whether `self` carries data and nothing a merge could lose.

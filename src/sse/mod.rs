@@ -13,7 +13,6 @@ mod encode;
 mod event;
 mod frame;
 mod heartbeat;
-mod id;
 
 pub use self::decode::DecodeSse;
 pub use self::decoder::{DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, DecodeError, SseDecoder};
@@ -23,4 +22,3 @@ pub(crate) use self::encode::{end_frame, error_frame};
 pub use self::event::{FieldError, SseEvent};
 pub use self::frame::Frame;
 pub use self::heartbeat::Heartbeat;
-pub use self::id::EventId;

@@ -50,12 +50,12 @@ pub async fn events(response: &mut RawResponse, n: usize) -> Vec<(u64, String)> 
     events
 }
 
-/// The rest of `response`, parsed (heartbeats skipped).
+/// The rest of `response`, parsed (heartbeats, frames without data, skipped).
 pub async fn rest(response: &mut RawResponse) -> Vec<(u64, String)> {
     let frames = response.rest().await;
     frames
         .iter()
-        .filter(|f| !f.starts_with(':'))
+        .filter(|f| f.lines().any(|line| line.starts_with("data:")))
         .map(|f| parse(f))
         .collect()
 }
