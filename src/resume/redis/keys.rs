@@ -5,6 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::chunk::Kind;
+use crate::probe::END_REASONS;
 use crate::sse::Frame;
 
 /// The Redis keys of one stream.
@@ -45,7 +46,8 @@ pub(crate) fn parse_id(id: &str) -> Option<EntryId> {
     Some((ms.parse().ok()?, seq.parse().ok()?))
 }
 
-/// The `k` field of the end marker; a frame's is its kind ([`Kind::as_str`]).
+/// The `k` field of the end marker; a frame's is its kind ([`Kind::as_str`]), and a terminal
+/// frame's `e` field its end reason.
 pub(crate) const END: &str = "end";
 
 /// What a log entry holds.
@@ -71,7 +73,17 @@ pub(crate) fn parse_entry(id: EntryId, fields: &[Vec<u8>]) -> Option<Entry> {
         .find(|known| known.as_str().as_bytes() == kind)?;
     let bytes = Bytes::copy_from_slice(field(b"f")?);
     let event = (id.1 == 1).then_some(id.0);
-    Some(Entry::Frame(Frame::new(bytes, kind, event)))
+    let frame = Frame::new(bytes, kind, event);
+    // A terminal frame's end reason, when it is one of the crate's.
+    let reason = field(b"e").and_then(|reason| {
+        END_REASONS
+            .into_iter()
+            .find(|known| known.as_bytes() == reason.as_slice())
+    });
+    Some(Entry::Frame(match reason {
+        Some(reason) => frame.ending(reason),
+        None => frame,
+    }))
 }
 
 /// The wall clock in Unix milliseconds: leases are compared across instances, whose clocks

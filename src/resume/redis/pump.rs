@@ -159,14 +159,19 @@ async fn append(store: &Store, keys: &Keys, log: &mut Log, frame: Frame) -> Redi
         evicted = Some(event);
     }
     let mut pipe = redis::pipe();
-    pipe.cmd("XADD")
+    let add = pipe
+        .cmd("XADD")
         .arg(&keys.log)
         .arg(format_id(id))
         .arg("k")
         .arg(frame.kind().as_str())
         .arg("f")
-        .arg(&frame.bytes()[..])
-        .ignore();
+        .arg(&frame.bytes()[..]);
+    // A terminal frame keeps its end reason, for the probes of a reader on any instance.
+    if let Some(reason) = frame.end_reason() {
+        add.arg("e").arg(reason);
+    }
+    add.ignore();
     if let Some(event) = evicted {
         let oldest = log.entries.front().map_or(id, |(oldest, _)| *oldest);
         pipe.cmd("XTRIM")
