@@ -130,9 +130,6 @@ mod gate;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod openai;
-#[cfg(feature = "otel")]
-#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
-pub mod otel;
 pub mod probe;
 // The registry's races are checked by a model test under tokio's clock (tests/resume.rs), not
 // by loom: its tasks and timers are tokio's.
@@ -146,6 +143,9 @@ pub mod timeline;
 pub mod transport;
 
 pub use chunk::{Chunk, Kind};
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub use probe::otel;
 pub use ext::GateExt;
 pub use gate::{
     BoxError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_MAX_PAUSE,

@@ -58,6 +58,16 @@ impl std::io::Write for Records {
 struct Script {
     steps: Vec<(Duration, Kind)>,
     bytes: usize,
+    then: Then,
+}
+
+/// What the generator does after its steps.
+#[derive(Clone, Copy, PartialEq)]
+enum Then {
+    Completes,
+    Fails,
+    /// Freezes for good (until the stream is dropped).
+    Hangs,
 }
 
 /// How the gateway forwards.
@@ -172,8 +182,15 @@ async fn worker_stream(
                 tx.send(event).await?;
                 publish.observe(Observation::new(Some(n as u64), script.bytes as u64, *kind));
             }
-            publish.end("completed");
-            Ok::<_, streamgate::SendError<SseEvent>>(())
+            match script.then {
+                Then::Completes => publish.end("completed"),
+                Then::Fails => {
+                    publish.end("generator_error");
+                    return Err("the decode loop failed".into());
+                }
+                Then::Hangs => std::future::pending().await,
+            }
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
         });
     let frames = events.sse().with_ids().probe(&hops.probes[WRITE], id);
     SseResponse::new(frames).into_response()
@@ -302,7 +319,11 @@ fn quick(n: usize) -> Vec<(Duration, Kind)> {
 }
 
 fn script(steps: Vec<(Duration, Kind)>) -> Script {
-    Script { steps, bytes: 8 }
+    Script {
+        steps,
+        bytes: 8,
+        then: Then::Completes,
+    }
 }
 
 /// The stalls that began somewhere (not the unknown ones).
@@ -477,7 +498,11 @@ async fn coalesced_events_line_up_by_id() {
     let hops = Hops::new();
     // 300 events of 8 KiB: far more than the sockets hold while the client does not read.
     let steps = vec![(Duration::from_millis(1), Kind::Visible); 300];
-    let upstream = worker(hops.clone(), Script { steps, bytes: 8192 }).await;
+    let script = Script {
+        bytes: 8192,
+        ..script(steps)
+    };
+    let upstream = worker(hops.clone(), script).await;
     let addr = gateway(hops.clone(), upstream, Forwarding::default()).await;
     // The client pauses after 5 events: the gateway's gate fills and stops reading upstream,
     // the worker's socket fills, and the worker's gate (4 events) coalesces meanwhile.
@@ -520,4 +545,76 @@ async fn coalesced_events_line_up_by_id() {
             diagnosis.report()
         );
     }
+}
+
+#[tokio::test]
+async fn a_generator_frozen_for_good_is_named_by_the_end_records_alone() {
+    let hops = Hops::new();
+    // Five events, then the generator never produces again; the user leaves after 1.5 s.
+    let script = Script {
+        then: Then::Hangs,
+        ..script(quick(5))
+    };
+    let upstream = worker(hops.clone(), script).await;
+    let addr = gateway(hops.clone(), upstream, Forwarding::default()).await;
+    let leaves = Client::LeavesAfterWaiting(5, Duration::from_millis(1500));
+    assert_eq!(client(&hops, addr, "frozen", leaves).await, 5);
+    // The client's leaving closes the gateway's upstream connection, which drops the worker's
+    // response body and, with it, the generator.
+    hops.until_all_ended(1).await;
+    for hop in &hops.probes {
+        let snapshot = hop.snapshot();
+        assert_eq!(snapshot.counters.stalls_at_end(), 1, "{}", hop.name());
+        assert_eq!(
+            snapshot.streams_ended,
+            [("consumer_gone", 1)],
+            "{}",
+            hop.name()
+        );
+    }
+    let diagnosis = hops.diagnose();
+    assert!(diagnosis.problems.is_empty(), "{}", diagnosis.report());
+    assert_eq!(
+        began(&diagnosis),
+        [("worker.publish", None)],
+        "{}",
+        diagnosis.report()
+    );
+    let stall = &diagnosis.stalls[0];
+    assert_eq!(
+        (stall.after, stall.end_reason.as_deref()),
+        (Some(4), Some("consumer_gone"))
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_error_ends_the_stream_at_every_hop_never_completed() {
+    let hops = Hops::new();
+    let script = Script {
+        then: Then::Fails,
+        ..script(quick(3))
+    };
+    let upstream = worker(hops.clone(), script).await;
+    let addr = gateway(hops.clone(), upstream, Forwarding::default()).await;
+    assert_eq!(client(&hops, addr, "fails", Client::ReadsAll).await, 3);
+    hops.until_all_ended(1).await;
+    let ends: Vec<_> = hops
+        .probes
+        .iter()
+        .map(|hop| hop.snapshot().streams_ended)
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            vec![("generator_error", 1)],
+            vec![("generator_error", 1)],
+            vec![("upstream_error", 1)],
+            vec![("upstream_error", 1)],
+            vec![("upstream_error", 1)],
+        ]
+    );
+    // The end frames carry no event id of their own: nothing is recorded twice.
+    let diagnosis = hops.diagnose();
+    assert!(diagnosis.problems.is_empty(), "{}", diagnosis.report());
+    assert!(diagnosis.stalls.is_empty(), "{}", diagnosis.report());
 }

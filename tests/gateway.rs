@@ -87,8 +87,7 @@ async fn tokens_pass_through_in_order() {
         assert!(frame.contains(&format!("\"content\":\"t{i} \"")), "{frame}");
     }
     // Every event carries its id: the final chunk and `[DONE]` the ids after the tokens'.
-    // `[DONE]` is marked control for hops that decode the stream; clients ignore the comment.
-    assert_eq!(frames[11], ": control\nid: 11\ndata: [DONE]\n\n");
+    assert_eq!(frames[11], "id: 11\ndata: [DONE]\n\n");
     // Errors pass through.
     let mut refused = post(gateway, "r2", r#"{"messages":[],"max_tokens":0}"#).await;
     assert_eq!(refused.status(), 400);
@@ -152,9 +151,9 @@ async fn diagnose(
     let mut recorder = client.recorder(tag);
     let mut response = post(gateway, tag, &chat(60)).await;
     while let Some(frame) = response.next_frame().await {
-        // A heartbeat has no data; the final chunk and `[DONE]` are marked `: control`.
+        // A heartbeat has no data; the final chunk is marked `:control`; `[DONE]` is control.
         let data = frame.lines().any(|line| line.starts_with("data:"));
-        let kind = if !data || frame.starts_with(": control\n") {
+        let kind = if !data || frame.starts_with(":control\n") || frame.contains("data: [DONE]") {
             Kind::Control
         } else {
             Kind::Visible

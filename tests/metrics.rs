@@ -40,32 +40,38 @@ fn a_hop_made_before_the_recorder_exports_every_metric_with_the_crates_buckets()
         let mut frozen = hop.recorder("req-2");
         frozen.observe_at(Observation::new(Some(0), 3, Kind::Visible), start);
         frozen.end_at("consumer_gone", start + Duration::from_secs(40));
+        // One ten minutes long: past the crate's last bucket, exported at its true value.
+        let mut long = hop.recorder("req-3");
+        long.observe_at(Observation::new(Some(0), 3, Kind::Visible), start);
+        let later = start + Duration::from_secs(600);
+        long.observe_at(Observation::new(Some(1), 3, Kind::Visible), later);
+        long.end_at("completed", later);
     });
     let page = handle.render();
     let hop = r#"hop="worker.write""#;
     assert!(page.contains("# HELP streamgate_gap_seconds"), "{page}");
     assert_eq!(
         sample(&page, &format!("streamgate_stalls_total{{{hop}}}")),
-        4.0
+        5.0
     );
     assert_eq!(
         sample(
             &page,
             &format!(r#"streamgate_events_total{{{hop},kind="visible"}}"#)
         ),
-        5.0
+        7.0
     );
     assert_eq!(
         sample(
             &page,
             &format!("streamgate_time_to_first_event_seconds_count{{{hop}}}")
         ),
-        2.0
+        3.0
     );
-    // Gaps: three of 5 s, the last one of each stream (0 s and 40 s).
+    // Gaps: three of 5 s, 600 s, and the last one of each stream (0 s, 40 s, 0 s).
     assert_eq!(
         sample(&page, &format!("streamgate_gap_seconds_count{{{hop}}}")),
-        5.0
+        7.0
     );
     let bucket = |le: &str| {
         sample(
@@ -73,10 +79,12 @@ fn a_hop_made_before_the_recorder_exports_every_metric_with_the_crates_buckets()
             &format!(r#"streamgate_gap_seconds_bucket{{{hop},le="{le}"}}"#),
         )
     };
-    assert_eq!(bucket("0.0001"), 1.0, "the prompt end");
-    assert_eq!(bucket("2"), 1.0);
-    assert_eq!(bucket("10"), 4.0, "three 5 s stalls are stalls, not 28 ms");
-    assert_eq!(bucket("60"), 5.0);
+    assert_eq!(bucket("0.0001"), 2.0, "the prompt ends");
+    assert_eq!(bucket("2"), 2.0);
+    assert_eq!(bucket("10"), 5.0, "three 5 s stalls are stalls, not 28 ms");
+    assert_eq!(bucket("60"), 6.0);
+    assert_eq!(bucket("300"), 6.0, "ten minutes is not 275 s");
+    assert_eq!(bucket("600"), 7.0);
     let ended = |reason: &str, stalled: &str| {
         sample(
             &page,
@@ -85,6 +93,6 @@ fn a_hop_made_before_the_recorder_exports_every_metric_with_the_crates_buckets()
             ),
         )
     };
-    assert_eq!(ended("completed", "false"), 1.0);
+    assert_eq!(ended("completed", "false"), 2.0);
     assert_eq!(ended("consumer_gone", "true"), 1.0);
 }

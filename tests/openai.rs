@@ -351,11 +351,11 @@ fn kinds() {
 #[test]
 fn done_usage_and_error_frames() {
     let done = SseEvent::from(ChatEvent::done());
-    assert_eq!(&done.encode()[..], b": control\ndata: [DONE]\n\n");
+    assert_eq!(&done.encode()[..], b"data: [DONE]\n\n");
     let error = SseEvent::from(ChatEvent::error("upstream: reset", "upstream_error"));
     assert_eq!(
         &error.encode()[..],
-        &b": control\ndata: {\"error\":{\"message\":\"upstream: reset\",\"type\":\"upstream_error\"}}\n\n"[..]
+        &b":control\ndata: {\"error\":{\"message\":\"upstream: reset\",\"type\":\"upstream_error\"}}\n\n"[..]
     );
     let Ok(ChatData::Error(api_error)) = ChatEvent::from_sse(&error).map(ChatEvent::into_data)
     else {

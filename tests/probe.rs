@@ -405,6 +405,37 @@ fn records_the_writer_fails_to_write_are_counted() {
 }
 
 #[test]
+fn a_failed_write_counts_its_batch_and_what_is_written_is_counted_written() {
+    /// Fails its first write, then writes.
+    struct FailsOnce(bool, Shared);
+    impl Write for FailsOnce {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            if !std::mem::replace(&mut self.0, true) {
+                return Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
+            }
+            self.1.write(bytes)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let out = Shared::default();
+    let sink = RecordSink::to_writer(FailsOnce(false, out.clone()), 1024).unwrap();
+    let hop = HopProbe::new("worker.decode").records(sink.clone(), 1.0);
+    let mut recorder = hop.recorder("flaky");
+    recorder.observe(Observation::new(None, 1, Kind::Visible));
+    sink.sync();
+    assert_eq!((sink.written(), sink.failed()), (0, 1));
+    for _ in 0..3 {
+        recorder.observe(Observation::new(None, 1, Kind::Visible));
+    }
+    sink.sync();
+    assert_eq!((sink.written(), sink.failed()), (3, 1));
+    let lines = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(lines.lines().count(), 3, "{lines}");
+}
+
+#[test]
 fn a_long_request_id_is_cut_before_it_is_copied() {
     let out = Shared::default();
     let sink = RecordSink::to_writer(out.clone(), 1024).unwrap();
@@ -424,6 +455,7 @@ fn a_long_request_id_is_cut_before_it_is_copied() {
 #[test]
 fn a_recorder_is_under_one_kibibyte() {
     let size = std::mem::size_of::<streamgate::probe::Recorder>();
+    println!("a recorder: {size} bytes");
     assert!(size <= 1024, "{size} bytes");
     // Besides itself, a recorder allocates only its request id (here: shared, so nothing).
     let hop = HopProbe::new("worker.publish");

@@ -60,12 +60,10 @@ async fn streams_one_event_per_token_in_order() {
     let last = response.expect_frame().await;
     assert_eq!(frame_id(&last), Some(20));
     assert_eq!(chunk(&last)["choices"][0]["finish_reason"], "length");
-    // The final chunk and `[DONE]` are marked control for a hop that decodes the stream.
-    assert!(last.starts_with(": control\nid: 20\n"), "{last}");
-    assert_eq!(
-        response.expect_frame().await,
-        ": control\nid: 21\ndata: [DONE]\n\n"
-    );
+    // The final chunk is marked control for a hop that decodes the stream (`[DONE]` needs no
+    // mark: any decoder knows it).
+    assert!(last.starts_with(":control\nid: 20\n"), "{last}");
+    assert_eq!(response.expect_frame().await, "id: 21\ndata: [DONE]\n\n");
     assert!(response.rest().await.is_empty());
     let stats = wait_for(addr, "the stream completes", |s| {
         s["streams_completed"] == 1
@@ -250,10 +248,10 @@ async fn resumes_after_last_event_id() {
     );
     assert!(frames[1].starts_with("id: 5\n") && frames[1].contains("\"t5 \""));
     assert!(
-        frames[2].starts_with(": control\nid: 6\n")
+        frames[2].starts_with(":control\nid: 6\n")
             && frames[2].contains("\"finish_reason\":\"length\"")
     );
-    assert_eq!(frames[3], ": control\nid: 7\ndata: [DONE]\n\n");
+    assert_eq!(frames[3], "id: 7\ndata: [DONE]\n\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

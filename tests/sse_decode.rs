@@ -308,10 +308,16 @@ fn kinds_survive_an_encode_and_a_decode() {
     let cases = [
         (SseEvent::data("a"), Kind::Visible),
         (SseEvent::data("thinking").hidden(), Kind::Hidden),
-        (SseEvent::data("{\"finish_reason\":\"stop\"}").control(), Kind::Control),
+        (
+            SseEvent::data("{\"finish_reason\":\"stop\"}").control(),
+            Kind::Control,
+        ),
         // Unmarked, from any OpenAI-compatible upstream: `[DONE]` and an end frame.
         (SseEvent::data("[DONE]"), Kind::Control),
-        (SseEvent::data("{}").with_event("error").unwrap(), Kind::Control),
+        (
+            SseEvent::data("{}").with_event("error").unwrap(),
+            Kind::Control,
+        ),
     ];
     for (event, kind) in cases {
         let encoded = event.encode();
@@ -322,9 +328,13 @@ fn kinds_survive_an_encode_and_a_decode() {
         assert_eq!(decoded.kind(), kind, "{encoded:?}");
         assert_eq!(decoded.data_str(), event.data_str());
     }
-    // A mark belongs to the event it is in: a comment-only frame leaves nothing behind, and a
-    // comment that is not a mark marks nothing.
-    for input in [": hidden\n\ndata: v\n\n", ": hiddenness\ndata: v\n\n"] {
+    // A mark belongs to the event it is in: a comment-only frame leaves nothing behind; a
+    // comment that is not a mark marks nothing; and no comment of an event's own can read as
+    // one (they are written with a space).
+    let own = SseEvent::data("v").with_comment("control").encode();
+    assert_eq!(&own[..], b": control\ndata: v\n\n");
+    let own = String::from_utf8(own.to_vec()).unwrap();
+    for input in [":hidden\n\ndata: v\n\n", ":hiddenness\ndata: v\n\n", &own] {
         let decoded = decode_in_pieces(input.as_bytes(), &[]);
         let [Ok(decoded)] = &decoded[..] else {
             panic!("{input:?}: {decoded:?}")

@@ -225,10 +225,9 @@ impl Chunk for ChatEvent {
 impl From<ChatEvent> for SseEvent {
     fn from(event: ChatEvent) -> SseEvent {
         let mut sse = SseEvent::data(event.data.to_json());
-        match event.kind() {
-            Kind::Visible => {}
-            Kind::Hidden => sse = sse.hidden(),
-            Kind::Control => sse = sse.control(),
+        if sse.kind() != event.kind() {
+            // Marked on the wire only where a decoder could not tell (`[DONE]` it can).
+            sse = sse.marked(event.kind());
         }
         match event.id {
             Some(id) => sse

@@ -156,8 +156,9 @@ impl Handles {
         if stalls > 0 {
             self.stalls.increment(stalls);
         }
-        record_buckets(&self.gaps, batch.gap_buckets());
-        record_buckets(&self.ages, batch.age_buckets());
+        let (max_gap, max_age) = batch.maxima();
+        record_buckets(&self.gaps, batch.gap_buckets(), max_gap);
+        record_buckets(&self.ages, batch.age_buckets(), max_age);
     }
 
     pub(crate) fn first_event(&self, after: Duration) {
@@ -176,8 +177,10 @@ fn ended(hop: String, reason: &'static str, stalled: &'static str) -> Counter {
     counter!("streamgate_streams_ended_total", "hop" => hop, "reason" => reason, "stalled" => stalled)
 }
 
-/// Records each bucket's durations at the bucket's middle, one call per distinct bucket.
-fn record_buckets(histogram: &MetricsHistogram, buckets: &[u8]) {
+/// Records each bucket's durations at the bucket's middle, one call per distinct bucket; the
+/// last bucket (from about 4.6 minutes, no upper bound) at `max`, the batch's largest value. A
+/// gap that long is a stall, which flushes the batch at once, so it is the batch's largest.
+fn record_buckets(histogram: &MetricsHistogram, buckets: &[u8], max: u64) {
     let mut counts = [0u8; BUCKETS];
     for &index in buckets {
         counts[usize::from(index)] += 1;
@@ -188,13 +191,13 @@ fn record_buckets(histogram: &MetricsHistogram, buckets: &[u8]) {
             continue;
         }
         let index = usize::from(index);
-        let low = lower_bound(index);
-        let high = if index + 1 < BUCKETS {
-            lower_bound(index + 1)
+        let ns = if index + 1 < BUCKETS {
+            let (low, high) = (lower_bound(index), lower_bound(index + 1));
+            low + (high - low) / 2
         } else {
-            low
+            max
         };
-        histogram.record_many((low + (high - low) / 2) as f64 / 1e9, usize::from(count));
+        histogram.record_many(ns as f64 / 1e9, usize::from(count));
     }
 }
 

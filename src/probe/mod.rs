@@ -12,7 +12,7 @@
 //! local time per event, and the end, for a sampled share of requests; the `timeline` module
 //! (feature `timeline`) reads them from several hops and processes and names the hop where
 //! each stall began. Seqs are the gate's event ids ([`Event::id`](crate::Event::id)), which the
-//! SSE encoder writes as `id:`, and kinds travel as a `: hidden` or `: control` comment line
+//! SSE encoder writes as `id:`, and kinds travel as a `:hidden` or `:control` comment line
 //! that the decoder reads back, so every hop sees the same event under the same id and kind.
 //!
 //! With feature `tracing`, each stream is a span with an event per stall and per end.
@@ -34,7 +34,8 @@
 //! | `streamgate_hop_records_total` | counter | records | `outcome` | hop records `written`, `dropped` (the writer's queue was full) or `failed` (the write failed) |
 //!
 //! Histogram values are reported at the middle of the crate's own log-linear bucket (within
-//! 6.25% of the true value). A Prometheus exporter summarizes histograms over a short window
+//! 6.25% of the true value); one past its last bucket (about 4.6 minutes) at its true value.
+//! A Prometheus exporter summarizes histograms over a short window
 //! unless it is given buckets: give it `METRIC_BUCKETS`, which reach from 100 µs to 10
 //! minutes, so that a 5 s stall shows as one.
 //!
@@ -51,6 +52,9 @@ mod export;
 mod histogram;
 mod hop;
 mod observe;
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel;
 mod probed;
 mod record;
 mod recorder;

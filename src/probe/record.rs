@@ -1,7 +1,7 @@
 //! Hop records: one JSON line per observed event, for timeline analysis across processes.
 
 use std::fmt::{self, Write as _};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Instant;
@@ -76,7 +76,7 @@ pub const MAX_RECORD_REQUEST: usize = 128;
 /// which the gate counts at `send` ([`Event::id`](crate::Event::id)) and the SSE encoder writes
 /// as `id:`. A hop in another language records the SSE `id` it received (a browser's
 /// `MessageEvent.lastEventId`), so every hop numbers the same event the same way; a coalesced
-/// event is recorded under its last id. The kind travels in a `: hidden` or `: control`
+/// event is recorded under its last id. The kind travels in a `:hidden` or `:control`
 /// comment line before a non-visible event's fields.
 ///
 /// An end record's `seq` is one past the last event the hop numbered, its `reason` is one of
@@ -244,7 +244,7 @@ impl RecordSink {
         let shared = counts.clone();
         std::thread::Builder::new()
             .name("streamgate-records".into())
-            .spawn(move || write_records(BufWriter::new(writer), &messages, &shared))?;
+            .spawn(move || write_records(writer, &messages, &shared))?;
         Ok(RecordSink { queue, counts })
     }
 
@@ -275,63 +275,65 @@ impl RecordSink {
     }
 
     /// Records the writer could not write (its error, such as a full disk): the write or the
-    /// flush after it failed.
+    /// flush of their batch failed, and the batch was dropped.
     pub fn failed(&self) -> u64 {
         self.counts.failed.load(Ordering::Relaxed)
     }
 }
 
-/// The writer thread: writes what is queued, then flushes whenever the queue runs dry, so lines
-/// reach the file in batches under load and at once when it is quiet. A record counts as
-/// written once a flush after it succeeded.
+/// The writer thread: gathers what is queued into one buffer and writes it whenever the queue
+/// runs dry (or the buffer holds [`WRITE_BATCH`] bytes), so lines reach the file in batches
+/// under load and at once when it is quiet. A record counts as written once the write and the
+/// flush of its batch succeeded, and as failed otherwise (its batch is dropped, not retried).
 fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts: &SinkCounts) {
-    let mut line = String::new();
-    let mut tally = Tally::default();
+    let mut batch = Batch::default();
     while let Ok(first) = messages.recv() {
         for message in std::iter::once(first).chain(messages.try_iter()) {
             match message {
                 Message::Record(r) => {
-                    line.clear();
-                    write_line(
-                        &mut line, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind, r.end,
-                    );
-                    line.push('\n');
-                    match out.write_all(line.as_bytes()) {
-                        Ok(()) => tally.buffered += 1,
-                        Err(_) => tally.failed += 1,
+                    let text = &mut batch.text;
+                    write_line(text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind, r.end);
+                    text.push('\n');
+                    batch.records += 1;
+                    if batch.text.len() >= WRITE_BATCH {
+                        batch.write(&mut out, counts);
                     }
                 }
                 Message::Sync(done) => {
-                    tally.flush(&mut out, counts);
+                    batch.write(&mut out, counts);
                     let _ = done.send(());
                 }
             }
         }
-        tally.flush(&mut out, counts);
+        batch.write(&mut out, counts);
     }
 }
 
-/// The writer's records since it last flushed: buffered, and failed.
+/// The most bytes of records the writer gathers before it writes them.
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// Records gathered since the last write.
 #[derive(Default)]
-struct Tally {
-    buffered: u64,
-    failed: u64,
+struct Batch {
+    text: String,
+    records: u64,
     /// Drops already exported as metrics.
     #[cfg(feature = "metrics")]
     exported_dropped: u64,
 }
 
-impl Tally {
-    /// Flushes, and adds the outcome to `counts` (and the metrics).
-    fn flush(&mut self, out: &mut impl Write, counts: &SinkCounts) {
-        let buffered = std::mem::take(&mut self.buffered);
-        let mut failed = std::mem::take(&mut self.failed);
-        let written = match out.flush() {
-            Ok(()) => buffered,
-            Err(_) => {
-                failed += buffered;
-                0
-            }
+impl Batch {
+    /// Writes and flushes the batch, and adds its outcome to `counts` (and the metrics).
+    fn write(&mut self, out: &mut impl Write, counts: &SinkCounts) {
+        if self.records == 0 {
+            return;
+        }
+        let records = std::mem::take(&mut self.records);
+        let written = out.write_all(self.text.as_bytes()).and_then(|()| out.flush());
+        self.text.clear();
+        let (written, failed) = match written {
+            Ok(()) => (records, 0),
+            Err(_) => (0, records),
         };
         counts.written.fetch_add(written, Ordering::Relaxed);
         counts.failed.fetch_add(failed, Ordering::Relaxed);

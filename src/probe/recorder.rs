@@ -79,8 +79,11 @@ fn bounded(request: Arc<str>) -> Arc<str> {
 ///
 /// Owned by whoever sees the events (the [`Probed`](super::Probed) combinator, a generator's
 /// decode loop); `observe` takes `&mut self`, one clock read, and touches only this recorder's
-/// own batch: no lock, no atomic, no allocation. Every 64 events, at each stall and at the end,
-/// the batch is added to the hop's aggregate. A recorder is under 1 KiB.
+/// own batch: no lock, no atomic, no allocation (a sampled stream also queues its hop record:
+/// a channel send, which never blocks). Every 64 events, at each stall and at the end, the
+/// batch is added to the hop's aggregate. A recorder is under 1 KiB; with `otel`, a stream's
+/// span adds its own (about 600 bytes with the SDK), and an exporter may allocate when a batch
+/// reaches it (Prometheus: about once per flush).
 ///
 /// Its [`end`](Recorder::end) records why the stream ended and how long it had been quiet:
 /// a stream frozen for 40 s and then abandoned is a stall of this hop, in its counters, its
@@ -190,6 +193,9 @@ impl Recorder {
 
     /// Records one event seen at `at` (for events whose time was taken elsewhere).
     pub fn observe_at(&mut self, event: Observation, at: Instant) {
+        if self.ended {
+            return; // after its end, a stream has nothing more to record
+        }
         let now = monotonic_ns(at);
         // A control event without a number of its own (a heartbeat between numbered events) is
         // counted but neither numbered nor written as a hop record: it must not take the seq
@@ -265,8 +271,9 @@ impl Recorder {
     }
 
     /// Records the stream's end (`completed`, or why it ended early: see
-    /// [`END_REASONS`](super::END_REASONS)), with how long it had been quiet, and adds its
-    /// last counts to the hop. Later calls do nothing.
+    /// [`END_REASONS`](super::END_REASONS); a reason of your own should be short snake_case,
+    /// as the timeline reads at most 64 bytes of it), with how long it had been quiet, and
+    /// adds its last counts to the hop. Later calls, and events after it, record nothing.
     pub fn end(&mut self, reason: &'static str) {
         self.end_at(reason, Instant::now());
     }

@@ -116,14 +116,14 @@ impl Observed for Result<SseEvent, DecodeError> {
     /// error does not end it.
     fn observed(&self) -> Seen {
         match self {
+            Ok(event) if event.event() == Some("error") => {
+                // An end frame carries no event id of its own (one it shows is inherited).
+                let seen = Observation::new(None, event.byte_len() as u64, event.kind());
+                Seen::Last(seen, "upstream_error")
+            }
             Ok(event) => {
                 let seq = event.id().and_then(|id| id.parse().ok());
-                let seen = Observation::new(seq, event.byte_len() as u64, event.kind());
-                if event.event() == Some("error") {
-                    Seen::Last(seen, "upstream_error")
-                } else {
-                    Seen::Event(seen)
-                }
+                Seen::Event(Observation::new(seq, event.byte_len() as u64, event.kind()))
             }
             Err(DecodeError::Upstream(_) | DecodeError::Io(_)) => Seen::End("upstream_error"),
             Err(_) => Seen::Nothing,

@@ -30,11 +30,11 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// each dispatch; data pending at the end of the stream is discarded; invalid UTF-8 is decoded
 /// with U+FFFD.
 ///
-/// Kinds survive the hop: an event with a `: hidden` or `: control` comment line (as
+/// Kinds survive the hop: an event with a `:hidden` or `:control` comment line (as
 /// [`SseEvent::encode`] writes for marked events) is marked [`hidden`](SseEvent::hidden) or
-/// [`control`](SseEvent::control); an unmarked event whose data is `[DONE]` (the OpenAI end
-/// marker) or whose type is `error` (an end frame) is control; any other event with data is
-/// visible.
+/// [`control`](SseEvent::control); an unmarked one has the kind
+/// [`SseEvent`'s `Chunk::kind`](SseEvent#impl-Chunk-for-SseEvent) gives it (`[DONE]` and
+/// `event: error` are control).
 ///
 /// Time is linear in the input however it is split: the parser remembers how far it scanned.
 ///
@@ -89,7 +89,7 @@ pub struct SseDecoder {
     data: Option<String>,
     event_type: String,
     last_event_id: Option<String>,
-    /// The kind the event being built was marked with (a `: hidden` or `: control` comment).
+    /// The kind the event being built was marked with (a `:hidden` or `:control` comment).
     marked: Option<Kind>,
 }
 
@@ -219,9 +219,8 @@ impl SseDecoder {
         if self.dropping_event {
             return Ok(None);
         }
-        if let Some(comment) = line.strip_prefix(':') {
-            let comment = comment.strip_prefix(' ').unwrap_or(comment);
-            if let Some((kind, _)) = KIND_MARKS.iter().find(|(_, mark)| *mark == comment) {
+        if line.starts_with(':') {
+            if let Some((kind, _)) = KIND_MARKS.iter().find(|(_, mark)| *mark == line) {
                 self.marked = Some(*kind);
             }
             return Ok(None);
@@ -264,16 +263,9 @@ impl SseDecoder {
         let event_type = mem::take(&mut self.event_type);
         let marked = mem::take(&mut self.marked);
         let data = self.data.take()?;
-        let kind = match marked {
-            Some(kind) => kind,
-            None if data == "[DONE]" || event_type == "error" => Kind::Control,
-            None => Kind::Visible,
-        };
         let mut event = SseEvent::data(data);
-        match kind {
-            Kind::Visible => {}
-            Kind::Hidden => event = event.hidden(),
-            Kind::Control => event = event.control(),
+        if let Some(kind) = marked {
+            event = event.marked(kind);
         }
         if !event_type.is_empty() {
             event = event

@@ -71,6 +71,12 @@ where
                 }
                 // An event that carries an id of its own (an upstream's, kept by a gateway) is
                 // known by it, so every hop numbers it the same way.
+                if sse.event() == Some("error") {
+                    // An upstream's end frame, passed on (by a gateway): the end of this
+                    // stream, not an event with an id (one it shows is inherited).
+                    let frame = Frame::new(sse.encode(), kind, None);
+                    return Poll::Ready(Some(frame.ending("upstream_error")));
+                }
                 let id = sse
                     .id()
                     .and_then(|id| id.parse::<u64>().ok())

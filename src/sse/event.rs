@@ -7,9 +7,11 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::chunk::{Chunk, Kind};
 
-/// The comment lines that carry an event's kind across a hop that decodes SSE.
+/// The comment lines that carry an event's kind across a hop that decodes SSE. Written without
+/// the space a comment of the event's own always gets (`: text`), so no comment can pass for
+/// one.
 pub(crate) const KIND_MARKS: [(Kind, &str); 2] =
-    [(Kind::Hidden, "hidden"), (Kind::Control, "control")];
+    [(Kind::Hidden, ":hidden"), (Kind::Control, ":control")];
 
 /// One server-sent event: data, and optionally an event type, an id, a retry time and a
 /// comment.
@@ -137,7 +139,7 @@ impl SseEvent {
     }
 
     /// Marks the event as hidden output (a reasoning delta): alive, but no user-visible progress
-    /// for the gap counters. Its encoding says so in a `: hidden` comment line, which clients
+    /// for the gap counters. Its encoding says so in a `:hidden` comment line, which clients
     /// ignore and [`SseDecoder`](super::SseDecoder) reads back.
     pub fn hidden(self) -> Self {
         self.marked(Kind::Hidden)
@@ -145,7 +147,7 @@ impl SseEvent {
 
     /// Marks the event as housekeeping that carries no model output (a `[DONE]`, a final chunk
     /// with only a finish reason): neither progress nor a sign of life for the gap counters.
-    /// Its encoding says so in a `: control` comment line.
+    /// Its encoding says so in a `:control` comment line.
     pub fn control(self) -> Self {
         self.marked(Kind::Control)
     }
@@ -196,20 +198,21 @@ impl SseEvent {
     }
 
     /// Encodes the event as one frame. A [`hidden`](SseEvent::hidden) or
-    /// [`control`](SseEvent::control) event with data starts with a `: hidden` or `: control`
-    /// comment line: clients ignore it, and a decoding hop (a gateway) reads the kind back.
+    /// [`control`](SseEvent::control) event with data starts with a `:hidden` or `:control`
+    /// comment line (no space: a comment of the event's own is written `: text`, so it can
+    /// never read as one): clients ignore it, and a decoding hop (a gateway) reads the kind
+    /// back.
     ///
     /// ```
     /// use streamgate::sse::SseEvent;
     ///
-    /// assert_eq!(&SseEvent::data("[DONE]").control().encode()[..], b": control\ndata: [DONE]\n\n");
+    /// assert_eq!(&SseEvent::data("[DONE]").control().encode()[..], b":control\ndata: [DONE]\n\n");
     /// ```
     pub fn encode(&self) -> Bytes {
         let mut frame = BytesMut::with_capacity(self.encoded_len_hint());
         if let (Some(kind), Some(_)) = (self.marked, &self.data) {
             // The kind, for a hop that decodes the stream (clients ignore comments).
             if let Some((_, mark)) = KIND_MARKS.iter().find(|(marked, _)| *marked == kind) {
-                frame.put_slice(b": ");
                 frame.put_slice(mark.as_bytes());
                 frame.put_slice(b"\n");
             }
@@ -318,13 +321,15 @@ impl Chunk for SseEvent {
         len(self.data_str()) + len(self.event()) + len(self.id()) + len(self.comment_str())
     }
 
-    /// Hidden or control if marked so; visible when it carries data; otherwise (a comment, a
-    /// retry) a control frame.
+    /// Hidden or control if marked so. Unmarked: control when it carries no data (a comment,
+    /// a retry), when its data is `[DONE]` (the OpenAI end marker) or when its type is `error`
+    /// (an end frame); visible otherwise.
     fn kind(&self) -> Kind {
-        match (self.marked, &self.data) {
+        match (self.marked, self.data.as_deref()) {
             (Some(kind), _) => kind,
+            (None, None | Some("[DONE]")) => Kind::Control,
+            (None, Some(_)) if self.event() == Some("error") => Kind::Control,
             (None, Some(_)) => Kind::Visible,
-            (None, None) => Kind::Control,
         }
     }
 

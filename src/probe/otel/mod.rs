@@ -13,7 +13,9 @@
 //!   `completed` sets the span's status to error. Each stall adds a `stall` span event.
 //! - **two histograms** under the GenAI semantic-convention names, with the buckets the
 //!   conventions recommend: [`TIME_TO_FIRST_TOKEN`] (once per stream) and
-//!   [`TIME_PER_OUTPUT_CHUNK`] (once per gap between two visible events), and a counter of
+//!   [`TIME_PER_OUTPUT_CHUNK`] (once per gap between two visible events; unlike the crate's
+//!   `streamgate_gap_seconds`, not the last one to the stream's end, which is on the span as
+//!   `streamgate.idle.trailing`), and a counter of
 //!   ended streams by reason, [`STREAMS_ENDED`]. Every measurement carries the hop's
 //!   attributes: `streamgate.hop` and any added with [`OtelHop::attribute`] (the conventions
 //!   require `gen_ai.operation.name` and `gen_ai.provider.name`: add them there).
@@ -27,7 +29,7 @@
 //! | attribute | type | when | meaning |
 //! |---|---|---|---|
 //! | `streamgate.hop` | string | start | the hop's name |
-//! | `streamgate.request_id` | string | start | the request id (at most 256 bytes of it) |
+//! | `streamgate.request_id` | string | start | the request id (at most [`MAX_RECORD_REQUEST`](crate::probe::MAX_RECORD_REQUEST) bytes of it) |
 //! | `streamgate.end_reason` | string | end | `completed`, `consumer_gone`, `slow_consumer`, … |
 //! | `streamgate.events.visible` | int | end | visible events seen at this hop |
 //! | `streamgate.events.hidden` | int | end | hidden events (reasoning, tool-call plumbing) |
