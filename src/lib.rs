@@ -143,12 +143,12 @@ pub mod timeline;
 pub mod transport;
 
 pub use chunk::{Chunk, Kind};
-#[cfg(feature = "otel")]
-#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
-pub use probe::otel;
 pub use ext::GateExt;
 pub use gate::{
     BoxError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_MAX_PAUSE,
     DEFAULT_RELEASE_TIMEOUT, EndReason, Event, Gate, GateError, GateHandle, GateStats, Group,
     GroupStats, Policy, SendError, Sender, ShutdownReport, TrySendError,
 };
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub use probe::otel;

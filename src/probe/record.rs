@@ -292,7 +292,9 @@ fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts
             match message {
                 Message::Record(r) => {
                     let text = &mut batch.text;
-                    write_line(text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind, r.end);
+                    write_line(
+                        text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind, r.end,
+                    );
                     text.push('\n');
                     batch.records += 1;
                     if batch.text.len() >= WRITE_BATCH {
@@ -329,7 +331,9 @@ impl Batch {
             return;
         }
         let records = std::mem::take(&mut self.records);
-        let written = out.write_all(self.text.as_bytes()).and_then(|()| out.flush());
+        let written = out
+            .write_all(self.text.as_bytes())
+            .and_then(|()| out.flush());
         self.text.clear();
         let (written, failed) = match written {
             Ok(()) => (records, 0),
