@@ -453,7 +453,8 @@ async fn departures_name_the_kernel_when_events_sit_in_it() {
     let diagnosis = timeline.diagnose();
     assert!(diagnosis.problems.is_empty(), "{:?}", diagnosis.problems);
     // The freeze began in the kernel: events handed over on time sat there first. Later the
-    // full socket held the writes back too, a stall of the write hop at later events.
+    // full socket held the writes back too (the write hop's stall at later events, which the
+    // timeline counts as pushed back when the hop after it recorded the reader's stall).
     let first = diagnosis
         .stalls
         .iter()

@@ -516,6 +516,372 @@ fn coalesced_events_downstream_line_up_by_id() {
     assert_eq!(d.hops[2].passed_on, 1, "the client's view of it lines up");
 }
 
+// ---- Back-pressure: a reader that stops freezes every hop before it.
+
+const WW: &str = "worker.write";
+const GR: &str = "gateway.recv";
+/// The crate's own path end to end.
+const CHAIN: [&str; 5] = [W, WW, GR, G, C];
+/// Where each hop of `CHAIN` is blocked when the client stops reading after seq 4: the
+/// buffers between the hops hold the difference.
+const BLOCKED: [u64; 5] = [91, 83, 47, 42, 4];
+
+/// Records of request `r` along `CHAIN`: an event every 10 ms up to seq 99; the client stops
+/// reading after seq 4 for `pause_ms`, so each hop is blocked after `BLOCKED[hop]` and goes on
+/// when the hop after it catches up (the client first, at 44 + `pause_ms`), taking its
+/// backlog ten events a millisecond. Hops after the worker's coalescing gate see 85, 87 and 89
+/// merged into the next ids. Each hop on its own clock; every stream completes. `last`
+/// replaces the client's records when given.
+fn back_pressure(pause_ms: u64, client: Option<String>) -> Vec<String> {
+    let resume = 44 + pause_ms;
+    CHAIN
+        .iter()
+        .enumerate()
+        .map(|(index, name)| {
+            let j = index as u64;
+            // The client goes on first, then each hop before it, 2 ms apart.
+            let went_on = resume + 2 * (4 - j);
+            let events: Vec<_> = (0..100u64)
+                .filter(|&seq| index == 0 || ![85, 87, 89].contains(&seq))
+                .map(|seq| {
+                    let t = if seq <= BLOCKED[index] {
+                        10 * seq + j
+                    } else if seq <= 91 {
+                        went_on + (seq - BLOCKED[index]) / 10
+                    } else {
+                        resume + 20 + 10 * (seq - 92) + j
+                    };
+                    (seq, t, "visible")
+                })
+                .collect();
+            let end = events.last().unwrap().1 + 1;
+            hop("r", name, 1_000 * j * j, &events, Some((end, "completed")))
+        })
+        .enumerate()
+        .map(|(index, text)| match (&client, index) {
+            (Some(client), 4) => client.clone(),
+            _ => text,
+        })
+        .collect()
+}
+
+fn counts(d: &Diagnosis, f: fn(&streamgate::timeline::HopSummary) -> u64) -> Vec<u64> {
+    d.hops.iter().map(f).collect()
+}
+
+#[test]
+fn back_pressure_is_named_once_where_the_reader_stopped() {
+    let d = diagnose(&CHAIN, &back_pressure(3_000, None));
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+    // Every hop froze, each at a later event ...
+    assert_eq!(counts(&d, |h| h.quiet_spells), [1; 5], "{}", d.report());
+    // ... and only the client's stall is one: the others are back-pressure from it.
+    assert_eq!(d.stalls.len(), 1, "{}", d.report());
+    let stall = &d.stalls[0];
+    assert_eq!(
+        (stall.hop.as_str(), stall.after, stall.seq),
+        (C, Some(4), Some(5))
+    );
+    assert_eq!(stall.blame, Blame::Began);
+    assert_eq!(stall.upstream_gap, Some(Duration::from_millis(10)));
+    assert_eq!(counts(&d, |h| h.pushed_back), [1, 1, 1, 1, 0]);
+    assert_eq!(counts(&d, |h| h.began), [0, 0, 0, 0, 1]);
+    let report = d.report();
+    assert!(report.contains(" pushed "), "{report}");
+    let json: serde_json::Value = serde_json::from_str(&d.to_json()).unwrap();
+    assert_eq!(json["hops"][0]["pushed_back"], 1);
+    assert_eq!(json["hops"][4]["pushed_back"], 0);
+
+    // The same, with the hops read in any order, and each hop's records in a file of its own.
+    let mut texts = back_pressure(3_000, None);
+    texts.reverse();
+    assert_eq!(diagnose(&CHAIN, &texts).stalls, d.stalls);
+
+    // A pause of minutes: the catch-up profiles reach that far.
+    let d = diagnose(&CHAIN, &back_pressure(600_000, None));
+    assert_eq!(d.stalls.len(), 1, "{}", d.report());
+    assert_eq!(d.stalls[0].hop, C);
+}
+
+#[test]
+fn a_stall_a_hop_ended_in_is_pushed_back_by_an_end_that_came_from_upstream() {
+    // The generator finished during the client's pause: the gateway wrote every event and
+    // could only end (its last write done) once the client caught up, 2 s later.
+    let events = |j: u64, resume: u64| -> Vec<_> {
+        (0..50)
+            .map(|seq| {
+                let t = if seq <= 4 || j == 0 {
+                    10 * seq + j
+                } else {
+                    resume + seq / 10
+                };
+                (seq, t, "visible")
+            })
+            .collect()
+    };
+    let texts = |client_end: &str| {
+        vec![
+            hop("r", G, 0, &events(0, 0), Some((2_046, "completed"))),
+            hop("r", C, 5_000, &events(1, 2_044), Some((2_050, client_end))),
+        ]
+    };
+    let d = diagnose(&[G, C], &texts("completed"));
+    assert_eq!(d.stalls.len(), 1, "{}", d.report());
+    assert_eq!((d.stalls[0].hop.as_str(), d.stalls[0].seq), (C, Some(5)));
+    assert_eq!(d.hops[0].pushed_back, 1, "{}", d.report());
+    assert_eq!(counts(&d, |h| h.quiet_spells), [1, 1]);
+
+    // A client that left (rather than completing) may have ended before the gateway did: its
+    // end record says nothing about when the gateway could go on. The gateway keeps its stall.
+    let d = diagnose(&[G, C], &texts("consumer_gone"));
+    assert_eq!(d.stalls.len(), 2, "{}", d.report());
+    assert_eq!((d.stalls[0].hop.as_str(), d.stalls[0].seq), (G, None));
+}
+
+#[test]
+fn a_reader_that_stalled_long_ago_does_not_excuse_a_later_freeze() {
+    // The client's pause (back-pressure up the path), then, 10 s later, a genuine 2 s freeze
+    // of the gateway at seq 400 that the client waits through.
+    let events = |j: u64, pause: bool| -> Vec<_> {
+        (0..500u64)
+            .map(|seq| {
+                let mut t = 10 * seq + j;
+                if pause && seq > BLOCKED[3 + j as usize] {
+                    t += 3_000;
+                }
+                if seq >= 400 {
+                    t += 2_000;
+                }
+                (seq, t, "visible")
+            })
+            .collect()
+    };
+    let d = diagnose(
+        &[G, C],
+        &[
+            hop("r", G, 0, &events(0, true), Some((10_000, "completed"))),
+            hop("r", C, 7_000, &events(1, true), Some((10_001, "completed"))),
+        ],
+    );
+    let found: Vec<_> = d
+        .stalls
+        .iter()
+        .map(|s| (s.hop.as_str(), s.seq, s.blame.clone()))
+        .collect();
+    assert_eq!(
+        found,
+        [(G, Some(400), Blame::Began), (C, Some(5), Blame::Began)],
+        "{}",
+        d.report()
+    );
+    assert_eq!(counts(&d, |h| h.pushed_back), [1, 0]);
+    assert_eq!(counts(&d, |h| h.passed_on), [0, 1]);
+
+    // Borderline: the client took its backlog slowly and had seq 10 1.6 s after its stall
+    // ended; the gateway was quiet 1.9 s before writing it. The catch-up profile's steps (1,
+    // 1.5, 2 s) only show the client had it within 2 s: never a catch-up that did not happen,
+    // so the gateway keeps its stall.
+    let gateway: Vec<_> = (0..20)
+        .map(|seq| (seq, if seq < 10 { seq } else { 1_900 + seq }, "visible"))
+        .collect();
+    let client: Vec<_> = [0, 1, 2, 3, 4, 1_004, 1_300, 1_600, 1_900, 2_200]
+        .into_iter()
+        .chain((10..20).map(|seq| 2_594 + seq))
+        .enumerate()
+        .map(|(seq, t)| (seq as u64, t, "visible"))
+        .collect();
+    let d = diagnose(
+        &[G, C],
+        &[
+            hop("r", G, 0, &gateway, None),
+            hop("r", C, 0, &client, None),
+        ],
+    );
+    let found: Vec<_> = d
+        .stalls
+        .iter()
+        .map(|s| (s.hop.as_str(), s.seq, s.blame.clone()))
+        .collect();
+    assert_eq!(
+        found,
+        [(G, Some(10), Blame::Began), (C, Some(5), Blame::Began)],
+        "{}",
+        d.report()
+    );
+}
+
+#[test]
+fn without_records_of_the_hop_after_a_slow_reader_shows_at_the_write_hop() {
+    let mut texts = back_pressure(3_000, None);
+    texts.pop(); // no client records
+    let d = diagnose(&CHAIN, &texts);
+    assert_eq!(d.stalls.len(), 1, "{}", d.report());
+    let stall = &d.stalls[0];
+    assert_eq!(
+        (stall.hop.as_str(), stall.after, stall.seq),
+        (G, Some(42), Some(43))
+    );
+    assert_eq!(stall.blame, Blame::Began);
+    assert_eq!(counts(&d, |h| h.pushed_back), [1, 1, 1, 0, 0]);
+}
+
+#[test]
+fn a_reader_that_left_mid_freeze_is_named_and_the_blocked_hops_pushed_back() {
+    // The client stops after seq 4 and leaves 30 s later; each hop before it notices on its
+    // next write, or is cancelled.
+    let texts: Vec<String> = CHAIN
+        .iter()
+        .enumerate()
+        .map(|(index, name)| {
+            let j = index as u64;
+            let events = steady(0..BLOCKED[index] + 1, j, None);
+            let reason = if index == 0 {
+                "cancelled"
+            } else {
+                "consumer_gone"
+            };
+            hop(
+                "r",
+                name,
+                777 * j,
+                &events,
+                Some((30_044 + 3 * (4 - j), reason)),
+            )
+        })
+        .collect();
+    let d = diagnose(&CHAIN, &texts);
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+    assert_eq!(d.stalls.len(), 1, "{}", d.report());
+    let stall = &d.stalls[0];
+    assert_eq!(
+        (stall.hop.as_str(), stall.after, stall.seq),
+        (C, Some(4), None)
+    );
+    assert_eq!(stall.end_reason.as_deref(), Some("consumer_gone"));
+    assert_eq!(stall.blame, Blame::Began);
+    // The gateway was regular while the client had events to take (its own stall, after seq
+    // 42, is the client's doing: not an upstream quiet).
+    assert_eq!(stall.upstream_gap, Some(Duration::from_millis(10)));
+    assert_eq!(counts(&d, |h| h.pushed_back), [1, 1, 1, 1, 0]);
+    assert_eq!(counts(&d, |h| h.quiet_spells), [1; 5]);
+
+    // A stream quiet from its start: the client never got seq 0.
+    let d = diagnose(
+        &[G, C],
+        &[
+            hop(
+                "r",
+                G,
+                0,
+                &steady(0..10, 0, None),
+                Some((5_000, "consumer_gone")),
+            ),
+            hop("r", C, 0, &[], Some((5_001, "consumer_gone"))),
+        ],
+    );
+    assert_eq!(d.stalls.len(), 1, "{}", d.report());
+    assert_eq!((d.stalls[0].hop.as_str(), d.stalls[0].after), (C, None));
+    assert_eq!(d.hops[0].pushed_back, 1);
+}
+
+#[test]
+fn back_pressure_meets_unknown_and_hidden() {
+    // Pushed back beats unknown: the gateway's records lack the seq its write stall ended at,
+    // but the client shows it was back-pressure.
+    let mut texts = back_pressure(3_000, None);
+    texts[2] = texts[2]
+        .lines()
+        .filter(|line| !line.contains(r#""seq":43,"#))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let d = diagnose(&CHAIN, &texts);
+    assert_eq!(d.stalls.len(), 1, "{}", d.report());
+    assert_eq!(d.stalls[0].hop, C);
+    assert_eq!(counts(&d, |h| h.pushed_back), [1, 1, 1, 1, 0]);
+
+    // The client's catch-up profile not kept (the detail budget spent before it): the
+    // gateway's stall cannot be told from back-pressure, and says why.
+    let events = |j: u64, blocked: u64| -> Vec<_> {
+        (0..50)
+            .map(|seq| {
+                let t = if seq <= blocked {
+                    10 * seq + j
+                } else {
+                    3_044 + seq / 10 + j
+                };
+                (seq, t, "visible")
+            })
+            .collect()
+    };
+    let mut timeline = Timeline::new([G, C], Duration::from_secs(1)).max_details(2);
+    timeline.add_lines("g", &hop("r", G, 0, &events(0, 42), None));
+    timeline.add_lines("c", &hop("r", C, 0, &events(1, 4), None));
+    let d = timeline.diagnose();
+    let gateway = d
+        .stalls
+        .iter()
+        .find(|s| s.hop == G)
+        .expect("the gateway's stall");
+    assert_eq!(
+        why(gateway),
+        "client.recv's catch-up after its stall to seq 5 was not kept (the detail budget was \
+         spent)"
+    );
+
+    // A hop that filters reasoning and is quiet through it: a hidden phase, whatever the hop
+    // after it did meanwhile (the client paused at 4 and took its backlog at 3 s).
+    let worker: Vec<_> = (0..40u64)
+        .map(|seq| match seq {
+            0..=9 => (seq, 10 * seq, "visible"),
+            10..=29 => (seq, 100 + 200 * (seq - 10), "hidden"),
+            _ => (seq, 4_100 + seq, "visible"),
+        })
+        .collect();
+    let gateway: Vec<_> = worker
+        .iter()
+        .copied()
+        .filter(|e| e.2 == "visible")
+        .collect();
+    // The client took 5 to 8 at 3 s and 9 just before 30: never quiet a second after 9.
+    let client: Vec<_> = gateway
+        .iter()
+        .map(|&(seq, t, kind)| match seq {
+            5..=8 => (seq, 3_000 + seq, kind),
+            9 => (seq, 4_000, kind),
+            _ => (seq, t + 2, kind),
+        })
+        .collect();
+    let d = diagnose(
+        &[W, G, C],
+        &[
+            hop("r", W, 0, &worker, Some((4_200, "completed"))),
+            hop("r", G, 0, &gateway, Some((4_200, "completed"))),
+            hop("r", C, 0, &client, Some((4_202, "completed"))),
+        ],
+    );
+    assert_eq!(counts(&d, |h| h.hidden_phases), [0, 1, 0], "{}", d.report());
+    assert_eq!(counts(&d, |h| h.pushed_back), [0, 0, 0]);
+    let found: Vec<_> = d.stalls.iter().map(|s| (s.hop.as_str(), s.seq)).collect();
+    assert_eq!(found, [(C, Some(5))], "{}", d.report());
+
+    // The generator hangs during reasoning and the user leaves: the gateway, which filters
+    // reasoning, never numbered the hidden events, so its quiet says nothing of a reader
+    // behind: the worker's stall stands, and the gateway's is passed on.
+    let worker: Vec<_> = (0..15u64)
+        .map(|seq| (seq, 10 * seq, if seq < 5 { "visible" } else { "hidden" }))
+        .collect();
+    let d = diagnose(
+        &[W, G],
+        &[
+            hop("r", W, 0, &worker, Some((30_000, "cancelled"))),
+            hop("r", G, 0, &worker[..5], Some((30_001, "consumer_gone"))),
+        ],
+    );
+    let found: Vec<_> = d.stalls.iter().map(|s| (s.hop.as_str(), s.after)).collect();
+    assert_eq!(found, [(W, Some(14))], "{}", d.report());
+    assert_eq!(counts(&d, |h| h.passed_on), [0, 1]);
+}
+
 #[test]
 fn a_resumed_stream_continues_its_seqs_without_a_gap_across_the_resume() {
     // The gateway's first subscriber left at seq 20; a resume through another instance (its
@@ -1027,8 +1393,9 @@ fn limits_are_counted_past_and_said() {
 
 #[test]
 fn a_spent_detail_budget_makes_blame_unknown_not_wrong() {
-    // The gateway's stall takes one detail of five; the worker's hidden events, every other
-    // one, take one each until the budget is spent at seq 9.
+    // The gateway's stall takes three details of five (itself, and its catch-up profile
+    // two); the worker's hidden events, every other one, take one each until the budget is
+    // spent at seq 5.
     let mut timeline = Timeline::new([W, G], Duration::from_secs(1)).max_details(5);
     timeline.add_lines(
         "g",
@@ -1055,7 +1422,37 @@ fn a_spent_detail_budget_makes_blame_unknown_not_wrong() {
     assert_eq!((d.stalls[0].after, d.stalls[0].seq), (Some(59), Some(60)));
     assert_eq!(
         why(&d.stalls[0]),
-        "worker.publish's details from seq 9 on were not all kept (the detail budget was spent)"
+        "worker.publish's details from seq 5 on were not all kept (the detail budget was spent)"
+    );
+}
+
+#[test]
+fn a_stream_keeps_at_most_256_stalls_and_says_so() {
+    // Two hops of one request, a 1.5 s stall every other event: 2,000 stalls at each.
+    let events: Vec<_> = (0..4_000u64)
+        .map(|seq| (seq, seq / 2 * 1_500 + seq % 2, "visible"))
+        .collect();
+    let started = std::time::Instant::now();
+    let d = diagnose(
+        &[W, G],
+        &[hop("r", W, 0, &events, None), hop("r", G, 9, &events, None)],
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(counts(&d, |h| h.quiet_spells), [1_999, 1_999]);
+    // The first 256 at each hop are analysed: the worker's began there, the gateway's were
+    // passed on; what needs the others is unknown.
+    assert_eq!(counts(&d, |h| h.began), [256, 0]);
+    assert_eq!(counts(&d, |h| h.passed_on), [0, 256]);
+    assert_eq!(
+        d.problems.count(ProblemKind::DetailLimit),
+        2 * (1_999 - 256) + 2
+    );
+    assert!(
+        d.problems.examples[0]
+            .message
+            .ends_with("a stall after seq 513 not analysed: 256 stalls are kept per stream"),
+        "{:?}",
+        d.problems.examples[0]
     );
 }
 

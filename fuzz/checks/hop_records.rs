@@ -83,10 +83,13 @@ pub fn check(data: &[u8]) {
     assert_eq!(began + unknown, diagnosis.stalls_total);
     for hop in &diagnosis.hops {
         assert!(
-            hop.began + hop.unknown + hop.passed_on + hop.hidden_phases <= hop.quiet_spells,
+            hop.began + hop.unknown + hop.passed_on + hop.pushed_back + hop.hidden_phases
+                <= hop.quiet_spells,
             "{hop:?}"
         );
     }
+    // Nothing after the last hop pushes back.
+    assert_eq!(diagnosis.hops.last().map(|hop| hop.pushed_back), Some(0));
     for stall in &diagnosis.stalls {
         assert!(stall.gap >= STALL, "{stall:?}");
         let first = stall.hop == PATH[0];
@@ -161,6 +164,7 @@ pub fn reach(data: &[u8]) -> Vec<(&'static str, bool)> {
         ("began", any_hop(|h| h.began > 0)),
         ("unknown", any_hop(|h| h.unknown > 0)),
         ("passed on", any_hop(|h| h.passed_on > 0)),
+        ("pushed back", any_hop(|h| h.pushed_back > 0)),
         ("hidden phase", any_hop(|h| h.hidden_phases > 0)),
         ("stall to the end", d.stalls.iter().any(|s| s.seq.is_none())),
         (

@@ -40,8 +40,12 @@
 //! minutes, so that a 5 s stall shows as one.
 //!
 //! Handles are looked up against the recorder in effect when each stream starts, not once per
-//! hop: a [`HopProbe`] made before the recorder was installed exports every
-//! metric of the streams that start after it.
+//! hop: a [`HopProbe`] made before the recorder was installed exports every metric of the
+//! streams that start after it. The recorder is told apart by its address, so a local recorder
+//! (`metrics::with_local_recorder`) made where an earlier one was, as a test's loop can, keeps
+//! the earlier one's handles: make a hop per local recorder. The record writer's
+//! `streamgate_hop_records_total` goes to the global recorder only (it runs on a thread of its
+//! own).
 //!
 //! The probe knows nothing of the gate: it attaches to any stream whose items are
 //! [`Observed`].

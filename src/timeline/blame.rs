@@ -1,7 +1,8 @@
 //! The blame rule: for a stall seen at a hop, whether it began there, was passed on from
-//! upstream, was a hidden phase the hop does not carry, or cannot be told.
+//! upstream, was pushed back from downstream, was a hidden phase the hop does not carry, or
+//! cannot be told.
 
-use super::stream::{Spell, Stream};
+use super::stream::{CATCH_UP_STEPS, Spell, Stream, catch_up_step};
 
 /// What a stall seen at a hop turned out to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -11,16 +12,56 @@ pub(super) enum Verdict {
     Began(Option<(u64, bool)>),
     /// The hop before it was quiet as long: its own analysis reports it.
     PassedOn,
+    /// The hop after it was behind and caught up as soon as the hop went on: back-pressure,
+    /// which that hop's analysis reports (there or further down).
+    PushedBack,
     /// The hop before it progressed with hidden events the hop does not carry: not a stall.
     Hidden,
     /// The data needed is missing: why.
     Unknown(String),
 }
 
-/// Judges `spell`, seen at `stream` (hop `path[stream.hop]`), with `upstream` the same
-/// request's stream at the hop before it in the path, if it has one.
+/// What every judgement needs besides the streams.
+pub(super) struct Judge<'a> {
+    pub(super) path: &'a [Box<str>],
+    pub(super) stall_ns: u64,
+    /// Whether an end reason (interned) is one a stream ends with when its end came from
+    /// upstream (`completed`, a generator's or an upstream's error): that hop's end record
+    /// is then no earlier than the hop before it.
+    pub(super) from_upstream: &'a dyn Fn(u16) -> bool,
+}
+
+/// Judges `spell`, seen at `stream` (hop `path[stream.hop]`), with `upstream` and
+/// `downstream` the same request's streams at the hops just before and after it in the path,
+/// if it has them.
 pub(super) fn judge(
-    path: &[Box<str>],
+    judge: &Judge<'_>,
+    stream: &Stream,
+    upstream: Option<&Stream>,
+    downstream: Option<&Stream>,
+    spell: &Spell,
+) -> Verdict {
+    let verdict = from_upstream(judge, stream, upstream, spell);
+    if matches!(verdict, Verdict::PassedOn | Verdict::Hidden) {
+        return verdict;
+    }
+    // Began or unknown from upstream: the hop after it may show it was back-pressure.
+    let Some(down) = downstream else {
+        return verdict;
+    };
+    match pushed_back(judge, down, spell) {
+        Push::Yes => Verdict::PushedBack,
+        Push::No => verdict,
+        Push::Unknown(why) => match verdict {
+            Verdict::Began(_) => Verdict::Unknown(why),
+            other => other,
+        },
+    }
+}
+
+/// The rule's steps that look upstream.
+fn from_upstream(
+    judge: &Judge<'_>,
     stream: &Stream,
     upstream: Option<&Stream>,
     spell: &Spell,
@@ -29,7 +70,7 @@ pub(super) fn judge(
     if stream.hop == 0 {
         return Verdict::Began(None);
     }
-    let up_name = &path[usize::from(stream.hop) - 1];
+    let up_name = &judge.path[usize::from(stream.hop) - 1];
     // 2. No records of the request upstream.
     let Some(up) = upstream else {
         return Verdict::Unknown(format!("no records of this request at {up_name}"));
@@ -46,8 +87,10 @@ pub(super) fn judge(
     if seq.is_none() && !up.had_end() {
         return Verdict::Unknown(format!("no end record at {up_name}"));
     }
-    // 4. Upstream was as quiet within the span: passed on.
-    match up.stalled_within(after, seq) {
+    // 4. Upstream was as quiet within the span: passed on. Not a stall upstream that began
+    // after an event this hop never numbered, for a stall it ended in (its reader stopped
+    // first: this hop was behind).
+    match up.stalled_within(after, seq, stream.behind(spell)) {
         Some(true) => return Verdict::PassedOn,
         Some(false) => {}
         None => return Verdict::Unknown(lost(up, up_name)),
@@ -63,7 +106,83 @@ pub(super) fn judge(
         }
     }
     // 6. Upstream was regular: it began here.
-    Verdict::Began(up.quiet_within(after, seq))
+    Verdict::Began(up.quiet_within(after, seq, judge.stall_ns))
+}
+
+/// Whether a stall was back-pressure from the hop after it.
+enum Push {
+    Yes,
+    No,
+    Unknown(String),
+}
+
+/// Whether `spell`, a stall at `stream` (hop H) from `p` to `s`, was back-pressure from `down`
+/// (hop D, the next in the path). Durations are compared, never times of different hops.
+///
+/// 1. D had a stall that ended at a seq `s_D <= p` (it had not yet taken `p`), and D received
+///    `s` less than H's quiet `g` after it received `s_D` (for a stall H ended in: D's end
+///    record, when that end came from upstream). D receives `s` no earlier than H sends it,
+///    so D received `s_D` later than `g` before H sent `s`: after H took `p`. H froze while D
+///    was behind, and went on as soon as D caught up. Only the latest such stall of D can show
+///    it (an earlier one ended earlier), and its catch-up profile decides `d < g` with the
+///    largest step at most `g`: never a catch-up that did not happen, but a `d` within a step
+///    below `g` is not seen (the stall stays at H).
+/// 2. D's stream ended in a stall, and its end record says it never numbered `p` (a visible
+///    event, or D carries hidden ones): its reader stopped before taking `p` and left while H
+///    was blocked.
+///
+/// Either is void when D has a stall that waited on this one (it had taken everything H had
+/// sent when H froze, and was quiet through H's resume): H was not blocked on D then.
+fn pushed_back(judge: &Judge<'_>, down: &Stream, spell: &Spell) -> Push {
+    let Some(p) = spell.after else {
+        // Quiet from the stream's start at H: D cannot have been behind it.
+        return Push::No;
+    };
+    let down_name = &judge.path[usize::from(down.hop)];
+    let mut unknown = None;
+    if let Some(seq) = down.latest_stall_by(p).and_then(|stall| stall.seq) {
+        match down.catch_up_after(seq) {
+            Some(catch_up) => {
+                let caught_up = (0..CATCH_UP_STEPS)
+                    .rev()
+                    .find(|&k| catch_up_step(judge.stall_ns, k) <= spell.quiet_ns)
+                    .is_some_and(|k| match spell.seq {
+                        Some(s) => catch_up.seq_within(k) >= s,
+                        None => catch_up.ended_within(k) && (judge.from_upstream)(catch_up.reason),
+                    });
+                if caught_up {
+                    return unless_waited(down, down_name, spell);
+                }
+            }
+            None => {
+                unknown = Some(format!(
+                    "{down_name}'s catch-up after its stall to seq {seq} was not kept (the \
+                     detail budget was spent)"
+                ));
+            }
+        }
+    }
+    if let Some((end_seq, Some(_))) = down.final_end() {
+        if end_seq <= p && (spell.after_visible || down.carries_hidden()) {
+            return unless_waited(down, down_name, spell);
+        }
+    }
+    if unknown.is_none() && down.lost_from().is_some_and(|from| from <= p) {
+        unknown = Some(lost(down, down_name));
+    }
+    match unknown {
+        Some(why) => Push::Unknown(why),
+        None => Push::No,
+    }
+}
+
+/// `Yes`, unless `down` has a stall that waited on `spell`.
+fn unless_waited(down: &Stream, down_name: &str, spell: &Spell) -> Push {
+    match down.waited_on(spell) {
+        Some(false) => Push::Yes,
+        Some(true) => Push::No,
+        None => Push::Unknown(lost(down, down_name)),
+    }
 }
 
 fn missing(up: &Stream, name: &str, seq: u64) -> String {
@@ -82,7 +201,7 @@ fn missing(up: &Stream, name: &str, seq: u64) -> String {
     why
 }
 
-fn lost(up: &Stream, name: &str) -> String {
-    let from = up.lost_from().unwrap_or(0);
+fn lost(stream: &Stream, name: &str) -> String {
+    let from = stream.lost_from().unwrap_or(0);
     format!("{name}'s details from seq {from} on were not all kept (the detail budget was spent)")
 }

@@ -19,24 +19,60 @@
 //! - A **stall** at hop H is a quiet spell at or above the threshold, spanning the events from
 //!   `after` (the previous progress record's seq, or the start) to `seq` (the progress record
 //!   that ended it, or the end).
-//! - For each stall at H, with U the hop just before H in the path:
+//! - For each stall at H, spanning `p` (its `after`) to `s` (its `seq`), with U the hop just
+//!   before H in the path and D the hop just after it, first **looking upstream**:
 //!   1. H is the first hop of the path: it **began at H**.
 //!   2. U has no records of the request: **unknown** ("no records of this request at U").
-//!   3. U has no record of `after` or of `seq`, or no end record when the stall runs to the
-//!      end: **unknown**, naming the missing record (dropped by a full sink, a request U did
-//!      not sample, a hop that filtered events).
-//!   4. U's longest quiet spell within the span (between its progress records with seqs from
-//!      `after` to `seq`, plus its trailing one when the span runs to the end) is at or above
-//!      the threshold: **passed on** from upstream. Not reported at H: U's own analysis
-//!      reports it, at U or further up.
+//!   3. U has no record of `p` or of `s`, or no end record when the stall runs to the end:
+//!      **unknown**, naming the missing record (dropped by a full sink, a request U did not
+//!      sample, a hop that filtered events).
+//!   4. U has a stall within the span (starting at or after `p`, ending at or before `s`;
+//!      its trailing one counts when the span runs to the end): **passed on** from upstream.
+//!      Not reported at H: U's own analysis reports it, at U or further up. For a stall H
+//!      ended in, a stall U began after taking an event H's end record says H never
+//!      numbered does not count: H was behind U (its reader had stopped), not waiting on it.
 //!   5. U has hidden records strictly inside the span and H carries no hidden events (it
 //!      recorded none of the request): a **hidden phase** (reasoning) H does not carry. Not a
 //!      stall; counted per hop. A span that runs to the end also needs U to have no visible
-//!      record after `after`: visible events H never received are not a phase it does not
-//!      carry (a hop that froze during reasoning and was then abandoned did stall).
-//!   6. Otherwise it **began at H**, and U's longest quiet spell over the span is reported as
-//!      the upstream gap (exact from a tenth of the threshold up; below that, possibly an
-//!      upper bound, and said so).
+//!      record after `p`: visible events H never received are not a phase it does not carry
+//!      (a hop that froze during reasoning and was then abandoned did stall).
+//!   6. Otherwise it began at H, unless D shows it was back-pressure (below); U's longest
+//!      quiet spell over the span is reported as the upstream gap (exact from a tenth of the
+//!      threshold up; below that, possibly an upper bound, and said so).
+//! - Then, for a stall that began at H or is unknown so far, **looking downstream**: a reader
+//!   that stops freezes every hop before it, each at a later event (the buffers between them
+//!   hold the difference). H's stall is **pushed back** (back-pressure; not reported at H:
+//!   D's analysis reports it, at D or further down) when D was behind H as H froze and caught
+//!   up as soon as H went on. With `g` H's quiet on its own clock, that is:
+//!   1. D had a stall that ended at a seq `s_D` no later than `p` (D had not yet taken `p`),
+//!      and D received `s` less than `g` after it received `s_D` (for a stall H ended in: D's
+//!      end record, when that end came from upstream: `completed`, `generator_error`,
+//!      `generator_panic`, `upstream_error`). Durations on D's clock and on H's are compared,
+//!      never times: D receives `s` no earlier than H sends it, so D received `s_D` after H
+//!      took `p`, while H was frozen with D behind. A D that stalled long ago and caught up
+//!      waited through H's freeze too (its `d` is at least `g`): a later freeze of H's own
+//!      stays at H.
+//!   2. Or D's stream ended in a stall (its reader stopped) and its end record says it never
+//!      numbered `p` (a visible event, or D carries hidden ones): the reader left while H was
+//!      blocked.
+//!
+//!   Neither counts when D has a stall that waited on H's (it had taken everything H had sent,
+//!   and was quiet through H's resume): H was not blocked on D then. Each hop asks only the
+//!   next one; D's own stall may in turn be pushed back by the hop after it. The stall that
+//!   remains is the most downstream one whose next hop does not push it back (the last hop
+//!   has none). When D has no records of the request, H's stall stays as upstream decides:
+//!   without a record from the hop after a write hop, a slow reader shows as a stall that
+//!   began at the write hop.
+//! - `d < g` is decided in bounded memory: after each stall (at hops after the first), a hop
+//!   keeps a *catch-up profile*, the highest seq it recorded less than 1, 1.5, 2, 3, 4, 6, ...
+//!   768 times the threshold after the record that ended the stall, and the first of those its
+//!   end record came before. The largest step at most `g` decides: never a catch-up that did
+//!   not happen, but one between that step and `g` (at most a third below `g`) is not seen, and
+//!   the stall stays at H. A stall a profile not kept would decide is unknown, saying why.
+//! - What it cannot tell: two hops with no buffer between them freeze at the same event, and
+//!   the rule names the upstream one of the pair even for back-pressure; a hop that froze on
+//!   its own while the hop after it had stopped reading looks like back-pressure, and only the
+//!   reader's stall is named.
 //! - Seqs are the events' ids, the same at every hop: a coalescing hop records a merged event
 //!   under its last id, so the hops after it skip seqs and still line up with the hops before.
 //!   Records after a hop's end record for a request belong to a resumed stream (a new
@@ -49,12 +85,14 @@
 //! # Bounded memory, hostile input
 //!
 //! Lines are read with a length limit (a longer line is one problem, never held whole). A
-//! request at a hop is a fixed state of about 150 bytes, whatever its number of records; what
-//! can grow (holes in its seqs, hidden phases, stalls, quiet spells of a tenth of the threshold
-//! or more) is counted against one detail budget,
-//! and an answer that would need a detail not kept is "unknown", never a guess. The number of
-//! requests, of problems kept as examples and of stalls listed are limited too (counts are
-//! kept past each limit). Bad lines, duplicates, seqs out of order, times going backwards,
+//! request at a hop is a fixed state of 144 bytes, whatever its number of records; what can
+//! grow (holes in its seqs, hidden phases, stalls, quiet spells of a tenth of the threshold or
+//! more, the catch-up profile after each stall) is counted against one detail budget, and an
+//! answer that would need a detail not kept is "unknown", never a guess. A stream keeps at
+//! most 256 stalls (later ones are counted and reported, and what needs them is unknown), so
+//! judging one stall against the hops beside it stays cheap. The number of requests, of
+//! problems kept as examples and of stalls listed are limited too (counts are kept past each
+//! limit). Bad lines, duplicates, seqs out of order, times going backwards,
 //! records after the end, `u64::MAX` seqs and times are reported, line by line, and skipped;
 //! arithmetic saturates; nothing panics.
 //!
@@ -98,7 +136,7 @@ use std::time::Duration;
 
 use crate::probe::{HopRecord, RecordKind};
 
-use self::blame::Verdict;
+use self::blame::{Judge, Verdict};
 use self::lines::{Line, each_line};
 use self::parse::Parsed;
 use self::problems::ProblemLog;
@@ -112,15 +150,16 @@ pub use self::table::PositionGap;
 
 /// The longest line read by default: 64 KiB (a record is a few hundred bytes).
 pub const DEFAULT_MAX_LINE: usize = 64 * 1024;
-/// Requests analysed by default: 1 Mi (each about 150 bytes per hop it has records of, plus its
-/// id and its place in a hash table: about 300 MB for a million requests of one hop).
+/// Requests analysed by default: 1 Mi (each 144 bytes per hop it has records of, plus its id
+/// and its place in a hash table: about 300 MB for a million requests of one hop).
 pub const DEFAULT_MAX_REQUESTS: usize = 1 << 20;
 /// Problems kept as examples by default (all are counted).
 pub const DEFAULT_MAX_PROBLEMS: usize = 100;
 /// Stalls listed by default: the longest 10,000 (all are counted).
 pub const DEFAULT_MAX_STALLS: usize = 10_000;
 /// The detail budget by default: 4 Mi holes, hidden phases, stalls and quiet spells of a tenth
-/// of the threshold or more, over all streams (16 to 48 bytes each).
+/// of the threshold or more, over all streams (16 to 48 bytes each), a stall's catch-up
+/// profile (104 bytes) counting as two.
 pub const DEFAULT_MAX_DETAILS: u64 = 1 << 22;
 /// Output positions tracked per hop by default (for the gap-by-position plot).
 pub const DEFAULT_MAX_POSITIONS: usize = 4096;
@@ -303,8 +342,9 @@ impl Timeline {
 
     /// Keeps at most `n` details (default [`DEFAULT_MAX_DETAILS`]) over all streams: holes
     /// in a hop's seqs, hidden phases, stalls, quiet spells of a tenth of the threshold or
-    /// more. What would need a hole, a phase or a stall not kept is unknown; a quiet spell not
-    /// kept goes into the stream's sketch (an upstream gap becomes an upper bound).
+    /// more, catch-up profiles (two each). What would need a hole, a phase, a stall or a
+    /// profile not kept is unknown; a quiet spell not kept goes into the stream's sketch (an
+    /// upstream gap becomes an upper bound).
     pub fn max_details(mut self, n: u64) -> Self {
         let used = self.max_details.saturating_sub(self.budget.left);
         self.max_details = n;
@@ -564,9 +604,22 @@ impl Timeline {
             began: u64,
             unknown: u64,
             passed_on: u64,
+            pushed_back: u64,
             hidden: u64,
         }
         let mut counts = vec![Counts::default(); self.path.len()];
+        let from_upstream = |reason: u16| {
+            reason != NO_REASON
+                && matches!(
+                    self.reason_name(reason),
+                    "completed" | "generator_error" | "generator_panic" | "upstream_error"
+                )
+        };
+        let judge = Judge {
+            path: &self.path,
+            stall_ns: self.stall_ns,
+            from_upstream: &from_upstream,
+        };
         let mut stalls: Vec<Stall> = Vec::new();
         let mut total: u64 = 0;
         let keep = self.max_stalls;
@@ -576,12 +629,17 @@ impl Timeline {
                     .hop
                     .checked_sub(1)
                     .and_then(|up| streams.iter().find(|s| s.hop == up));
+                let downstream = streams.iter().find(|s| s.hop == stream.hop + 1);
                 let count = &mut counts[usize::from(stream.hop)];
                 for spell in stream.spells() {
                     let (blame, upstream_gap) =
-                        match blame::judge(&self.path, stream, upstream, spell) {
+                        match blame::judge(&judge, stream, upstream, downstream, spell) {
                             Verdict::PassedOn => {
                                 count.passed_on += 1;
+                                continue;
+                            }
+                            Verdict::PushedBack => {
+                                count.pushed_back += 1;
                                 continue;
                             }
                             Verdict::Hidden => {
@@ -649,6 +707,7 @@ impl Timeline {
                 began: count.began,
                 unknown: count.unknown,
                 passed_on: count.passed_on,
+                pushed_back: count.pushed_back,
                 hidden_phases: count.hidden,
                 resumes: table.resumes,
                 records: table.records,

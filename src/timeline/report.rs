@@ -14,7 +14,8 @@ use super::table::PositionGap;
 #[non_exhaustive]
 pub enum Blame {
     /// It began at the stall's hop: the first hop of the path, or the hop before it was
-    /// regular over the same events.
+    /// regular over the same events; and the hop after it did not show it was back-pressure
+    /// (see [`HopSummary::pushed_back`]).
     Began,
     /// It cannot be told: the data that would decide it is missing (the reason says which).
     /// The stall's hop is where it was seen; it began there or further up.
@@ -79,6 +80,9 @@ pub struct HopSummary {
     pub unknown: u64,
     /// Quiet spells passed on from the hop before (reported there, or further up).
     pub passed_on: u64,
+    /// Quiet spells pushed back from the hop after: back-pressure, the hop after being behind
+    /// and catching up as soon as this one went on (reported there, or further down).
+    pub pushed_back: u64,
     /// Quiet spells in which the hop before progressed with hidden events this hop does not
     /// carry: not stalls.
     pub hidden_phases: u64,
@@ -203,7 +207,7 @@ impl Diagnosis {
         }
         writeln!(
             out,
-            "  {:<16} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>7} {:>7}",
+            "  {:<16} {:>8} {:>9} {:>9} {:>9} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7}",
             "hop",
             "gaps",
             "p50 ms",
@@ -213,12 +217,13 @@ impl Diagnosis {
             "began",
             "unknown",
             "passed",
+            "pushed",
             "hidden"
         )?;
         for hop in &self.hops {
             writeln!(
                 out,
-                "  {:<16} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>6} {:>7} {:>7} {:>7}",
+                "  {:<16} {:>8} {:>9.1} {:>9.1} {:>9.1} {:>7} {:>6} {:>7} {:>7} {:>7} {:>7}",
                 hop.hop,
                 hop.gaps,
                 ms(hop.p50),
@@ -228,6 +233,7 @@ impl Diagnosis {
                 hop.began,
                 hop.unknown,
                 hop.passed_on,
+                hop.pushed_back,
                 hop.hidden_phases
             )?;
         }
@@ -272,7 +278,8 @@ impl Diagnosis {
     ///    "end_reason":..|null,"gap_ms":..,"upstream_gap_ms":..|null,"upstream_gap_exact":..,
     ///    "blame":"began"|"unknown","why":..|null}],
     ///  "hops":[{"hop":..,"gaps":..,"p50_ms":..,"p99_ms":..,"max_ms":..,"positions_beyond":..,
-    ///    "quiet_spells":..,"began":..,"unknown":..,"passed_on":..,"hidden_phases":..,
+    ///    "quiet_spells":..,"began":..,"unknown":..,"passed_on":..,"pushed_back":..,
+    ///    "hidden_phases":..,
     ///    "resumes":..,"records":..}],
     ///  "problems":{"total":..,"counts":{KIND:N,..},"examples":[{"source":..,"line":N|null,
     ///    "kind":..,"message":..}]}}
@@ -334,6 +341,7 @@ impl Diagnosis {
                     began: hop.began,
                     unknown: hop.unknown,
                     passed_on: hop.passed_on,
+                    pushed_back: hop.pushed_back,
                     hidden_phases: hop.hidden_phases,
                     resumes: hop.resumes,
                     records: hop.records,
@@ -402,6 +410,7 @@ struct JsonHop<'a> {
     began: u64,
     unknown: u64,
     passed_on: u64,
+    pushed_back: u64,
     hidden_phases: u64,
     resumes: u64,
     records: u64,
