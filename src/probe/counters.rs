@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::histogram::{AtomicHistogram, Histogram, bucket};
+use super::histogram::{AtomicHistogram, BUCKETS, Histogram, bucket};
 use crate::chunk::Kind;
 
 /// Output position classes: which part of a response a gap fell in. Long outputs that freeze
@@ -327,7 +327,7 @@ impl SharedCounters {
     }
 
     /// Adds a stream's batch and empties it: one atomic operation per non-zero scalar and per
-    /// gap or wait in the batch.
+    /// histogram bucket the batch's gaps and waits fell in.
     pub(crate) fn add(&self, batch: &mut Batch) {
         for (index, value) in batch.scalars.iter().enumerate() {
             if *value == 0 {
@@ -339,12 +339,8 @@ impl SharedCounters {
                 self.scalars[index].fetch_add(*value, Ordering::Relaxed);
             }
         }
-        for &index in batch.gap_buckets() {
-            self.gaps.add(usize::from(index), 1);
-        }
-        for &index in batch.age_buckets() {
-            self.ages.add(usize::from(index), 1);
-        }
+        add_buckets(&self.gaps, batch.gap_buckets());
+        add_buckets(&self.ages, batch.age_buckets());
         if batch.gaps > 0 {
             self.gaps.raise_max(batch.scalars[MAX_GAP]);
         }
@@ -364,6 +360,27 @@ impl SharedCounters {
             scalars,
             gaps: self.gaps.snapshot(),
             ages: self.ages.snapshot(),
+        }
+    }
+}
+
+/// Adds `buckets` (a batch's bucket per gap or wait) to `histogram`, one atomic addition per
+/// distinct bucket: a stream's gaps mostly fall in a few.
+fn add_buckets(histogram: &AtomicHistogram, buckets: &[u8]) {
+    per_bucket(buckets, |index, count| histogram.add(index, count));
+}
+
+/// Calls `each` once per distinct bucket in `buckets` (a batch's bucket per gap or wait), with
+/// how many fell in it.
+pub(crate) fn per_bucket(buckets: &[u8], mut each: impl FnMut(usize, u64)) {
+    let mut counts = [0u8; BUCKETS];
+    for &index in buckets {
+        counts[usize::from(index)] += 1;
+    }
+    for &index in buckets {
+        let count = std::mem::take(&mut counts[usize::from(index)]);
+        if count > 0 {
+            each(usize::from(index), u64::from(count));
         }
     }
 }

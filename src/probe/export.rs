@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Histogram as MetricsHistogram, Unit, counter, histogram};
 
-use super::counters::Batch;
+use super::counters::{Batch, per_bucket};
 use super::histogram::{BUCKETS, lower_bound};
 use super::observe::END_REASONS;
 
@@ -181,24 +181,18 @@ fn ended(hop: String, reason: &'static str, stalled: &'static str) -> Counter {
 /// last bucket (from about 4.6 minutes, no upper bound) at `max`, the batch's largest value. A
 /// gap that long is a stall, which flushes the batch at once, so it is the batch's largest.
 fn record_buckets(histogram: &MetricsHistogram, buckets: &[u8], max: u64) {
-    let mut counts = [0u8; BUCKETS];
-    for &index in buckets {
-        counts[usize::from(index)] += 1;
-    }
-    for &index in buckets {
-        let count = std::mem::take(&mut counts[usize::from(index)]);
-        if count == 0 {
-            continue;
-        }
-        let index = usize::from(index);
+    per_bucket(buckets, |index, count| {
         let ns = if index + 1 < BUCKETS {
             let (low, high) = (lower_bound(index), lower_bound(index + 1));
             low + (high - low) / 2
         } else {
             max
         };
-        histogram.record_many(ns as f64 / 1e9, usize::from(count));
-    }
+        histogram.record_many(
+            ns as f64 / 1e9,
+            usize::try_from(count).unwrap_or(usize::MAX),
+        );
+    });
 }
 
 /// Exports hop-record counts, from the record writer's thread.
