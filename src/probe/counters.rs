@@ -55,7 +55,8 @@ pub(crate) const FLUSH_EVERY: usize = 64;
 /// gaps by output position, how long events waited in a gate, and how many waited.
 ///
 /// A *gap* is the time between two consecutive visible events at this hop, on this hop's
-/// monotonic clock, and, at a stream's end, the time from its last visible event to the end.
+/// monotonic clock, and, at a stream's end, the time from its last visible event to the end
+/// (when no hidden event came after it).
 /// A *quiet spell* is a time without any visible or hidden event; one at or above the hop's
 /// stall threshold is a *stall*, including the one a stream ended in (a user who left after
 /// 40 s of nothing). Hidden events (a reasoning phase) keep a stream alive: a long reasoning
@@ -126,7 +127,8 @@ impl GapCounters {
         self.scalars[CONTROL_BYTES]
     }
 
-    /// The visible gaps, each stream's last one (to its end) included.
+    /// The visible gaps, each stream's last one (to its end, unless hidden events came after
+    /// it) included.
     pub fn gaps(&self) -> &Histogram {
         &self.gaps
     }

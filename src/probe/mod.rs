@@ -24,7 +24,7 @@
 //!
 //! | name | type | unit | labels | what |
 //! |---|---|---|---|---|
-//! | `streamgate_gap_seconds` | histogram | seconds | `hop` | visible gaps, each stream's last one (to its end) included |
+//! | `streamgate_gap_seconds` | histogram | seconds | `hop` | visible gaps, each stream's last one (to its end, unless hidden events came after it) included |
 //! | `streamgate_buffer_age_seconds` | histogram | seconds | `hop` | how long events waited in a gate (stamped gates only) |
 //! | `streamgate_time_to_first_event_seconds` | histogram | seconds | `hop` | from a stream's start at the hop to its first visible event |
 //! | `streamgate_events_total` | counter | events | `hop`, `kind` | events by kind: `visible`, `hidden`, `control` |

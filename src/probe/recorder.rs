@@ -287,7 +287,9 @@ impl Recorder {
         let idle = now.saturating_sub(self.last_progress.unwrap_or(self.started));
         let stalled = idle >= self.hop.inner.stall_ns;
         self.quiet(idle, stalled, true);
-        if let Some(last) = self.last_visible {
+        // The last gap runs to the end when the last progress was visible (as the timeline
+        // counts it): after a hidden phase, the time to the end is that phase's.
+        if let (Some(last), true) = (self.last_visible, self.last_visible == self.last_progress) {
             self.gap(now.saturating_sub(last));
         }
         self.summary.end = Some(StreamEnd {
