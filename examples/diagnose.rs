@@ -25,8 +25,11 @@
 //! window ends at the latest record of that hop in that file (found in a first pass; not
 //! possible on standard input).
 //!
-//! Exit status: 0 no stalls found, 1 stalls found, 2 a usage error, no readable input, or
-//! output (the report, the plot) that could not be written. A closed standard output (`|
+//! Exit status: 0 no stalls found, 1 stalls found (unknown ones included), 2 a usage error, no
+//! readable input, no record of a hop on `--path` taken (a misspelt hop, a `--request` with no
+//! records: the report still says what was read), or output (the report, the plot) that could
+//! not be written. Other problems in the input (bad lines, duplicates) do not change it: the
+//! report lists them. A closed standard output (`|
 //! head`) ends it quietly.
 
 use std::fs::File;
@@ -277,7 +280,18 @@ pub fn run(
         return 2;
     }
     let diagnosis = timeline.diagnose();
-    let status = if diagnosis.has_stalls() { 1 } else { 0 };
+    let status = if diagnosis.records == 0 {
+        // Nothing analysed is no clean bill of health (a misspelt --path, a wrong --request).
+        let _ = writeln!(
+            err,
+            "diagnose: no record of a hop on --path was taken (see the problems below)"
+        );
+        2
+    } else if diagnosis.has_stalls() {
+        1
+    } else {
+        0
+    };
     let mut out = BufWriter::new(out);
     let mut written = if args.json {
         diagnosis.write_json(&mut out).and_then(|()| writeln!(out))

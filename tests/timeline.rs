@@ -1537,6 +1537,19 @@ fn the_command_says_in_its_status_whether_it_found_stalls() {
         assert_eq!(status, 2, "{args:?}: {err}");
         assert!(err.starts_with("diagnose: "), "{err}");
     }
+    // Nothing analysed is not "no stalls": a misspelt hop, a request with no records.
+    for args in [
+        &["--path", "worker.publsh", "-"][..],
+        &["--path", W, "--request", "nobody", "-"][..],
+    ] {
+        let (status, out, err) = run(args, &stalled);
+        assert_eq!(status, 2, "{args:?}: {err}");
+        assert!(err.contains("no record of a hop on --path"), "{err}");
+        assert!(
+            out.contains("0 requests"),
+            "the report still says what was read: {out}"
+        );
+    }
 
     // A directory: every file in it.
     let dir = std::env::temp_dir().join(format!("streamgate-diagnose-{}", std::process::id()));

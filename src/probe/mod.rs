@@ -25,12 +25,12 @@
 //! | name | type | unit | labels | what |
 //! |---|---|---|---|---|
 //! | `streamgate_gap_seconds` | histogram | seconds | `hop` | visible gaps, each stream's last one (to its end, unless hidden events came after it) included |
-//! | `streamgate_buffer_age_seconds` | histogram | seconds | `hop` | how long events waited in a gate (stamped gates only) |
+//! | `streamgate_buffer_age_seconds` | histogram | seconds | `hop` | how long events waited in a gate (a probe on a stamped gate's `Consumer`; frames do not carry it) |
 //! | `streamgate_time_to_first_event_seconds` | histogram | seconds | `hop` | from a stream's start at the hop to its first visible event |
 //! | `streamgate_events_total` | counter | events | `hop`, `kind` | events by kind: `visible`, `hidden`, `control` |
 //! | `streamgate_bytes_total` | counter | bytes | `hop`, `kind` | their bytes |
 //! | `streamgate_stalls_total` | counter | stalls | `hop` | quiet spells at or above the hop's stall threshold, the ones streams ended in included |
-//! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](END_REASONS), and whether they ended in a stall (`true`/`false`) |
+//! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](END_REASONS), and whether they ended in a stall (`true`/`false`); all 16 series of a hop are registered when its first stream starts |
 //! | `streamgate_hop_records_total` | counter | records | `outcome` | hop records `written`, `dropped` (the writer's queue was full) or `failed` (the write failed) |
 //!
 //! Histogram values are reported at the middle of the crate's own log-linear bucket (within

@@ -93,7 +93,8 @@ pub struct HopRecord {
     pub seq: u64,
     /// When the hop saw it, in nanoseconds on the process's monotonic clock.
     pub t_ns: u64,
-    /// Its size in bytes.
+    /// Its size in bytes, as the hop saw it: a frame's encoded bytes at a probe on frames, a
+    /// decoded event's data at a probe on decoded events.
     pub bytes: u64,
     /// How it counts for progress, or that the stream ended here.
     pub kind: RecordKind,

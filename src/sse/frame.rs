@@ -62,8 +62,9 @@ impl Frame {
         self.kind
     }
 
-    /// The id of the event this frame carries ([`Event::id`](crate::Event::id), or the
-    /// event's own numeric SSE id); `None` for heartbeats and end frames.
+    /// The id of the event this frame carries: the event's own numeric SSE id when it has one
+    /// (an upstream's, kept by a gateway), otherwise [`Event::id`](crate::Event::id); `None`
+    /// for heartbeats and end frames.
     pub fn id(&self) -> Option<u64> {
         self.id
     }
