@@ -217,11 +217,15 @@ async fn run() -> Result<(), String> {
                         .map_or_else(|| "end".to_owned(), |seq| seq.to_string())
                 })
                 .collect();
+            let seqs = seqs.into_iter().collect::<Vec<_>>().join(", ");
             let worst = stalls.iter().map(|s| s.gap).max().unwrap_or_default();
             let what = if began { "began at" } else { "unknown, at" };
+            let count = match stalls.len() {
+                1 => "1 stall".to_owned(),
+                n => format!("{n} stalls"),
+            };
             println!(
-                "  {what} {hop:<14} {} stalls (seq {seqs:?}, up to {:.0} ms): {}",
-                stalls.len(),
+                "  {what} {hop:<14} {count} (ending at seq {seqs}, up to {:.0} ms): {}",
                 worst.as_secs_f64() * 1e3,
                 streams.join(", ")
             );
