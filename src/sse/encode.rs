@@ -19,7 +19,10 @@ pin_project! {
     ///
     /// The terminal frame is `event: error` with data
     /// `{"error":{"type":"<end reason>","message":"<why>"}}` (the shape OpenAI-compatible
-    /// clients read), so a client can tell a cut-off stream from a finished one.
+    /// clients read), so a client can tell a cut-off stream from a finished one. An event of
+    /// type `error` among the events (a gateway passing an upstream's end frame on) is taken
+    /// the same way: probes end the stream there, as `upstream_error`, and record nothing
+    /// after it. Send notifications that do not end the stream under another type.
     #[must_use = "streams do nothing unless polled"]
     pub struct EncodeSse<S> {
         #[pin]
