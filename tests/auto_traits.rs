@@ -85,3 +85,30 @@ fn redis_resumable_streams_cross_threads() {
     send::<RedisSubscriber>();
     unpin::<RedisSubscriber>();
 }
+
+#[test]
+fn probes_cross_threads() {
+    use streamgate::probe::{
+        HopProbe, HopRecord, HopSnapshot, RecordSink, Recorder, StreamSummary,
+    };
+    send::<HopProbe>();
+    sync::<HopProbe>();
+    // A recorder lives in one task (a decode loop, a response body) that may move threads.
+    send::<Recorder>();
+    unpin::<Recorder>();
+    send::<RecordSink>();
+    sync::<RecordSink>();
+    send::<HopSnapshot>();
+    send::<StreamSummary>();
+    send::<HopRecord>();
+}
+
+#[cfg(feature = "timeline")]
+#[test]
+fn the_timeline_crosses_threads() {
+    use streamgate::timeline::{Diagnosis, Timeline};
+    send::<Timeline>();
+    sync::<Timeline>();
+    send::<Diagnosis>();
+    sync::<Diagnosis>();
+}
