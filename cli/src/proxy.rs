@@ -24,87 +24,50 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::StreamExt;
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::GateExt;
 use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::transport::{ListenOptions, SseResponse, TunedListener};
 
-#[allow(dead_code)] // each example uses a part
-#[path = "common/mod.rs"]
-mod common;
+use crate::client as common;
+use crate::serving as server;
 
-use common::server;
-
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    upstream: SocketAddr,
-    addr: SocketAddr,
-    gate: common::GateFlags,
-    stall_at: Option<u64>,
-    stall: Duration,
-    hop_records: Option<String>,
+/// `streamgate proxy`: the proxy's flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// The OpenAI-compatible server to put the proxy in front of (`http://IP:PORT`).
+    #[arg(long, value_name = "URL", value_parser = upstream)]
+    pub upstream: SocketAddr,
+    /// Where to listen.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub gate: crate::flags::GateFlags,
+    /// Inject a stall before forwarding event N (for diagnosis drills).
+    #[arg(long, value_name = "N")]
+    pub stall_at: Option<u64>,
+    /// How long the injected stall lasts, in ms.
+    #[arg(long = "stall-ms", value_name = "MS", default_value = "0", value_parser = crate::flags::millis_or_zero)]
+    pub stall: Duration,
+    /// Write hop records to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub hop_records: Option<String>,
 }
 
-pub(crate) fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Config, String> {
-    let mut upstream = None;
-    let mut config = Config {
-        upstream: ([127, 0, 0, 1], 0).into(),
-        addr: ([127, 0, 0, 1], 8080).into(),
-        gate: common::GateFlags::default(),
-        stall_at: None,
-        stall: Duration::ZERO,
-        hop_records: None,
-    };
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        if let Some(parsed) = config.gate.parse(&flag, &value) {
-            parsed?;
-            continue;
-        }
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("{flag}: `{value}` is not a number"))
-        };
-        match flag.as_str() {
-            "--upstream" => {
-                let host = value
-                    .strip_prefix("http://")
-                    .unwrap_or(&value)
-                    .trim_end_matches('/');
-                let parsed = host
-                    .parse()
-                    .map_err(|_| format!("--upstream: `{value}` is not http://IP:PORT"))?;
-                upstream = Some(parsed);
-            }
-            "--addr" => {
-                config.addr = value
-                    .parse()
-                    .map_err(|_| format!("--addr: `{value}` is not an address"))?
-            }
-            "--stall-at" => config.stall_at = Some(number()?),
-            "--stall-ms" => config.stall = Duration::from_millis(number()?),
-            "--hop-records" => config.hop_records = Some(value.clone()),
-            _ => return Err(format!("unknown flag {flag}")),
-        }
-    }
-    config.upstream = upstream.ok_or("--upstream is required")?;
-    if config.gate.policy == "coalesce" {
-        // Upstream events are OpenAI JSON chunks: concatenating two would corrupt both.
-        return Err(
-            "--policy coalesce: the upstream's events are JSON documents, which cannot \
-             merge losslessly; use backpressure or disconnect"
-                .into(),
-        );
-    }
-    Ok(config)
+fn upstream(value: &str) -> Result<SocketAddr, String> {
+    value
+        .strip_prefix("http://")
+        .unwrap_or(value)
+        .trim_end_matches('/')
+        .parse()
+        .map_err(|_| format!("`{value}` is not http://IP:PORT"))
 }
 
-pub(crate) struct Gateway {
+pub struct Gateway {
     config: Config,
     streams: Arc<server::StreamCounts>,
     /// Every stream: shut down together on SIGINT/SIGTERM.
-    pub(crate) group: streamgate::Group,
+    pub group: streamgate::Group,
     recv: HopProbe,
     write: HopProbe,
     next_id: AtomicU64,
@@ -133,11 +96,8 @@ async fn chat_completions(
     // With `otel`: the client's trace (its `traceparent`) goes on in `gateway.recv` and in the
     // upstream request, so the worker's spans join it. (To make them children of the gateway's
     // span instead, make the recorder before the request and inject its `otel_context()`.)
-    #[cfg(feature = "otel")]
     let (parent, mut traced) = (streamgate::otel::extract(&headers), HeaderMap::new());
-    #[cfg(feature = "otel")]
     streamgate::otel::inject(&parent, &mut traced);
-    #[cfg(feature = "otel")]
     for (name, value) in &traced {
         forwarded.push((name.as_str(), value.to_str().unwrap_or_default()));
     }
@@ -172,10 +132,7 @@ async fn chat_completions(
     let streams = gateway.streams.clone();
     streams.start();
     let events = common::body_stream(upstream).sse_events();
-    #[cfg(feature = "otel")]
     let events = gateway.recv.recorder_in(&*request, &parent).probe(events);
-    #[cfg(not(feature = "otel"))]
-    let events = events.probe(&gateway.recv, request.as_str());
     let (stall_at, stall) = (config.stall_at, config.stall);
     let gated = config
         .gate
@@ -219,7 +176,7 @@ async fn metrics(State(gateway): State<Arc<Gateway>>) -> Response {
 }
 
 /// Binds the listener and builds the app for `config`; the caller serves it.
-pub(crate) fn app(
+pub fn app(
     config: Config,
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Gateway>), String> {
@@ -244,28 +201,16 @@ pub(crate) fn app(
     Ok((listener, app, gateway))
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    // With `otel`: `traceparent` is read and written by the W3C propagator.
-    #[cfg(feature = "otel")]
-    opentelemetry::global::set_text_map_propagator(
-        opentelemetry_sdk::propagation::TraceContextPropagator::new(),
-    );
-    let prometheus = || {
-        PrometheusBuilder::new()
-            .install_recorder()
-            .map_err(|e| format!("metrics: {e}"))
-    };
-    let started =
-        parse_args(std::env::args().skip(1)).and_then(|config| app(config, prometheus()?));
-    match started {
+/// Runs the proxy until SIGINT or SIGTERM.
+pub async fn run(config: Config) -> ExitCode {
+    match crate::sim::prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, gateway)) => {
             let records = gateway.records.clone();
             let group = gateway.group.clone();
-            server::serve_until_signal("gateway", listener, app, records, group).await
+            server::serve_until_signal("proxy", listener, app, records, group).await
         }
         Err(error) => {
-            eprintln!("gateway: {error}");
+            eprintln!("proxy: {error}");
             ExitCode::from(2)
         }
     }

@@ -1,9 +1,8 @@
 //! Names the hop where each stall began, from hop records written by several processes.
 //!
 //! ```text
-//! cargo run --release --features timeline --example diagnose -- --path HOP1,HOP2,... \
-//!     [--stall-ms MS] [--json] [--plot FILE.svg] [--request ID] [--since DURATION] \
-//!     [--max-requests N] INPUT...
+//! streamgate diagnose --path HOP1,HOP2,... [--stall-ms MS] [--json] [--plot FILE.svg] \
+//!     [--request ID] [--since DURATION] [--max-requests N] INPUT...
 //! ```
 //!
 //! INPUTs are hop-record files (JSON lines, any hops per file), directories (every file in
@@ -40,106 +39,93 @@ use std::time::{Duration, SystemTime};
 
 use streamgate::timeline::{ProblemKind, Timeline};
 
-#[allow(dead_code)] // each example uses a part
-#[path = "common/mod.rs"]
-mod common;
-
-const USAGE: &str = "usage: diagnose --path HOP1,HOP2,... [--stall-ms MS] [--json] [--plot FILE.svg] \
-[--request ID] [--since DURATION] [--max-requests N] INPUT... (files, directories, - for stdin)";
-
-/// The parsed command line.
-#[derive(Debug)]
+/// `streamgate diagnose`: names the hop where each stall began.
+#[derive(Debug, Clone, clap::Args)]
+#[command(
+    after_help = "Exit status: 0 no stalls found; 1 stalls found (unknown ones included); \
+2 a usage error, no readable input, no record of a hop on --path (a misspelt hop), or output that \
+could not be written."
+)]
 pub struct Args {
-    path: Vec<String>,
-    stall: Duration,
-    json: bool,
-    plot: Option<String>,
-    request: Option<String>,
-    since: Option<Duration>,
-    max_requests: Option<usize>,
-    inputs: Vec<String>,
-    help: bool,
+    /// The hops in order from the generator to the client, comma-separated
+    /// (e.g. `worker.publish,worker.write,proxy.recv,proxy.write,client.recv`).
+    #[arg(long, value_name = "HOP1,HOP2,...", required = true, value_delimiter = ',', num_args = 1..)]
+    pub path: Vec<String>,
+    /// A quiet spell of at least this many ms is a stall.
+    #[arg(long = "stall-ms", value_name = "MS", default_value = "1000", value_parser = crate::flags::millis)]
+    pub stall: Duration,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Draw the longest and mean gap at each output position, per hop, as an SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<String>,
+    /// Analyse this request only.
+    #[arg(long, value_name = "ID")]
+    pub request: Option<String>,
+    /// Analyse the last DURATION (`500ms`, `90s`, `10m`, `2h`) of each hop's clock in each file.
+    #[arg(long, value_name = "DURATION", value_parser = duration)]
+    pub since: Option<Duration>,
+    /// The most requests held at once (bounds memory on hostile input).
+    #[arg(long, value_name = "N", value_parser = crate::flags::positive)]
+    pub max_requests: Option<usize>,
+    /// Hop-record files (JSON lines), directories (every file, oldest first), or `-` for stdin.
+    #[arg(value_name = "INPUT", required = true)]
+    pub inputs: Vec<String>,
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut parsed = Args {
-        path: Vec::new(),
-        stall: Duration::from_secs(1),
-        json: false,
-        plot: None,
-        request: None,
-        since: None,
-        max_requests: None,
-        inputs: Vec::new(),
-        help: false,
-    };
-    while let Some(arg) = args.next() {
-        let mut value = |what: &str| args.next().ok_or(format!("{arg} needs {what}"));
-        match arg.as_str() {
-            "--path" => {
-                parsed.path = value("a comma-separated list of hops")?
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|h| !h.is_empty())
-                    .map(String::from)
-                    .collect();
-            }
-            "--stall-ms" => {
-                let ms = value("a positive number")?;
-                parsed.stall = Duration::from_millis(
-                    ms.parse::<u64>()
-                        .ok()
-                        .filter(|ms| *ms > 0)
-                        .ok_or(format!("--stall-ms: `{ms}` is not a positive number"))?,
-                );
-            }
-            "--json" => parsed.json = true,
-            "--plot" => parsed.plot = Some(value("a file name")?),
-            "--request" => parsed.request = Some(value("a request id")?),
-            "--since" => parsed.since = Some(duration(&value("a duration")?)?),
-            "--max-requests" => {
-                let n = value("a positive number")?;
-                parsed.max_requests = Some(
-                    n.parse::<usize>()
-                        .ok()
-                        .filter(|n| *n > 0)
-                        .ok_or(format!("--max-requests: `{n}` is not a positive number"))?,
-                );
-            }
-            "-h" | "--help" => parsed.help = true,
-            "-" => parsed.inputs.push(arg),
-            flag if flag.starts_with('-') => return Err(format!("unknown flag {flag}")),
-            _ => parsed.inputs.push(arg),
+impl Args {
+    /// Parses the flags (without a program name).
+    pub fn parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::Parser;
+        #[derive(Parser)]
+        #[command(name = "diagnose")]
+        struct Flags {
+            #[command(flatten)]
+            args: Args,
         }
+        let program = std::iter::once(std::ffi::OsString::from("diagnose"));
+        Flags::try_parse_from(program.chain(args.into_iter().map(Into::into))).map(|f| f.args)
     }
-    if parsed.help {
-        return Ok(parsed);
-    }
-    if parsed.path.is_empty() {
-        return Err("--path is required".into());
-    }
-    if parsed.path.len() > streamgate::timeline::MAX_PATH {
-        return Err(format!(
-            "--path has at most {} hops",
-            streamgate::timeline::MAX_PATH
-        ));
-    }
-    for (i, hop) in parsed.path.iter().enumerate() {
-        if parsed.path[..i].contains(hop) {
-            return Err(format!("--path names {hop} twice"));
+
+    /// What the flags cannot say by themselves.
+    fn check(&mut self) -> Result<(), String> {
+        self.path = self
+            .path
+            .iter()
+            .map(|hop| hop.trim().to_owned())
+            .filter(|hop| !hop.is_empty())
+            .collect();
+        if self.path.is_empty() {
+            return Err("--path names no hop".into());
         }
+        if self.path.len() > streamgate::timeline::MAX_PATH {
+            return Err(format!(
+                "--path has at most {} hops",
+                streamgate::timeline::MAX_PATH
+            ));
+        }
+        for (i, hop) in self.path.iter().enumerate() {
+            if self.path[..i].contains(hop) {
+                return Err(format!("--path names {hop} twice"));
+            }
+        }
+        if self.inputs.is_empty() {
+            return Err("no input given (files, directories, - for stdin)".into());
+        }
+        let stdin = self.inputs.iter().filter(|i| *i == "-").count();
+        if stdin > 1 {
+            return Err("- (stdin) given twice".into());
+        }
+        if stdin == 1 && self.since.is_some() {
+            return Err("--since reads its input twice (to find where each hop's clock ends): it cannot read stdin".into());
+        }
+        Ok(())
     }
-    if parsed.inputs.is_empty() {
-        return Err("no input given (files, directories, - for stdin)".into());
-    }
-    let stdin = parsed.inputs.iter().filter(|i| *i == "-").count();
-    if stdin > 1 {
-        return Err("- (stdin) given twice".into());
-    }
-    if stdin == 1 && parsed.since.is_some() {
-        return Err("--since reads its input twice (to find where each hop's clock ends): it cannot read stdin".into());
-    }
-    Ok(parsed)
 }
 
 /// `500ms`, `90s`, `10m`, `2h`.
@@ -150,13 +136,13 @@ fn duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = text.split_at(split);
     let number: u64 = number
         .parse()
-        .map_err(|_| format!("--since: `{text}` is not a duration like 500ms, 90s, 10m, 2h"))?;
+        .map_err(|_| format!("`{text}` is not a duration like 500ms, 90s, 10m, 2h"))?;
     let unit_ms = match unit {
         "ms" => 1,
         "s" => 1000,
         "m" => 60_000,
         "h" => 3_600_000,
-        _ => return Err(format!("--since: `{text}` needs a unit: ms, s, m or h")),
+        _ => return Err(format!("`{text}` needs a unit: ms, s, m or h")),
     };
     Ok(Duration::from_millis(number.saturating_mul(unit_ms)))
 }
@@ -195,23 +181,11 @@ fn directory(dir: &Path) -> io::Result<Vec<PathBuf>> {
 
 /// Runs the command with `args` (without the program name), reading `-` from `stdin`, the
 /// report to `out` and messages to `err`; returns the exit status.
-pub fn run(
-    args: impl IntoIterator<Item = String>,
-    stdin: impl Read,
-    out: &mut dyn Write,
-    err: &mut dyn Write,
-) -> u8 {
-    let args = match parse(args.into_iter()) {
-        Ok(args) if args.help => {
-            let _ = writeln!(out, "{USAGE}");
-            return 0;
-        }
-        Ok(args) => args,
-        Err(error) => {
-            let _ = writeln!(err, "diagnose: {error}\n{USAGE}");
-            return 2;
-        }
-    };
+pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn Write) -> u8 {
+    if let Err(error) = args.check() {
+        let _ = writeln!(err, "diagnose: {error}");
+        return 2;
+    }
     let mut timeline = Timeline::new(args.path.iter().cloned(), args.stall);
     if let Some(id) = &args.request {
         timeline = timeline.request(id.clone());
@@ -299,7 +273,7 @@ pub fn run(
         diagnosis.write_report(&mut out)
     };
     if let (Ok(()), Some(file)) = (&written, &args.plot) {
-        if let Err(error) = common::plot(&diagnosis, file) {
+        if let Err(error) = crate::plot::plot(&diagnosis, file) {
             let _ = writeln!(err, "diagnose: plotting {file}: {error}");
             return 2;
         }
@@ -318,9 +292,10 @@ pub fn run(
     }
 }
 
-fn main() -> ExitCode {
+/// Runs `diagnose` on the process's standard streams.
+pub fn main(args: Args) -> ExitCode {
     let status = run(
-        std::env::args().skip(1),
+        args,
         io::stdin().lock(),
         &mut io::stdout().lock(),
         &mut io::stderr().lock(),

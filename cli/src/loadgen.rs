@@ -18,77 +18,67 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, RecordSink};
 
-#[allow(dead_code)] // each example uses a part
-#[path = "common/mod.rs"]
-mod common;
+use crate::client::{self, Reader};
 
-use common::Reader;
-
-#[derive(Debug, Clone)]
-struct Args {
-    addr: SocketAddr,
-    stats: Option<SocketAddr>,
-    streams: u64,
-    tokens: u64,
-    slow: f64,
-    stop: Duration,
-    rate: Option<u64>,
-    disconnect: f64,
-    after: u64,
-    json: bool,
-    hop_records: Option<String>,
+/// `streamgate loadgen`: drives an OpenAI-compatible endpoint with many streams.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// The server (or proxy) to load.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub addr: SocketAddr,
+    /// Where to read `/stats` from, when not `--addr` (the server behind a proxy, say).
+    #[arg(long, value_name = "ADDR")]
+    pub stats: Option<SocketAddr>,
+    /// Concurrent streams.
+    #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub streams: u64,
+    /// `max_tokens` of each stream.
+    #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+    pub tokens: u64,
+    /// The fraction of clients that stop reading after their first event (for `--stop-s`, or
+    /// read at `--rate`).
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
+    pub slow: f64,
+    /// How long a slow client stops reading, in seconds.
+    #[arg(long = "stop-s", value_name = "S", default_value = "5", value_parser = seconds)]
+    pub stop: Duration,
+    /// Slow clients read at about this many bytes per second instead of stopping.
+    #[arg(long, value_name = "R", value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate: Option<u64>,
+    /// The fraction of clients that hang up after `--after` events.
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
+    pub disconnect: f64,
+    /// How many events a disconnecting client reads first.
+    #[arg(long, value_name = "T", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub after: u64,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the `client.recv` hop records to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub hop_records: Option<String>,
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
-    let mut parsed = Args {
-        addr: ([127, 0, 0, 1], 8000).into(),
-        stats: None,
-        streams: 1,
-        tokens: 100,
-        slow: 0.0,
-        stop: Duration::from_secs(5),
-        rate: None,
-        disconnect: 0.0,
-        after: 10,
-        json: false,
-        hop_records: None,
-    };
-    while let Some(flag) = args.next() {
-        if flag == "--json" {
-            parsed.json = true;
-            continue;
-        }
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let bad = || format!("{flag}: `{value}` is not valid");
-        let number = || value.parse::<u64>().map_err(|_| bad());
-        let fraction = || {
-            value
-                .parse::<f64>()
-                .ok()
-                .filter(|f| (0.0..=1.0).contains(f))
-                .ok_or_else(bad)
-        };
-        match flag.as_str() {
-            "--addr" => parsed.addr = value.parse().map_err(|_| bad())?,
-            "--stats" => parsed.stats = Some(value.parse().map_err(|_| bad())?),
-            "--streams" => parsed.streams = number()?.max(1),
-            "--tokens" => parsed.tokens = number()?.max(1),
-            "--slow" => parsed.slow = fraction()?,
-            "--stop-s" => parsed.stop = Duration::from_secs_f64(value.parse().map_err(|_| bad())?),
-            "--rate" => parsed.rate = Some(number()?.max(1)),
-            "--disconnect" => parsed.disconnect = fraction()?,
-            "--after" => parsed.after = number()?.max(1),
-            "--hop-records" => parsed.hop_records = Some(value.clone()),
-            _ => return Err(format!("unknown flag {flag}")),
-        }
-    }
-    Ok(parsed)
+fn fraction(value: &str) -> Result<f64, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .filter(|f| (0.0..=1.0).contains(f))
+        .ok_or_else(|| format!("`{value}` is not a fraction between 0 and 1"))
+}
+
+fn seconds(value: &str) -> Result<Duration, String> {
+    value
+        .parse::<f64>()
+        .ok()
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .ok_or_else(|| format!("`{value}` is not a number of seconds"))
 }
 
 /// The server's `/stats`, or `Null` if it has none.
 async fn server_stats(addr: SocketAddr) -> Value {
-    match common::request(addr, "GET", "/stats", &[], String::new()).await {
-        Ok(response) => common::body_text(response)
+    match client::request(addr, "GET", "/stats", &[], String::new()).await {
+        Ok(response) => client::body_text(response)
             .await
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
@@ -103,15 +93,8 @@ fn ms(duration: Option<Duration>) -> Value {
     })
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(args) => args,
-        Err(error) => {
-            eprintln!("loadgen: {error}");
-            return ExitCode::from(2);
-        }
-    };
+/// Runs the load and prints its report (JSON with `--json`).
+pub async fn main(args: Args) -> ExitCode {
     let report = run(&args).await;
     if args.json {
         println!("{report}");
@@ -122,7 +105,7 @@ async fn main() -> ExitCode {
 }
 
 /// Runs the load and returns the release measures as JSON.
-async fn run(args: &Args) -> Value {
+pub async fn run(args: &Args) -> Value {
     let stats_addr = args.stats.unwrap_or(args.addr);
     let sink = args
         .hop_records
@@ -149,7 +132,7 @@ async fn run(args: &Args) -> Value {
         clients.push(tokio::spawn(async move {
             let id = format!("load-{i}");
             let mut recorder = hop.recorder(id.as_str());
-            let outcome = common::stream_chat(addr, &id, tokens, reader, &mut recorder).await;
+            let outcome = client::stream_chat(addr, &id, tokens, reader, &mut recorder).await;
             (outcome, Instant::now())
         }));
     }

@@ -46,11 +46,8 @@ use streamgate::transport::{
 use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Group, Kind, Policy};
 use tokio_util::sync::CancellationToken;
 
-#[allow(dead_code)] // each example uses a part
-#[path = "common/mod.rs"]
-pub(crate) mod common;
-
-use common::server;
+use crate::flags::{self, PolicyFlag};
+use crate::serving as server;
 
 /// Tokens per KV block.
 const BLOCK_TOKENS: u64 = 16;
@@ -58,118 +55,100 @@ const BLOCK_TOKENS: u64 = 16;
 const DEFAULT_MAX_TOKENS: u64 = 16;
 const MAX_TOKENS_LIMIT: u64 = 1_000_000;
 
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    addr: SocketAddr,
-    step: Duration,
-    stall_at: Option<u64>,
-    stall: Duration,
-    gate: common::GateFlags,
-    kv_blocks: u64,
-    sndbuf: Option<u32>,
-    notsent_lowat: Option<u32>,
-    user_timeout: Option<Duration>,
-    resume_grace: Duration,
-    replay_bytes: usize,
-    /// `--resume-store redis://HOST:PORT`; `None`: in memory.
-    resume_store: Option<String>,
-    token_salt: bool,
-    hop_records: Option<String>,
+/// `streamgate sim`: the reference server's flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Where to listen (`127.0.0.1:0` picks a free port; the real one is printed).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub addr: SocketAddr,
+    /// Simulated decode step: one token every MS ms.
+    #[arg(long = "step-ms", value_name = "MS", default_value = "5", value_parser = flags::millis_or_zero)]
+    pub step: Duration,
+    /// Before token N (0-based) the worker stalls (for `--stall-ms`).
+    #[arg(long, value_name = "N")]
+    pub stall_at: Option<u64>,
+    /// How long the stall at `--stall-at` lasts, in ms (a decode-side stall).
+    #[arg(long = "stall-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
+    pub stall: Duration,
+    #[command(flatten)]
+    pub gate: flags::GateFlags,
+    /// Size of the simulated KV pool (one block per 16 tokens held by a live generator).
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub kv_blocks: u64,
+    /// SO_SNDBUF for accepted connections (bounds what the kernel holds for a stopped reader).
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..))]
+    pub sndbuf: Option<u32>,
+    /// TCP_NOTSENT_LOWAT for accepted connections (0 leaves the OS setting).
+    #[arg(long = "notsent-lowat", value_name = "B", default_value_t = DEFAULT_NOTSENT_LOWAT)]
+    pub notsent_lowat_bytes: u32,
+    /// TCP_USER_TIMEOUT for accepted connections: unacknowledged data older than this fails
+    /// the connection (0 leaves the OS setting).
+    #[arg(long = "user-timeout-ms", value_name = "MS", default_value_t = DEFAULT_USER_TIMEOUT.as_millis() as u64)]
+    pub user_timeout_ms: u64,
+    /// How long a stream whose client disconnected keeps generating into its replay log,
+    /// waiting for a resume, before it is cancelled (0: a disconnect cancels at once).
+    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
+    pub resume_grace: Duration,
+    /// Per-stream replay log bound, in bytes; a full log pauses a detached generator.
+    #[arg(long, value_name = "B", default_value_t = streamgate::resume::DEFAULT_LOG_BYTES, value_parser = crate::flags::positive)]
+    pub replay_bytes: usize,
+    /// Where replay logs live: `memory`, or `redis://HOST:PORT` (Redis Streams, so another
+    /// instance can serve the resume).
+    #[arg(long = "resume-store", value_name = "URL", default_value = "memory", value_parser = resume_store)]
+    pub resume_store: ResumeStore,
+    /// Token text becomes `t{i}.{salt} ` with a random salt per stream, so a regenerated
+    /// stream can be told from a resumed one.
+    #[arg(long)]
+    pub token_salt: bool,
+    /// Write a hop record (a JSON line) for every event of every request at the hops
+    /// `worker.decode`, `worker.publish`, `worker.write`, `worker.sent`, and one of kind `end`
+    /// per stream; flushed at exit.
+    #[arg(long, value_name = "FILE")]
+    pub hop_records: Option<String>,
 }
 
-pub(crate) fn parse_args(args: impl Iterator<Item = String>) -> Result<Config, String> {
-    let mut config = Config {
-        addr: ([127, 0, 0, 1], 8000).into(),
-        step: Duration::from_millis(5),
-        stall_at: None,
-        stall: Duration::ZERO,
-        gate: common::GateFlags::default(),
-        kv_blocks: 4096,
-        sndbuf: None,
-        notsent_lowat: Some(DEFAULT_NOTSENT_LOWAT),
-        user_timeout: Some(DEFAULT_USER_TIMEOUT),
-        resume_grace: Duration::ZERO,
-        replay_bytes: streamgate::resume::DEFAULT_LOG_BYTES,
-        resume_store: None,
-        token_salt: false,
-        hop_records: None,
-    };
-    // `--token-salt` takes no value.
-    let args: Vec<String> = args.collect();
-    config.token_salt = args.iter().any(|arg| arg == "--token-salt");
-    let mut args = args.into_iter().filter(|arg| arg != "--token-salt");
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("{flag}: `{value}` is not a number"))
-        };
-        let positive = || {
-            number().and_then(|n| {
-                if n > 0 {
-                    Ok(n)
-                } else {
-                    Err(format!("{flag} must be at least 1"))
-                }
-            })
-        };
-        if let Some(parsed) = config.gate.parse(&flag, &value) {
-            parsed?;
-            continue;
-        }
-        match flag.as_str() {
-            "--addr" => {
-                config.addr = value
-                    .parse()
-                    .map_err(|_| format!("--addr: `{value}` is not an address"))?
-            }
-            "--step-ms" => config.step = Duration::from_millis(number()?),
-            "--stall-at" => config.stall_at = Some(number()?),
-            "--stall-ms" => config.stall = Duration::from_millis(number()?),
-            "--kv-blocks" => config.kv_blocks = number()?,
-            "--sndbuf" => {
-                config.sndbuf =
-                    Some(u32::try_from(positive()?).map_err(|_| "--sndbuf is too large")?)
-            }
-            // 0 leaves the system's setting.
-            "--notsent-lowat" => {
-                let bytes = u32::try_from(number()?).map_err(|_| "--notsent-lowat is too large")?;
-                config.notsent_lowat = (bytes > 0).then_some(bytes);
-            }
-            "--user-timeout-ms" => {
-                let ms = number()?;
-                config.user_timeout = (ms > 0).then(|| Duration::from_millis(ms));
-            }
-            "--resume-grace-ms" => config.resume_grace = Duration::from_millis(number()?),
-            "--replay-bytes" => {
-                config.replay_bytes =
-                    usize::try_from(positive()?).map_err(|_| "--replay-bytes is too large")?
-            }
-            "--resume-store" => {
-                config.resume_store = match value.as_str() {
-                    "memory" => None,
-                    #[cfg(feature = "redis")]
-                    url if url.starts_with("redis://") => Some(value.clone()),
-                    #[cfg(feature = "redis")]
-                    _ => {
-                        return Err(format!(
-                            "--resume-store: `{value}`: `memory` or `redis://HOST:PORT`"
-                        ));
-                    }
-                    #[cfg(not(feature = "redis"))]
-                    _ => {
-                        return Err(format!(
-                            "--resume-store: `{value}`: only `memory` is available in this build (Redis needs the `redis` feature)"
-                        ));
-                    }
-                }
-            }
-            "--hop-records" => config.hop_records = Some(value.clone()),
-            _ => return Err(format!("unknown flag {flag}")),
-        }
+/// Where replay logs live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeStore {
+    /// In this process.
+    Memory,
+    /// In Redis Streams at this URL.
+    Redis(String),
+}
+
+fn resume_store(value: &str) -> Result<ResumeStore, String> {
+    match value {
+        "memory" => Ok(ResumeStore::Memory),
+        url if url.starts_with("redis://") => Ok(ResumeStore::Redis(url.to_owned())),
+        _ => Err(format!("`{value}`: `memory` or `redis://HOST:PORT`")),
     }
-    Ok(config)
+}
+
+impl Config {
+    /// The reference server's defaults, listening on `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        let mut config = Self::parse_from::<_, &str>([]).expect("the defaults parse");
+        config.addr = addr;
+        config
+    }
+
+    /// Parses the contract's flags (`["--step-ms", "5", "--policy", "coalesce"]`, without a
+    /// program name).
+    pub fn parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::Parser;
+        #[derive(Parser)]
+        #[command(name = "sim")]
+        struct Flags {
+            #[command(flatten)]
+            config: Config,
+        }
+        let program = std::iter::once(std::ffi::OsString::from("sim"));
+        Flags::try_parse_from(program.chain(args.into_iter().map(Into::into))).map(|f| f.config)
+    }
 }
 
 /// The process's counters, as `GET /stats` reports them.
@@ -181,7 +160,7 @@ struct Stats {
     tokens_after_cancel: AtomicU64,
 }
 
-pub(crate) struct Server {
+pub struct Server {
     config: Config,
     stats: Stats,
     /// Completion ids are this and a counter: with a shared store, it names the instance too.
@@ -195,7 +174,7 @@ pub(crate) struct Server {
     /// Where hop records go, if anywhere.
     records: Option<RecordSink>,
     /// Every stream: shut down together on SIGINT/SIGTERM.
-    pub(crate) streams: Group,
+    pub streams: Group,
     /// Every streamed generation by its request id: resumable, several readers at once.
     store: Store,
     /// The explicit stop of every generation running here, by request id.
@@ -213,7 +192,6 @@ type Frames = Pin<Box<dyn Stream<Item = Frame> + Send>>;
 enum Store {
     Memory(Registry<Delta>),
     /// Redis Streams: another instance can serve the resume, and stop the generation.
-    #[cfg(feature = "redis")]
     Redis(streamgate::resume::RedisRegistry),
 }
 
@@ -229,7 +207,6 @@ impl Store {
                 Ok(subscriber) => Ok(Box::pin(subscriber.sse().with_ids())),
                 Err(error) => Err(conflict(&error.to_string())),
             },
-            #[cfg(feature = "redis")]
             Store::Redis(registry) => match registry.register(name, events).await {
                 Ok(subscriber) => Ok(Box::pin(subscriber)),
                 Err(streamgate::resume::RegisterError::Duplicate) => {
@@ -247,7 +224,6 @@ impl Store {
                 let subscriber = registry.attach(name, after)?;
                 Ok(Box::pin(subscriber.sse().with_ids()))
             }
-            #[cfg(feature = "redis")]
             Store::Redis(registry) => Ok(Box::pin(registry.attach(name, after).await?)),
         }
     }
@@ -259,7 +235,6 @@ impl Store {
             // Finished, and still retained: nothing left to stop.
             Store::Memory(registry) if registry.contains(name) => Ok(false),
             Store::Memory(_) => Err(AttachError::Unknown),
-            #[cfg(feature = "redis")]
             Store::Redis(registry) => registry.stop(name).await,
         }
     }
@@ -271,7 +246,6 @@ impl Store {
                 registry.stop_waiting(name);
             }
             // Its pump waits for nobody attached.
-            #[cfg(feature = "redis")]
             Store::Redis(_) => {}
         }
     }
@@ -279,7 +253,6 @@ impl Store {
     fn stats(&self) -> RegistryStats {
         match self {
             Store::Memory(registry) => registry.stats(),
-            #[cfg(feature = "redis")]
             Store::Redis(registry) => registry.stats(),
         }
     }
@@ -439,8 +412,8 @@ impl Server {
         if !server.config.resume_grace.is_zero() {
             // A detached stream waits at a full replay log for its grace: the registry's lag
             // limit, not the gate's pause limit, ends a slow reader.
-            gate = gate.policy(match server.config.gate.policy.as_str() {
-                "coalesce" => Policy::Coalesce { max_pause: None },
+            gate = gate.policy(match server.config.gate.policy {
+                PolicyFlag::Coalesce => Policy::Coalesce { max_pause: None },
                 _ => Policy::Backpressure { max_pause: None },
             });
         }
@@ -854,7 +827,7 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
 
 /// Installs the process's Prometheus recorder (once per process), with the crate's histogram
 /// buckets and help texts.
-pub(crate) fn prometheus() -> Result<PrometheusHandle, String> {
+pub fn prometheus() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)
         .and_then(PrometheusBuilder::install_recorder)
@@ -864,15 +837,17 @@ pub(crate) fn prometheus() -> Result<PrometheusHandle, String> {
 }
 
 /// Binds the listener and builds the app for `config`; the caller serves it.
-pub(crate) fn app(
+pub fn app(
     config: Config,
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Server>), String> {
     let sink = server::record_sink(config.hop_records.as_deref())?;
     let options = ListenOptions::default()
         .send_buffer(config.sndbuf)
-        .notsent_lowat(config.notsent_lowat)
-        .user_timeout(config.user_timeout);
+        .notsent_lowat((config.notsent_lowat_bytes > 0).then_some(config.notsent_lowat_bytes))
+        .user_timeout(
+            (config.user_timeout_ms > 0).then(|| Duration::from_millis(config.user_timeout_ms)),
+        );
     let listener = TunedListener::bind(config.addr, options)
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
     // A disconnect detaches; the grace (0: cancel at once) keeps the generation for a resume,
@@ -885,9 +860,8 @@ pub(crate) fn app(
         .max_lag(config.gate.slow_deadline);
     let stops = Stops::default();
     let store = match &config.resume_store {
-        None => Store::Memory(Registry::new(resumable)),
-        #[cfg(feature = "redis")]
-        Some(url) => {
+        ResumeStore::Memory => Store::Memory(Registry::new(resumable)),
+        ResumeStore::Redis(url) => {
             // A stop asked through another instance ends a generation running here as its
             // own stop does: with a final chunk.
             let stops = stops.clone();
@@ -900,13 +874,10 @@ pub(crate) fn app(
                 });
             Store::Redis(registry)
         }
-        #[cfg(not(feature = "redis"))]
-        Some(url) => return Err(format!("--resume-store: `{url}` needs the `redis` feature")),
     };
     let id_prefix = match &store {
         Store::Memory(_) => "chatcmpl-".to_owned(),
         // Other instances name streams in the same Redis.
-        #[cfg(feature = "redis")]
         Store::Redis(_) => {
             use std::hash::{BuildHasher, RandomState};
             format!("chatcmpl-{:x}-", RandomState::new().hash_one(0))
@@ -938,18 +909,17 @@ pub(crate) fn app(
     Ok((listener, app, server))
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    let started =
-        parse_args(std::env::args().skip(1)).and_then(|config| app(config, prometheus()?));
-    match started {
+/// Runs the reference server until SIGINT or SIGTERM: exit status 0 after a clean
+/// shutdown, 2 when it could not start.
+pub async fn run(config: Config) -> ExitCode {
+    match prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, state)) => {
             let records = state.records.clone();
             let streams = state.streams.clone();
-            server::serve_until_signal("serve", listener, app, records, streams).await
+            server::serve_until_signal("sim", listener, app, records, streams).await
         }
         Err(error) => {
-            eprintln!("serve: {error}");
+            eprintln!("sim: {error}");
             ExitCode::from(2)
         }
     }

@@ -1,0 +1,12 @@
+//! The `streamgate` command's parts, as a library so that tests and examples run them in
+//! process: [`proxy`] (in front of any OpenAI-compatible server), [`sim`] (the reference
+//! server), [`loadgen`] and [`diagnose`].
+
+pub mod client;
+pub mod diagnose;
+pub mod flags;
+pub mod loadgen;
+pub mod plot;
+pub mod proxy;
+pub mod serving;
+pub mod sim;
