@@ -203,7 +203,7 @@ pub fn app(
 
 /// Runs the proxy until SIGINT or SIGTERM.
 pub async fn run(config: Config) -> ExitCode {
-    match crate::sim::prometheus().and_then(|prometheus| app(config, prometheus)) {
+    match server::prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, gateway)) => {
             let records = gateway.records.clone();
             let group = gateway.group.clone();

@@ -1,14 +1,14 @@
-//! What the example servers share: JSON and metrics responses, hop records, serving until
-//! SIGINT or SIGTERM with a visible shutdown of every open stream.
+//! What `sim` and `proxy` share: JSON and metrics responses, the Prometheus recorder, hop
+//! records, serving until SIGINT or SIGTERM with a visible shutdown of every open stream.
 
 use std::process::ExitCode;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use metrics_exporter_prometheus::PrometheusHandle;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Value, json};
-use streamgate::probe::{HopProbe, RecordSink};
+use streamgate::probe::{HopProbe, METRIC_BUCKETS, RecordSink, describe_metrics};
 use streamgate::transport::{Server, TunedListener};
 
 /// A JSON body with `status`.
@@ -216,4 +216,15 @@ impl StreamCounts {
         fields.insert(running.into(), load(&self.running).into());
         fields
     }
+}
+
+/// Installs the process's Prometheus recorder (once per process), with the crate's histogram
+/// buckets and help texts.
+pub fn prometheus() -> Result<PrometheusHandle, String> {
+    let handle = PrometheusBuilder::new()
+        .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)
+        .and_then(PrometheusBuilder::install_recorder)
+        .map_err(|error| format!("metrics: {error}"))?;
+    describe_metrics();
+    Ok(handle)
 }

@@ -34,9 +34,9 @@ use axum::http::{HeaderMap, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_core::Stream;
-use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
-use streamgate::probe::{HopProbe, METRIC_BUCKETS, Observation, RecordSink, describe_metrics};
+use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::resume::{AttachError, Registry, RegistryStats, ResumeOptions};
 use streamgate::sse::{Frame, SseEvent};
 use streamgate::transport::{
@@ -825,17 +825,6 @@ async fn metrics(State(server): State<Arc<Server>>) -> Response {
     server::metrics_response(&server.prometheus)
 }
 
-/// Installs the process's Prometheus recorder (once per process), with the crate's histogram
-/// buckets and help texts.
-pub fn prometheus() -> Result<PrometheusHandle, String> {
-    let handle = PrometheusBuilder::new()
-        .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)
-        .and_then(PrometheusBuilder::install_recorder)
-        .map_err(|error| format!("metrics: {error}"))?;
-    describe_metrics();
-    Ok(handle)
-}
-
 /// Binds the listener and builds the app for `config`; the caller serves it.
 pub fn app(
     config: Config,
@@ -912,7 +901,7 @@ pub fn app(
 /// Runs the reference server until SIGINT or SIGTERM: exit status 0 after a clean
 /// shutdown, 2 when it could not start.
 pub async fn run(config: Config) -> ExitCode {
-    match prometheus().and_then(|prometheus| app(config, prometheus)) {
+    match server::prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, state)) => {
             let records = state.records.clone();
             let streams = state.streams.clone();
