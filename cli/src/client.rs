@@ -50,6 +50,23 @@ pub fn body_stream(
     BodyDataStream::new(response.into_body())
 }
 
+/// An address given as `http://HOST:PORT`, `HOST:PORT` or `IP:PORT` (a host name is looked
+/// up; the first address is taken).
+pub fn address(value: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let host = value.strip_prefix("http://").unwrap_or(value);
+    let host = host.trim_end_matches('/');
+    if value.starts_with("https://") {
+        return Err(format!(
+            "`{value}`: https is not supported; give http://HOST:PORT"
+        ));
+    }
+    host.to_socket_addrs()
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .ok_or_else(|| format!("`{value}` is not http://HOST:PORT"))
+}
+
 /// A whole response body as text.
 pub async fn body_text(response: Response<Incoming>) -> Result<String, BoxError> {
     let bytes = response.into_body().collect().await?.to_bytes();
@@ -67,6 +84,9 @@ pub enum Reader {
     Rate(u64),
     /// Disconnects after this many events.
     DisconnectsAfter(u64),
+    /// Disconnects after this many events, then resumes the stream where it left off
+    /// (`GET /v1/chat/completions/{id}/stream` with `Last-Event-ID`) and reads the rest.
+    Resumes(u64),
 }
 
 /// How one client's stream went.
@@ -76,25 +96,56 @@ pub struct Outcome {
     pub events: u64,
     /// The stream ended with `data: [DONE]`.
     pub completed: bool,
-    /// The client hung up on purpose.
+    /// The client hung up on purpose (and did not come back).
     pub disconnected: bool,
+    /// The client hung up and re-attached.
+    pub resumed: bool,
+    /// After the resume, the first event's id was not the one after the last id read before
+    /// it (an event lost or repeated across the resume).
+    pub resume_mismatch: bool,
     /// What went wrong otherwise.
     pub error: Option<String>,
 }
 
-/// A chat completion request body for `max_tokens` tokens, streamed.
-pub fn chat_body(max_tokens: u64) -> String {
-    format!(
-        r#"{{"model":"sim","messages":[{{"role":"user","content":"hi"}}],"stream":true,"max_tokens":{max_tokens}}}"#
-    )
+/// A streamed chat completion request body for `max_tokens` tokens of `model`.
+pub fn chat_body(model: &str, max_tokens: u64) -> String {
+    serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": "Count from one to ten thousand."}],
+        "stream": true,
+        "max_tokens": max_tokens,
+    })
+    .to_string()
 }
 
-/// Streams one chat completion from `addr` as `reader` reads, recording each event at
-/// `recorder` (the `client.recv` hop).
+/// What a client asks for.
+#[derive(Debug, Clone)]
+pub struct Chat {
+    /// The server (or proxy).
+    pub addr: SocketAddr,
+    /// The `model` field (servers that serve one model ignore it).
+    pub model: String,
+    /// `max_tokens`.
+    pub max_tokens: u64,
+}
+
+impl Chat {
+    /// `max_tokens` tokens from the reference server (`sim`) at `addr`.
+    pub fn sim(addr: SocketAddr, max_tokens: u64) -> Self {
+        Chat {
+            addr,
+            model: "sim".into(),
+            max_tokens,
+        }
+    }
+}
+
+/// Streams one chat completion as `reader` reads, recording each event at `recorder` (the
+/// `client.recv` hop). The request carries `x-request-id: request_id`; a resume uses the id
+/// the response's `x-request-id` names.
 pub async fn stream_chat(
-    addr: SocketAddr,
+    chat: &Chat,
     request_id: &str,
-    max_tokens: u64,
     reader: Reader,
     recorder: &mut streamgate::probe::Recorder,
 ) -> Outcome {
@@ -104,58 +155,91 @@ pub async fn stream_chat(
     let mut outcome = Outcome::default();
     let headers = [("x-request-id", request_id)];
     let path = "/v1/chat/completions";
-    let response = match request(addr, "POST", path, &headers, chat_body(max_tokens)).await {
-        Ok(response) if response.status().is_success() => response,
-        Ok(response) => {
-            outcome.error = Some(format!("status {}", response.status()));
-            return outcome;
-        }
-        Err(error) => {
-            outcome.error = Some(error.to_string());
-            return outcome;
-        }
-    };
-    let mut events = std::pin::pin!(body_stream(response).sse_events());
-    while let Some(event) = events.next().await {
-        let event = match event {
-            Ok(event) => event,
+    let body = chat_body(&chat.model, chat.max_tokens);
+    let mut next = request(chat.addr, "POST", path, &headers, body).await;
+    let mut last_id: Option<u64> = None;
+    'attach: loop {
+        let response = match next {
+            Ok(response) if response.status().is_success() => response,
+            Ok(response) => {
+                outcome.error = Some(format!("status {}", response.status()));
+                break;
+            }
             Err(error) => {
                 outcome.error = Some(error.to_string());
                 break;
             }
         };
-        let Some(data) = event.data_str() else {
-            continue;
-        };
-        // The event's id and kind as the server wrote them (the decoder reads a `: control`
-        // or `: hidden` mark, and takes an unmarked `[DONE]` as control).
-        let done = data == "[DONE]";
-        let seq = event.id().and_then(|id| id.parse().ok());
-        let kind = streamgate::Chunk::kind(&event);
-        recorder.observe(streamgate::probe::Observation::new(
-            seq,
-            data.len() as u64,
-            kind,
-        ));
-        outcome.events += 1;
-        if done {
-            outcome.completed = true;
-            break;
-        }
-        match reader {
-            Reader::KeepsUp => {}
-            Reader::Stops(pause) if outcome.events == 1 => tokio::time::sleep(pause).await,
-            Reader::Stops(_) => {}
-            Reader::Rate(bytes_per_second) => {
-                let seconds = data.len() as f64 / bytes_per_second.max(1) as f64;
-                tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+        let stream_id = response
+            .headers()
+            .get("x-request-id")
+            .and_then(|id| id.to_str().ok())
+            .unwrap_or(request_id)
+            .to_owned();
+        let resuming = outcome.resumed;
+        let mut events = std::pin::pin!(body_stream(response).sse_events());
+        let mut first = true;
+        while let Some(event) = events.next().await {
+            let event = match event {
+                Ok(event) => event,
+                Err(error) => {
+                    outcome.error = Some(error.to_string());
+                    break 'attach;
+                }
+            };
+            let Some(data) = event.data_str() else {
+                continue;
+            };
+            // The event's id and kind as the server wrote them (the decoder reads a
+            // `:control` or `:hidden` mark, and takes an unmarked `[DONE]` as control).
+            let done = data == "[DONE]";
+            let seq = event.id().and_then(|id| id.parse().ok());
+            if resuming && first && seq != last_id.map(|id| id + 1) {
+                outcome.resume_mismatch = true;
             }
-            Reader::DisconnectsAfter(n) if outcome.events >= n => {
-                outcome.disconnected = true;
-                break;
+            first = false;
+            last_id = seq.or(last_id);
+            let kind = streamgate::Chunk::kind(&event);
+            recorder.observe(streamgate::probe::Observation::new(
+                seq,
+                data.len() as u64,
+                kind,
+            ));
+            outcome.events += 1;
+            if done {
+                outcome.completed = true;
+                break 'attach;
             }
-            Reader::DisconnectsAfter(_) => {}
+            match reader {
+                Reader::KeepsUp => {}
+                Reader::Stops(pause) if outcome.events == 1 => tokio::time::sleep(pause).await,
+                Reader::Stops(_) => {}
+                Reader::Rate(bytes_per_second) => {
+                    let seconds = data.len() as f64 / bytes_per_second.max(1) as f64;
+                    tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+                }
+                Reader::DisconnectsAfter(n) if outcome.events >= n => {
+                    outcome.disconnected = true;
+                    break 'attach;
+                }
+                Reader::Resumes(n) if !outcome.resumed && outcome.events >= n => {
+                    // Hang up (dropping the body closes the connection), then come back
+                    // for the events after the last one read.
+                    outcome.resumed = true;
+                    let Some(after) = last_id else {
+                        outcome.error = Some("no event id to resume after".into());
+                        break 'attach;
+                    };
+                    let after = after.to_string();
+                    let path = format!("/v1/chat/completions/{stream_id}/stream");
+                    let headers = [("last-event-id", after.as_str())];
+                    next = request(chat.addr, "GET", &path, &headers, String::new()).await;
+                    continue 'attach;
+                }
+                Reader::DisconnectsAfter(_) | Reader::Resumes(_) => {}
+            }
         }
+        break;
     }
     // The crate's end reasons (`streamgate::probe::END_REASONS`): the user leaving is the
     // consumer going; anything else cut the stream upstream of the client.

@@ -1,15 +1,19 @@
-//! A load generator for OpenAI-compatible streaming servers, printing the release measures.
+//! `streamgate loadgen`: drives any OpenAI-compatible streaming endpoint with many streams and
+//! misbehaving readers, and reports what the clients saw and what the server did.
 //!
-//! `cargo run --release --example loadgen --features axum,metrics -- --addr 127.0.0.1:8000 [flags]`
+//! `streamgate loadgen --addr http://127.0.0.1:8080 --streams 64 --tokens 200 [flags]`
 //!
-//! Opens `--streams C` concurrent streams of `--tokens N` tokens each over real HTTP. A
+//! Opens `--streams C` concurrent streams of `--tokens N` tokens each over real HTTP/1.1. A
 //! `--slow F` fraction of clients stop reading after their first event for `--stop-s S`
 //! seconds (or, with `--rate R`, read at R bytes/s); a `--disconnect F` fraction hang up after
-//! `--after T` events. It prints completed streams, client-side inter-event gaps (p50, p99,
-//! max), time to first event, events/s, and from the server's `/stats` (or `--stats ADDR`'s)
-//! the wasted tokens and, when every stream disconnects, how soon after the last disconnect
-//! every generator had stopped and every KV block was freed. `--json` prints one JSON object;
-//! `--hop-records FILE` writes the `client.recv` hop records.
+//! `--after T` events; a `--resume F` fraction hang up after `--after T` events and resume the
+//! stream where they left it (the server, or a `streamgate proxy` in front of it, must keep
+//! streams resumable). It prints completed, disconnected and resumed streams (and any resume
+//! that lost or repeated an event), client-side inter-event gaps (p50, p99, max), time to
+//! first event, events/s, and, when the server has a `/stats` like `streamgate sim`'s (or
+//! `--stats URL` names one), the wasted tokens and, when every stream disconnects, how soon
+//! after the last disconnect every generator had stopped and every KV block was freed.
+//! `--json` prints one JSON object; `--hop-records FILE` writes the `client.recv` hop records.
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -23,12 +27,15 @@ use crate::client::{self, Reader};
 /// `streamgate loadgen`: drives an OpenAI-compatible endpoint with many streams.
 #[derive(Debug, Clone, clap::Args)]
 pub struct Args {
-    /// The server (or proxy) to load.
-    #[arg(long, default_value = "127.0.0.1:8000")]
+    /// The server (or proxy) to load: `http://HOST:PORT` or `HOST:PORT`.
+    #[arg(long, value_name = "URL", default_value = "127.0.0.1:8000", value_parser = client::address)]
     pub addr: SocketAddr,
     /// Where to read `/stats` from, when not `--addr` (the server behind a proxy, say).
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "URL", value_parser = client::address)]
     pub stats: Option<SocketAddr>,
+    /// The `model` of each request (servers that serve one model ignore it).
+    #[arg(long, default_value = "sim")]
+    pub model: String,
     /// Concurrent streams.
     #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub streams: u64,
@@ -48,7 +55,12 @@ pub struct Args {
     /// The fraction of clients that hang up after `--after` events.
     #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
     pub disconnect: f64,
-    /// How many events a disconnecting client reads first.
+    /// The fraction of clients that hang up after `--after` events and resume the stream
+    /// (`GET /v1/chat/completions/{id}/stream` with `Last-Event-ID`; the server, or a proxy
+    /// in front of it, must keep streams resumable).
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
+    pub resume: f64,
+    /// How many events a disconnecting or resuming client reads first.
     #[arg(long, value_name = "T", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub after: u64,
     /// Print one JSON object instead of the report.
@@ -95,6 +107,10 @@ fn ms(duration: Option<Duration>) -> Value {
 
 /// Runs the load and prints its report (JSON with `--json`).
 pub async fn main(args: Args) -> ExitCode {
+    if args.slow + args.disconnect + args.resume > 1.0 {
+        eprintln!("loadgen: --slow, --disconnect and --resume add up to more than 1");
+        return ExitCode::from(2);
+    }
     let report = run(&args).await;
     if args.json {
         println!("{report}");
@@ -118,6 +134,7 @@ pub async fn run(args: &Args) -> Value {
     let before = server_stats(stats_addr).await;
     let disconnecting = (args.disconnect * args.streams as f64).round() as u64;
     let slow = (args.slow * args.streams as f64).round() as u64;
+    let resuming = (args.resume * args.streams as f64).round() as u64;
     let started = Instant::now();
     let mut clients = Vec::new();
     for i in 0..args.streams {
@@ -125,14 +142,21 @@ pub async fn run(args: &Args) -> Value {
             Reader::DisconnectsAfter(args.after)
         } else if i < disconnecting + slow {
             args.rate.map_or(Reader::Stops(args.stop), Reader::Rate)
+        } else if i < disconnecting + slow + resuming {
+            Reader::Resumes(args.after)
         } else {
             Reader::KeepsUp
         };
-        let (hop, addr, tokens) = (hop.clone(), args.addr, args.tokens);
+        let hop = hop.clone();
+        let chat = client::Chat {
+            addr: args.addr,
+            model: args.model.clone(),
+            max_tokens: args.tokens,
+        };
         clients.push(tokio::spawn(async move {
             let id = format!("load-{i}");
             let mut recorder = hop.recorder(id.as_str());
-            let outcome = client::stream_chat(addr, &id, tokens, reader, &mut recorder).await;
+            let outcome = client::stream_chat(&chat, &id, reader, &mut recorder).await;
             (outcome, Instant::now())
         }));
     }
@@ -177,6 +201,8 @@ pub async fn run(args: &Args) -> Value {
         "streams": args.streams,
         "completed": outcomes.iter().filter(|(o, _)| o.completed).count(),
         "disconnected": outcomes.iter().filter(|(o, _)| o.disconnected).count(),
+        "resumed": outcomes.iter().filter(|(o, _)| o.resumed).count(),
+        "resume_mismatches": outcomes.iter().filter(|(o, _)| o.resume_mismatch).count(),
         "failed": outcomes.iter().filter(|(o, _)| o.error.is_some()).count(),
         "errors": outcomes.iter().filter_map(|(o, _)| o.error.clone()).take(5).collect::<Vec<_>>(),
         "events": events,
@@ -195,8 +221,13 @@ pub async fn run(args: &Args) -> Value {
 
 fn print_report(report: &Value) {
     println!(
-        "streams {}: completed {}, disconnected {}, failed {}",
-        report["streams"], report["completed"], report["disconnected"], report["failed"]
+        "streams {}: completed {}, disconnected {}, resumed {} ({} lost or repeated an event), failed {}",
+        report["streams"],
+        report["completed"],
+        report["disconnected"],
+        report["resumed"],
+        report["resume_mismatches"],
+        report["failed"]
     );
     if let Some(errors) = report["errors"].as_array().filter(|e| !e.is_empty()) {
         println!("  errors: {errors:?}");
