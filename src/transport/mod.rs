@@ -45,7 +45,8 @@ pub use self::listener::{
 };
 #[cfg(feature = "server")]
 pub use self::serve::{
-    ACCEPT_BACKOFF, DEFAULT_H2_SEND_BUFFER, FIRST_BYTE_TIMEOUT, ServeError, Server,
+    ACCEPT_BACKOFF, DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_H2_SEND_BUFFER,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ServeError, Server,
 };
 #[cfg(feature = "net")]
 pub use self::stream::{SendQueue, TunedStream, unacknowledged_bytes, unsent_bytes};
