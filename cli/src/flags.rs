@@ -1,8 +1,12 @@
-//! The flags that configure a gate, shared by `sim` and `proxy`.
+//! The flags `sim` and `proxy` share: the gate's, and the listener's.
 
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use streamgate::transport::{
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT,
+    ListenOptions, Server,
+};
 
 /// The slow-consumer policy, as a flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -89,5 +93,110 @@ impl GateFlags {
             .max_bytes(self.buffer_bytes)
             .policy(policy)
             .stamp_events(true)
+    }
+}
+
+/// The listening socket and what each accepted connection gets: kernel settings that let the
+/// gate see slow and vanished readers, and protections against clients that hold connections
+/// without using them.
+#[derive(Debug, Clone, Args)]
+pub struct ListenFlags {
+    /// SO_SNDBUF for accepted connections (bounds what the kernel holds for a stopped reader;
+    /// the OS default when absent).
+    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..))]
+    pub sndbuf: Option<u32>,
+    /// TCP_NOTSENT_LOWAT for accepted connections: the socket takes no more bytes while this
+    /// many are unsent (0 leaves the OS setting).
+    #[arg(long = "notsent-lowat", value_name = "B", default_value_t = DEFAULT_NOTSENT_LOWAT)]
+    pub notsent_lowat: u32,
+    /// TCP_USER_TIMEOUT for accepted connections: unacknowledged data older than this fails
+    /// the connection, so a client that vanished is let go (0 leaves the OS setting).
+    #[arg(long = "user-timeout-ms", value_name = "MS", default_value = "20000", value_parser = millis_or_zero)]
+    pub user_timeout: Duration,
+    /// A client must send a whole request head within this many ms of its first byte, however
+    /// slowly it trickles (slowloris).
+    #[arg(long = "header-timeout-ms", value_name = "MS", default_value = "10000", value_parser = millis)]
+    pub header_timeout: Duration,
+    /// A connection with no request in flight for this many ms is closed (an open stream is
+    /// never idle).
+    #[arg(long = "idle-timeout-ms", value_name = "MS", default_value = "120000", value_parser = millis)]
+    pub idle_timeout: Duration,
+    /// The most connections open at once; more wait in the listen backlog (default: three
+    /// quarters of the process's file descriptor limit).
+    #[arg(long, value_name = "N", value_parser = positive)]
+    pub max_connections: Option<usize>,
+}
+
+impl Default for ListenFlags {
+    fn default() -> Self {
+        ListenFlags {
+            sndbuf: None,
+            notsent_lowat: DEFAULT_NOTSENT_LOWAT,
+            user_timeout: DEFAULT_USER_TIMEOUT,
+            header_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_connections: None,
+        }
+    }
+}
+
+impl ListenFlags {
+    /// The listener's socket options.
+    pub fn options(&self) -> ListenOptions {
+        ListenOptions::default()
+            .send_buffer(self.sndbuf)
+            .notsent_lowat((self.notsent_lowat > 0).then_some(self.notsent_lowat))
+            .user_timeout((!self.user_timeout.is_zero()).then_some(self.user_timeout))
+    }
+
+    /// The server's protections.
+    pub fn server(&self) -> Server {
+        let server = Server::new()
+            .header_read_timeout(self.header_timeout)
+            .idle_timeout(self.idle_timeout);
+        match self.max_connections {
+            Some(n) => server.max_connections(n),
+            None => server,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        gate: GateFlags,
+        #[command(flatten)]
+        listen: ListenFlags,
+    }
+
+    #[test]
+    fn the_flags_defaults_are_the_crates() {
+        let flags = Flags::parse_from(["test"]);
+        let (gate, listen) = (GateFlags::default(), ListenFlags::default());
+        assert_eq!(flags.gate.buffer_events, gate.buffer_events);
+        assert_eq!(flags.gate.buffer_bytes, gate.buffer_bytes);
+        assert_eq!(flags.gate.policy, gate.policy);
+        assert_eq!(flags.gate.slow_deadline, gate.slow_deadline);
+        assert_eq!(flags.gate.heartbeat, gate.heartbeat);
+        assert_eq!(flags.listen.notsent_lowat, listen.notsent_lowat);
+        assert_eq!(flags.listen.user_timeout, listen.user_timeout);
+        assert_eq!(flags.listen.header_timeout, listen.header_timeout);
+        assert_eq!(flags.listen.idle_timeout, listen.idle_timeout);
+        assert_eq!(flags.listen.max_connections, None);
+    }
+
+    #[test]
+    fn zero_leaves_the_os_setting() {
+        let flags = Flags::parse_from(["test", "--notsent-lowat", "0", "--user-timeout-ms", "0"]);
+        assert_eq!(flags.listen.notsent_lowat, 0);
+        assert!(flags.listen.user_timeout.is_zero());
+        assert!(Flags::try_parse_from(["test", "--buffer-events", "0"]).is_err());
+        assert!(Flags::try_parse_from(["test", "--idle-timeout-ms", "0"]).is_err());
     }
 }

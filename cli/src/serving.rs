@@ -95,6 +95,17 @@ pub async fn serve_until(
     streams: streamgate::Group,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(Server::new(), listener, app, streams, stop).await
+}
+
+/// [`serve_until`] with `server`'s protections (`ListenFlags::server`).
+pub async fn serve_with(
+    server: Server,
+    listener: TunedListener,
+    app: Router,
+    streams: streamgate::Group,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let (ended, streams_ended) = tokio::sync::oneshot::channel::<()>();
     let shutdown = async move {
         stop.await;
@@ -105,7 +116,7 @@ pub async fn serve_until(
         );
         let _ = ended.send(());
     };
-    let served = Server::new()
+    let served = server
         .on_error(|error| eprintln!("serving: {}", with_causes(&error)))
         .serve(listener, app, shutdown);
     let drain_limit = async {
