@@ -1,0 +1,244 @@
+//! The proxy's flags, and the upstream URL they name.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+use std::time::Duration;
+
+use axum::http::Uri;
+use axum::http::uri::Authority;
+
+use crate::flags;
+use crate::sim::ResumeStore;
+
+/// What `streamgate proxy --help` teaches after the flags.
+const LONG_HELP: &str = "\
+What it does:
+  Puts streamgate in front of any OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI,
+  `streamgate sim`, ...) without changing it. A streamed POST /v1/chat/completions or
+  /v1/completions (\"stream\": true) is decoded, gated and sent one HTTP chunk per event, with
+  heartbeats, a slow-consumer policy, cancellation carried upstream the moment the client goes,
+  resumable streams, hop probes, and a terminal error frame whenever the upstream fails. Every
+  other request (non-streamed completions, /v1/models, /health, anything) passes through
+  untouched, its body streamed both ways. x-request-id goes both ways (one is made when the
+  client sent none); traceparent goes upstream.
+
+Example:
+  streamgate proxy --upstream http://127.0.0.1:8000 --addr 0.0.0.0:8080
+
+The proxy's own endpoints (they shadow the upstream's paths of the same name):
+  GET  /metrics                                   Prometheus: hops proxy.recv, proxy.write
+  GET  /stats                                     the proxy's stream counters (JSON)
+  GET  /v1/chat/completions/{request_id}/stream   resume (Last-Event-ID: n, or ?after=n)
+  POST /v1/chat/completions/{request_id}/cancel   stop a stream (final chunk, then [DONE])
+
+Only http:// upstreams (HTTP/1.1); https is not supported.";
+
+/// The same, in short (`-h`).
+const SHORT_HELP: &str = "\
+Example: streamgate proxy --upstream http://127.0.0.1:8000 --addr 0.0.0.0:8080
+(--help says what it does, and lists the proxy's own endpoints)";
+
+/// `streamgate proxy`: the proxy's flags.
+#[derive(Debug, Clone, clap::Args)]
+#[command(after_help = SHORT_HELP, after_long_help = LONG_HELP)]
+pub struct Config {
+    /// The OpenAI-compatible server to put the proxy in front of: `http://HOST:PORT[/PREFIX]`
+    /// (a host name or an IP; http only).
+    #[arg(long, value_name = "URL")]
+    pub upstream: UpstreamUrl,
+    /// Where to listen (`127.0.0.1:0` picks a free port; the real one is printed).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub gate: flags::GateFlags,
+    #[command(flatten)]
+    pub listen: flags::ListenFlags,
+    /// How long connecting to the upstream may take, in ms (then 504).
+    #[arg(long = "connect-timeout-ms", value_name = "MS", default_value = "5000", value_parser = flags::millis)]
+    pub connect_timeout: Duration,
+    /// How long a streamed request waits for the upstream's response headers, in ms (then 504).
+    /// Other requests wait as long as the upstream takes (a non-streamed completion has its
+    /// headers only once it is done).
+    #[arg(long = "upstream-headers-ms", value_name = "MS", default_value = "60000", value_parser = flags::millis)]
+    pub upstream_headers: Duration,
+    /// A stream whose upstream sends no event for this long (comments do not count) ends with
+    /// an `upstream_error` frame ("upstream stalled") and the upstream is dropped; heartbeats
+    /// keep the client's connection alive until then (0: wait for ever).
+    #[arg(long = "upstream-idle-ms", value_name = "MS", default_value = "120000", value_parser = flags::millis_or_zero)]
+    pub upstream_idle: Duration,
+    /// The largest request body read to tell a streamed completion from another request (413
+    /// above it). Only `POST /v1/chat/completions` and `/v1/completions` are read; every other
+    /// body streams through unread.
+    #[arg(long, value_name = "B", default_value_t = 16 * 1024 * 1024, value_parser = flags::positive)]
+    pub max_request_bytes: usize,
+    /// How long a stream whose client disconnected keeps reading its upstream into its replay
+    /// log, waiting for a resume, before the upstream is dropped (0: a disconnect drops it at
+    /// once).
+    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
+    pub resume_grace: Duration,
+    /// Per-stream replay log bound, in bytes; a full log pauses a detached stream's upstream.
+    #[arg(long, value_name = "B", default_value_t = streamgate::resume::DEFAULT_LOG_BYTES, value_parser = flags::positive)]
+    pub replay_bytes: usize,
+    /// Where replay logs live: `memory`, or `redis://HOST:PORT` (Redis Streams, so another
+    /// proxy instance can serve the resume).
+    #[arg(long = "resume-store", value_name = "URL", default_value = "memory", value_parser = resume_store)]
+    pub resume_store: ResumeStore,
+    /// Inject a stall before forwarding event N of every stream (for diagnosis drills).
+    #[arg(long, value_name = "N")]
+    pub stall_at: Option<u64>,
+    /// How long the injected stall lasts, in ms.
+    #[arg(long = "stall-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
+    pub stall: Duration,
+    /// Write a hop record (a JSON line) for every event of every stream at the hops
+    /// `proxy.recv` (each upstream event as it arrives) and `proxy.write` (each frame handed
+    /// to the client's connection), and one of kind `end` per stream; flushed at exit.
+    #[arg(long, value_name = "FILE")]
+    pub hop_records: Option<String>,
+}
+
+impl Config {
+    /// Parses the proxy's flags (`["--upstream", "http://127.0.0.1:8000"]`, without a program
+    /// name).
+    ///
+    /// # Errors
+    ///
+    /// A flag that is missing, unknown or malformed, as clap reports it.
+    pub fn parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::Parser;
+        #[derive(Parser)]
+        #[command(name = "proxy")]
+        struct Flags {
+            #[command(flatten)]
+            config: Config,
+        }
+        let program = std::iter::once(std::ffi::OsString::from("proxy"));
+        Flags::try_parse_from(program.chain(args.into_iter().map(Into::into))).map(|f| f.config)
+    }
+}
+
+/// `--resume-store`: `memory` or `redis://HOST:PORT`.
+fn resume_store(value: &str) -> Result<ResumeStore, String> {
+    match value {
+        "memory" => Ok(ResumeStore::Memory),
+        url if url.starts_with("redis://") => Ok(ResumeStore::Redis(url.to_owned())),
+        _ => Err(format!("`{value}`: `memory` or `redis://HOST:PORT`")),
+    }
+}
+
+/// An upstream server: `http://HOST:PORT[/PREFIX]`. Every path the proxy forwards is appended
+/// to the prefix (`http://gpu-1:8000/api` sends `/v1/models` to `/api/v1/models`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamUrl {
+    authority: Authority,
+    prefix: String,
+}
+
+impl UpstreamUrl {
+    /// The upstream's `HOST:PORT`.
+    pub fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// The path every forwarded path is appended to (empty, or `/PREFIX` without a trailing
+    /// slash).
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The absolute URI of `path_and_query` (which starts with `/`) at the upstream.
+    ///
+    /// # Errors
+    ///
+    /// If the joined URI is not valid (a path the client sent can always be joined).
+    pub fn join(&self, path_and_query: &str) -> Result<Uri, axum::http::uri::InvalidUri> {
+        format!("http://{}{}{}", self.authority, self.prefix, path_and_query).parse()
+    }
+}
+
+impl FromStr for UpstreamUrl {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, String> {
+        let problem = |why: &str| format!("`{value}` is not http://HOST:PORT[/PREFIX]: {why}");
+        let with_scheme = if value.contains("://") {
+            value.to_owned()
+        } else {
+            format!("http://{value}")
+        };
+        let uri: Uri = with_scheme.parse().map_err(|_| problem("not a URL"))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => return Err(problem("https upstreams are not supported")),
+            _ => return Err(problem("the scheme must be http")),
+        }
+        let authority = uri.authority().cloned().ok_or_else(|| problem("no host"))?;
+        if authority.as_str().contains('@') {
+            return Err(problem("credentials in the URL are not supported"));
+        }
+        if uri.query().is_some() {
+            return Err(problem("a query is not supported"));
+        }
+        let authority = match authority.port_u16() {
+            Some(_) => authority,
+            None => format!("{}:80", authority.host())
+                .parse()
+                .map_err(|_| problem("not a host"))?,
+        };
+        Ok(UpstreamUrl {
+            authority,
+            prefix: uri.path().trim_end_matches('/').to_owned(),
+        })
+    }
+}
+
+impl fmt::Display for UpstreamUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "http://{}{}", self.authority, self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_urls() {
+        let url: UpstreamUrl = "http://127.0.0.1:8000".parse().unwrap();
+        assert_eq!(url.to_string(), "http://127.0.0.1:8000");
+        assert_eq!(
+            url.join("/v1/models?x=1").unwrap().to_string(),
+            "http://127.0.0.1:8000/v1/models?x=1"
+        );
+        let url: UpstreamUrl = "http://gpu-1:8000/api/".parse().unwrap();
+        assert_eq!(
+            url.join("/v1/models").unwrap().to_string(),
+            "http://gpu-1:8000/api/v1/models"
+        );
+        let url: UpstreamUrl = "localhost".parse().unwrap();
+        assert_eq!(url.to_string(), "http://localhost:80");
+        assert!(
+            "https://a:1"
+                .parse::<UpstreamUrl>()
+                .unwrap_err()
+                .contains("https")
+        );
+        assert!("ftp://a:1".parse::<UpstreamUrl>().is_err());
+        assert!("http://a:1/x?y=1".parse::<UpstreamUrl>().is_err());
+    }
+
+    #[test]
+    fn defaults_parse() {
+        let config = Config::parse_from(["--upstream", "http://127.0.0.1:8000"]).unwrap();
+        assert_eq!(config.addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(config.resume_store, ResumeStore::Memory);
+        assert!(
+            Config::parse_from::<_, &str>([]).is_err(),
+            "--upstream is required"
+        );
+    }
+}

@@ -1,0 +1,53 @@
+//! The proxy's own error answers, OpenAI-shaped: `{"error":{"message":..,"type":..}}`.
+
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::json;
+use streamgate::sse::SseEvent;
+
+use super::upstream::{Upstream, UpstreamError};
+use crate::serving;
+
+/// An OpenAI-style error response.
+pub(super) fn openai(status: StatusCode, message: &str, kind: &str) -> Response {
+    serving::json_error(status, message, kind)
+}
+
+/// The answer when the upstream gave no response: 502 when it could not be reached or failed,
+/// 504 when it took too long, typed `upstream_error`.
+pub(super) fn upstream(upstream: &Upstream, error: &UpstreamError) -> Response {
+    let url = upstream.url();
+    let (status, message) = match error {
+        UpstreamError::Connect(why) => (
+            StatusCode::BAD_GATEWAY,
+            format!("upstream {url} unreachable: {why}"),
+        ),
+        UpstreamError::ConnectTimeout => (
+            StatusCode::GATEWAY_TIMEOUT,
+            format!("upstream {url}: connecting timed out"),
+        ),
+        UpstreamError::HeadersTimeout(after) => (
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "upstream {url} sent no response headers within {} ms",
+                after.as_millis()
+            ),
+        ),
+        UpstreamError::Failed(why) => (
+            StatusCode::BAD_GATEWAY,
+            format!("upstream {url} failed: {why}"),
+        ),
+    };
+    openai(status, &message, "upstream_error")
+}
+
+/// The terminal frame of a stream whose upstream failed: `event: error` and an OpenAI error
+/// object of type `upstream_error` (the frame's type makes the encoder end the stream there, as
+/// `upstream_error`, and the OpenAI SDKs raise it).
+pub(super) fn upstream_frame(message: &str) -> SseEvent {
+    SseEvent::data(
+        json!({"error": {"message": message, "type": "upstream_error", "code": null}}).to_string(),
+    )
+    .with_event("error")
+    .expect("a constant type")
+}

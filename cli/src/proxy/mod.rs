@@ -1,0 +1,323 @@
+//! `streamgate proxy`: a drop-in proxy in front of any OpenAI-compatible server (vLLM, SGLang,
+//! llama.cpp, TGI, `streamgate sim`), which gives every client bounded, flushed, cancellable,
+//! resumable and instrumented streams without changing the server.
+//!
+//! `streamgate proxy --upstream http://127.0.0.1:8000 --addr 0.0.0.0:8080`
+//!
+//! ```text
+//! client --> [proxy: own endpoints | streamed completion | pass-through] --> upstream
+//!
+//! streamed: upstream SSE --decode (bounded)--> proxy.recv --gate (policy)--> replay log
+//!           --> subscriber --sse + heartbeats--> proxy.write --> one HTTP chunk per event
+//! ```
+//!
+//! # What goes where
+//!
+//! - `POST /v1/chat/completions` and `POST /v1/completions` whose JSON body (read up to
+//!   `--max-request-bytes`, 413 above) has `"stream": true`, answered 2xx `text/event-stream`
+//!   (any case, any parameters): decoded with the crate's SSE decoder, gated
+//!   (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`), registered under
+//!   the request id for resumes, and sent one HTTP chunk per event with `Cache-Control:
+//!   no-cache`, `X-Accel-Buffering: no` and heartbeats (`--heartbeat-ms`) before the first
+//!   token and through stalls. Every event carries the proxy's `id: n` (its position in the
+//!   stream: upstream ids are replaced). Events pass byte for byte, unless `--policy coalesce`
+//!   merges chat chunks a slow client has not read yet (the crate's lossless OpenAI merge;
+//!   `text_completion` chunks never merge). The response's headers are the proxy's (the
+//!   upstream's other headers are not copied), and the upstream is asked without
+//!   `Accept-Encoding`, since the proxy reads its events.
+//! - Everything else (other paths and methods, non-streamed completions, a streamed request
+//!   the upstream answers with an error or without SSE) passes through: method, path and
+//!   query (after the upstream's prefix), headers without the hop-by-hop ones (`Host` becomes
+//!   the upstream's), bodies streamed both ways in bounded memory. An upstream `500` typed
+//!   `text/event-stream` is a `500` with its body.
+//! - The proxy's own: `GET /metrics`, `GET /stats`, `GET /v1/chat/completions/{id}/stream`,
+//!   `POST /v1/chat/completions/{id}/cancel` (as `sim` serves them); they shadow the upstream's
+//!   paths of the same name (other methods on them pass through).
+//!
+//! # Request ids and traces
+//!
+//! `x-request-id` is the client's, or a new unguessable `sg-<32 hex digits>` when it sent none;
+//! it goes upstream and comes back on every response, and names the stream for a resume (which
+//! asks for nothing else: a client-chosen id is as secret as the client makes it). W3C
+//! `traceparent`/`tracestate` go upstream verbatim with the other headers; the hop probes'
+//! recorders are made in the extracted context, so an application that installs an
+//! OpenTelemetry propagator and gives the hops a tracer gets one span per stream continuing the
+//! client's trace (the binary installs no SDK).
+//!
+//! # Cancellation
+//!
+//! The stream's generator owns the upstream response body. When the client goes (and no
+//! `--resume-grace-ms` holds the stream), or a policy, `/cancel` or shutdown ends it, the body
+//! is dropped; hyper closes that upstream connection (an unfinished body never returns to the
+//! pool), and the upstream server sees its client disconnect and frees the slot. With a grace,
+//! a disconnected stream goes on reading its upstream into the replay log until the grace runs
+//! out or a client resumes.
+//!
+//! # Upstream failures
+//!
+//! | upstream | client sees |
+//! |---|---|
+//! | connection refused, unknown host | 502, OpenAI error body, `upstream_error` |
+//! | connect slower than `--connect-timeout-ms` | 504, OpenAI error body |
+//! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body |
+//! | error status (any content type) | that status and body |
+//! | 2xx, not SSE, to a streamed request | passed through as it is |
+//! | SSE cut mid-stream (short `Content-Length`, chunked without its end, a close before `[DONE]`) | the events so far, then `event: error` / `data: {"error":{"message":..,"type":"upstream_error",..}}`, end |
+//! | a line or event past the decoder's limits (256 KiB / 1 MiB) | the same terminal frame; memory stays within the limits |
+//! | invalid UTF-8 in SSE | replaced with U+FFFD, as every EventSource client decodes it; the stream goes on |
+//! | no event for `--upstream-idle-ms` (comments do not count) | heartbeats meanwhile, then the terminal frame "upstream stalled" and the upstream dropped |
+//! | its own `event: error` frame | passed on, and the stream ends there (`upstream_error`) |
+//! | a pass-through body cut short | the client's connection is cut before the body's end (never a clean short body) |
+//!
+//! # Probes and counters
+//!
+//! Hops `proxy.recv` (each upstream event as it arrives) and `proxy.write` (each frame handed to
+//! the client's connection); their gaps, time to first event and end reasons are in `/metrics`
+//! with the process's other series (`streamgate_proxy_requests_total{kind}`,
+//! `streamgate_proxy_upstream_failures_total{cause}`), and with `--hop-records FILE` in hop
+//! records. `/stats` is the proxy's own: streams started, running, ended by reason, upstream
+//! failures by cause, requests passed through, and the resume store's counters.
+
+mod chunk;
+mod config;
+mod error;
+mod forward;
+mod resume;
+mod stats;
+mod store;
+mod stream;
+mod upstream;
+
+use std::fmt;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::http::header::{HeaderMap, HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
+use streamgate::GateExt;
+use streamgate::probe::{HopProbe, RecordSink};
+use streamgate::resume::{RedisRegistry, Registry, ResumeOptions};
+use streamgate::transport::{SseResponse, TunedListener};
+
+pub use self::config::{Config, UpstreamUrl};
+use self::stats::Stats;
+use self::store::{Frames, Store};
+use self::stream::Stops;
+use self::upstream::{Upstream, UpstreamError};
+use crate::serving;
+use crate::sim::ResumeStore;
+
+/// The request id header, carried both ways.
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The proxy's state: its upstream, streams, probes and counters.
+pub struct Proxy {
+    /// Every stream: shut down together on SIGINT/SIGTERM (give it to
+    /// [`serving::serve_until`]).
+    pub group: streamgate::Group,
+    /// Where hop records go (`--hop-records`), if anywhere: sync it before exiting.
+    pub records: Option<RecordSink>,
+    config: Config,
+    upstream: Upstream,
+    stats: Stats,
+    /// Every streamed completion by its request id: resumable, several readers at once.
+    store: Store,
+    stops: Stops,
+    recv: HopProbe,
+    write: HopProbe,
+    prometheus: PrometheusHandle,
+    /// Generated request ids: a counter under a keyed hash whose key is random per process,
+    /// so ids are unique across instances sharing a store and cannot be guessed (an id is
+    /// what a resume asks for).
+    ids: std::hash::RandomState,
+    next_id: AtomicU64,
+    next_generation: AtomicU64,
+}
+
+impl fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Proxy")
+            .field("upstream", &self.config.upstream.to_string())
+            .field("stats", &self.stats)
+            .field("streams", &self.group.stats())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// The request's id: the client's `x-request-id`, or a new one.
+    fn request_id(&self, headers: &HeaderMap) -> String {
+        use std::hash::BuildHasher;
+        match forward::client_request_id(headers) {
+            Some(id) => id.to_owned(),
+            None => {
+                let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let (high, low) = (self.ids.hash_one((n, 0)), self.ids.hash_one((n, 1)));
+                format!("sg-{high:016x}{low:016x}")
+            }
+        }
+    }
+
+    fn next_generation(&self) -> u64 {
+        self.next_generation.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The answer when the upstream gave no response, counted.
+    fn upstream_failed(&self, failure: &UpstreamError) -> Response {
+        self.stats.upstream_failed(failure.cause());
+        error::upstream(&self.upstream, failure)
+    }
+
+    /// A stream's frames as the client's response: heartbeats, the `proxy.write` probe, the
+    /// streaming headers and `x-request-id`.
+    fn sse_response(&self, frames: Frames, id: &str) -> Response {
+        let frames = frames
+            .heartbeat(self.config.gate.heartbeat)
+            .probe(&self.write, id);
+        let mut response = SseResponse::new(frames).into_response();
+        if let Ok(id) = HeaderValue::from_str(id) {
+            response.headers_mut().insert(REQUEST_ID, id);
+        }
+        response
+    }
+}
+
+/// Binds the listener (with the crate's kernel-aware defaults, as `--sndbuf`,
+/// `--notsent-lowat` and `--user-timeout-ms` adjust them) and builds the app for `config`;
+/// the caller serves it (see [`serving::serve_until`], or [`serving::serve_with`] and
+/// `config.listen.server()` for the connection protections of `--header-timeout-ms`,
+/// `--idle-timeout-ms` and `--max-connections`).
+///
+/// # Errors
+///
+/// When the listener cannot be bound, the hop record file cannot be created, or the Redis
+/// store URL is malformed.
+pub fn app(
+    config: Config,
+    prometheus: PrometheusHandle,
+) -> Result<(TunedListener, Router, Arc<Proxy>), String> {
+    let records = serving::record_sink(config.hop_records.as_deref())?;
+    let listener = TunedListener::bind(config.addr, config.listen.options())
+        .map_err(|error| format!("binding {}: {error}", config.addr))?;
+    // A disconnect detaches; the grace (0: drop the upstream at once) keeps the stream for a
+    // resume, and a finished stream stays replayable as long.
+    let resumable = ResumeOptions::default()
+        .grace(config.resume_grace)
+        .retain(config.resume_grace)
+        .log_bounds(streamgate::resume::DEFAULT_LOG_EVENTS, config.replay_bytes)
+        .read_ahead(config.gate.buffer_events)
+        .max_lag(config.gate.slow_deadline);
+    let stops = Stops::default();
+    let store = match &config.resume_store {
+        ResumeStore::Memory => Store::Memory(Registry::new(resumable)),
+        ResumeStore::Redis(url) => Store::Redis(
+            RedisRegistry::new(url, resumable)
+                .map_err(|error| format!("--resume-store: {error}"))?,
+        ),
+    };
+    let proxy = Arc::new_cyclic(|me: &std::sync::Weak<Proxy>| {
+        let store = match store {
+            // A stop asked through another instance ends a stream running here as its own
+            // stop does: with a final chunk.
+            Store::Redis(registry) => {
+                let me = me.clone();
+                Store::Redis(registry.on_stop(move |id| {
+                    if let Some(proxy) = me.upgrade() {
+                        if let Some((_, stop)) = proxy.stops.lock().unwrap().get(id) {
+                            stop.cancel();
+                        }
+                    }
+                }))
+            }
+            memory => memory,
+        };
+        Proxy {
+            group: streamgate::Group::new(),
+            upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),
+            recv: serving::hop(&records, "proxy.recv"),
+            write: serving::hop(&records, "proxy.write"),
+            records,
+            stats: Stats::default(),
+            store,
+            stops,
+            prometheus,
+            ids: std::hash::RandomState::new(),
+            next_id: AtomicU64::new(0),
+            next_generation: AtomicU64::new(0),
+            config,
+        }
+    });
+    let app = Router::new()
+        .route("/metrics", get(stats::metrics).fallback(forward::forward))
+        .route("/stats", get(stats::stats).fallback(forward::forward))
+        .route(
+            "/v1/chat/completions/{request_id}/stream",
+            get(resume::resume).fallback(forward::forward),
+        )
+        .route(
+            "/v1/chat/completions/{request_id}/cancel",
+            post(resume::cancel).fallback(forward::forward),
+        )
+        .fallback(forward::forward)
+        .with_state(proxy.clone());
+    Ok((listener, app, proxy))
+}
+
+/// Runs the proxy until SIGINT or SIGTERM: every open stream then gets a terminal frame, hop
+/// records are flushed, and the process exits (status 0; 2 when it could not start).
+pub async fn run(config: Config) -> ExitCode {
+    let server = config.listen.server();
+    let (listener, app, proxy) =
+        match serving::prometheus().and_then(|prometheus| app(config, prometheus)) {
+            Ok(started) => started,
+            Err(error) => {
+                eprintln!("proxy: {error}");
+                return ExitCode::from(2);
+            }
+        };
+    match listener.local_addr() {
+        Ok(addr) => println!("listening on http://{addr}"),
+        Err(error) => {
+            eprintln!("proxy: {error}");
+            return ExitCode::FAILURE;
+        }
+    }
+    eprintln!("proxy: forwarding to {}", proxy.config.upstream);
+    let served = serving::serve_with(server, listener, app, proxy.group.clone(), signal()).await;
+    // Every hop record queued so far reaches the file before the process exits.
+    if let Some(records) = &proxy.records {
+        records.sync();
+    }
+    match served {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("proxy: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// SIGINT (Ctrl-C) or SIGTERM. (`serving::serve_until_signal` has the same, but serves
+/// without the listener flags' protections.)
+async fn signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut term) = signal(SignalKind::terminate()) else {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,148 @@
+//! The proxy's counters (`GET /stats`) and its Prometheus page (`GET /metrics`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::Response;
+use serde_json::{Map, Value};
+use streamgate::EndReason;
+
+use super::Proxy;
+use crate::serving;
+
+/// How a stream ended, as `/stats` counts it: the gate's end reasons, and `upstream_error` for
+/// a stream whose upstream failed (ended with a terminal error frame).
+pub(super) const ENDS: [&str; 8] = [
+    "completed",
+    "consumer_gone",
+    "cancelled",
+    "slow_consumer",
+    "upstream_error",
+    "shutdown",
+    "generator_error",
+    "generator_panic",
+];
+
+/// The proxy's counters.
+#[derive(Debug, Default)]
+pub(super) struct Stats {
+    started: AtomicU64,
+    running: AtomicU64,
+    ended: [AtomicU64; ENDS.len()],
+    /// Requests the upstream gave no response to, by cause.
+    upstream_failures: [AtomicU64; 4],
+    passed_through: AtomicU64,
+}
+
+/// The causes of `upstream_failures`, as
+/// [`UpstreamError::cause`](super::upstream::UpstreamError::cause) names them.
+const FAILURES: [&str; 4] = ["connect", "connect_timeout", "headers_timeout", "failed"];
+
+/// What the generator saw, which the gate's end reason cannot tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Outcome {
+    /// As the gate says.
+    Gate,
+    /// The upstream failed; the client got a terminal error frame.
+    UpstreamError,
+    /// Stopped through `/cancel`; the client got a final chunk and `[DONE]`.
+    Stopped,
+}
+
+impl Stats {
+    /// A stream started.
+    pub(super) fn start(&self) {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.running.fetch_add(1, Ordering::SeqCst);
+        metrics::counter!("streamgate_proxy_requests_total", "kind" => "stream").increment(1);
+    }
+
+    /// A stream ended (its gate's release hook).
+    pub(super) fn end(&self, reason: EndReason, outcome: Outcome) {
+        let name = match (outcome, reason) {
+            (Outcome::UpstreamError, EndReason::Completed) => "upstream_error",
+            (Outcome::Stopped, EndReason::Completed) => "cancelled",
+            (_, reason) => reason.as_str(),
+        };
+        let at = ENDS.iter().position(|end| *end == name).unwrap_or(0);
+        self.ended[at].fetch_add(1, Ordering::SeqCst);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// A request the upstream gave no response to.
+    pub(super) fn upstream_failed(&self, cause: &'static str) {
+        if let Some(at) = FAILURES.iter().position(|known| *known == cause) {
+            self.upstream_failures[at].fetch_add(1, Ordering::SeqCst);
+        }
+        metrics::counter!("streamgate_proxy_upstream_failures_total", "cause" => cause)
+            .increment(1);
+    }
+
+    /// A request answered with the upstream's response as it is (not streamed by the proxy).
+    pub(super) fn passed_through(&self) {
+        self.passed_through.fetch_add(1, Ordering::SeqCst);
+        metrics::counter!("streamgate_proxy_requests_total", "kind" => "passthrough").increment(1);
+    }
+}
+
+/// `GET /stats`: `streams_started`, `streams_running`, `streams_completed`,
+/// `streams_cancelled` (client gone, stopped, shut down), `streams_ended_slow_consumer`,
+/// `streams_upstream_error`, `streams_ended` (by reason), `upstream_errors` (requests the
+/// upstream gave no response to) and `upstream_failures` (by cause), `requests_passed_through`,
+/// and the resume store's `streams_detached`, `streams_resumed`, `streams_expired`,
+/// `replay_bytes`.
+pub(super) async fn stats(State(proxy): State<Arc<Proxy>>) -> Response {
+    let stats = &proxy.stats;
+    let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
+    let ended = |name: &str| {
+        ENDS.iter()
+            .position(|end| *end == name)
+            .map_or(0, |at| load(&stats.ended[at]))
+    };
+    let by_reason: Map<String, Value> = ENDS
+        .iter()
+        .map(|end| ((*end).to_owned(), ended(end).into()))
+        .collect();
+    let failures: Map<String, Value> = FAILURES
+        .iter()
+        .zip(&stats.upstream_failures)
+        .map(|(cause, n)| ((*cause).to_owned(), load(n).into()))
+        .collect();
+    let resumable = proxy.store.stats();
+    let fields: Map<String, Value> = [
+        ("streams_started", load(&stats.started).into()),
+        ("streams_running", load(&stats.running).into()),
+        ("streams_completed", ended("completed").into()),
+        (
+            "streams_cancelled",
+            (ended("consumer_gone") + ended("cancelled") + ended("shutdown")).into(),
+        ),
+        ("streams_ended_slow_consumer", ended("slow_consumer").into()),
+        ("streams_upstream_error", ended("upstream_error").into()),
+        ("streams_ended", Value::Object(by_reason)),
+        (
+            "upstream_errors",
+            stats.upstream_failures.iter().map(load).sum::<u64>().into(),
+        ),
+        ("upstream_failures", Value::Object(failures)),
+        (
+            "requests_passed_through",
+            load(&stats.passed_through).into(),
+        ),
+        ("streams_detached", resumable.detached.into()),
+        ("streams_resumed", resumable.resumed.into()),
+        ("streams_expired", resumable.expired.into()),
+        ("replay_bytes", resumable.log_bytes.into()),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect();
+    serving::json_response(StatusCode::OK, Value::Object(fields))
+}
+
+/// `GET /metrics`: the process's Prometheus page, with the hops `proxy.recv` and `proxy.write`.
+pub(super) async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
+    serving::metrics_response(&proxy.prometheus)
+}

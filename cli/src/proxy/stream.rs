@@ -1,0 +1,358 @@
+//! A streamed completion: the upstream's SSE decoded, gated and sent on one chunk per event,
+//! with heartbeats, an idle deadline, a terminal error frame for every upstream failure, a
+//! replay log for resumes, and the upstream dropped the moment nobody can read it.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::header::{self, HeaderMap};
+use axum::http::{Method, StatusCode};
+use axum::response::Response;
+use futures_util::StreamExt;
+use http_body_util::BodyDataStream;
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+use streamgate::probe::{Observed, Recorder, Seen};
+use streamgate::sse::{DecodeError, SseEvent};
+use streamgate::{EndReason, GateExt, Policy, Sender};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::chunk::Relayed;
+use super::stats::Outcome;
+use super::upstream::{UpstreamError, is_event_stream};
+use super::{Proxy, error, forward};
+use crate::flags::PolicyFlag;
+
+/// A streamed completion request, its body read.
+#[derive(Debug)]
+pub(super) struct StreamRequest {
+    pub(super) path_and_query: String,
+    pub(super) headers: HeaderMap,
+    pub(super) body: Bytes,
+    /// The request id (`x-request-id`), under which the stream is resumable.
+    pub(super) id: String,
+    /// A chat completion (`chat.completion.chunk` events, which may coalesce), or a text one.
+    pub(super) chat: bool,
+}
+
+/// Sends `request` upstream and streams its answer: gated SSE when the upstream answers 2xx
+/// `text/event-stream`, otherwise the upstream's response as it is (an error status with its
+/// body, or a non-SSE answer).
+pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Response {
+    let StreamRequest {
+        path_and_query,
+        mut headers,
+        body,
+        id,
+        chat,
+    } = request;
+    if proxy.store.contains(&id) {
+        return error::openai(
+            StatusCode::CONFLICT,
+            &format!(
+                "a stream with x-request-id {id} is running: resume it at \
+                 /v1/chat/completions/{id}/stream, or send another id"
+            ),
+            "conflict_error",
+        );
+    }
+    // The client's `traceparent` goes upstream with its other headers; the proxy's streams
+    // continue its trace (their spans, where the embedding application gives the hop one).
+    let parent = streamgate::otel::extract(&headers);
+    // The events are decoded here: they must arrive as they are.
+    headers.remove(header::ACCEPT_ENCODING);
+    let limit = proxy.config.upstream_headers;
+    let sent = proxy
+        .upstream
+        .send(Method::POST, &path_and_query, &headers, body.into());
+    let upstream = match tokio::time::timeout(limit, sent).await {
+        Ok(Ok(upstream)) => upstream,
+        Ok(Err(failure)) => return proxy.upstream_failed(&failure),
+        Err(_) => return proxy.upstream_failed(&UpstreamError::HeadersTimeout(limit)),
+    };
+    if !(upstream.status().is_success() && is_event_stream(upstream.headers())) {
+        // An error (`500` even when typed `text/event-stream`), or an answer that is no stream.
+        proxy.stats.passed_through();
+        return forward::pass_response(upstream);
+    }
+    let recv = proxy.recv.recorder_in(id.as_str(), &parent);
+    let consumer = start(proxy, &id, chat, upstream.into_body(), recv);
+    match proxy.store.register(&id, consumer).await {
+        Ok(frames) => proxy.sse_response(frames, &id),
+        Err(response) => response,
+    }
+}
+
+/// Starts the gate whose generator reads the upstream `body`.
+fn start(
+    proxy: &Arc<Proxy>,
+    id: &str,
+    chat: bool,
+    body: Incoming,
+    recv: Recorder,
+) -> streamgate::Consumer<Relayed> {
+    let config = &proxy.config;
+    let stop = CancellationToken::new();
+    let generation = proxy.next_generation();
+    proxy
+        .stops
+        .lock()
+        .unwrap()
+        .entry(id.to_owned())
+        .or_insert_with(|| (generation, stop.clone()));
+    proxy.stats.start();
+    let outcome = Arc::new(AtomicU8::new(Outcome::Gate as u8));
+    let on_release = {
+        let (proxy, outcome, id) = (proxy.clone(), outcome.clone(), id.to_owned());
+        move |reason: EndReason, _| {
+            let mut stops = proxy.stops.lock().unwrap();
+            if stops
+                .get(&id)
+                .is_some_and(|(holder, _)| *holder == generation)
+            {
+                stops.remove(&id);
+            }
+            drop(stops);
+            proxy
+                .stats
+                .end(reason, Outcome::from_u8(outcome.load(Ordering::SeqCst)));
+        }
+    };
+    let mut gate = config.gate.gate();
+    if !config.resume_grace.is_zero() {
+        // A detached stream waits at a full replay log for its grace: the registry's lag
+        // limit, not the gate's pause limit, ends a slow reader.
+        gate = gate.policy(match config.gate.policy {
+            PolicyFlag::Coalesce => Policy::Coalesce { max_pause: None },
+            _ => Policy::Backpressure { max_pause: None },
+        });
+    }
+    let pump = Pump {
+        stop,
+        outcome,
+        chat,
+        mergeable: chat && config.gate.policy == PolicyFlag::Coalesce,
+        idle: config.upstream_idle,
+        stall_at: config.stall_at,
+        stall: config.stall,
+    };
+    gate.group(&proxy.group)
+        .on_release(on_release)
+        // The generator owns the upstream body: when the stream ends early (the client left
+        // and no grace holds it, a policy, a stop, shutdown) the gate drops it, hyper closes
+        // the upstream connection, and the upstream server cancels its own generation.
+        .spawn(move |_, tx| pump.run(body, recv, tx))
+}
+
+impl Outcome {
+    fn from_u8(value: u8) -> Outcome {
+        match value {
+            1 => Outcome::UpstreamError,
+            2 => Outcome::Stopped,
+            _ => Outcome::Gate,
+        }
+    }
+}
+
+/// The generator of one stream: reads the upstream's events into the gate.
+struct Pump {
+    /// `/cancel`: stop reading, send a final chunk and `[DONE]`.
+    stop: CancellationToken,
+    outcome: Arc<AtomicU8>,
+    chat: bool,
+    mergeable: bool,
+    /// `--upstream-idle-ms` (zero: none): the longest wait for the upstream's next event.
+    idle: Duration,
+    stall_at: Option<u64>,
+    stall: Duration,
+}
+
+/// How the upstream's stream ended.
+enum End {
+    /// `data: [DONE]`.
+    Done,
+    /// The upstream sent its own error frame (passed on).
+    ErrorFrame,
+    /// The upstream failed: the client gets a terminal error frame saying this.
+    Failed(String),
+    /// Stopped through `/cancel`.
+    Stopped,
+}
+
+/// The upstream's events.
+type Events = Pin<Box<dyn futures_core::Stream<Item = Result<SseEvent, DecodeError>> + Send>>;
+
+impl Pump {
+    async fn run(
+        self,
+        body: Incoming,
+        mut recv: Recorder,
+        mut tx: Sender<Relayed>,
+    ) -> Result<(), &'static str> {
+        let mut events: Events = Box::pin(BodyDataStream::new(body).sse_events());
+        let gone = |_| "the stream ended";
+        // The idle deadline: one timer, moved only when it fires (an event only reads the
+        // clock), as the heartbeat's. It runs only while the upstream is awaited: a wait for
+        // room in the gate (a slow client) is not the upstream's.
+        let mut waiting_since = Instant::now();
+        let mut idle = std::pin::pin!(tokio::time::sleep(self.idle));
+        let mut stall = self.stall_at;
+        let mut next_id = 0u64;
+        // The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
+        let mut first: Option<String> = None;
+        let end = loop {
+            if stall == Some(next_id) {
+                // An injected freeze before forwarding event n (a proxy-side stall), once.
+                stall = None;
+                tokio::select! {
+                    () = tokio::time::sleep(self.stall) => {}
+                    () = self.stop.cancelled() => {}
+                }
+                waiting_since = Instant::now();
+            }
+            let item = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => break End::Stopped,
+                () = &mut idle, if !self.idle.is_zero() => {
+                    let due = waiting_since + self.idle;
+                    if Instant::now() < due {
+                        idle.as_mut().reset(due);
+                        continue;
+                    }
+                    break End::Failed(format!(
+                        "upstream stalled: no event for {} ms",
+                        self.idle.as_millis()
+                    ));
+                }
+                item = events.next() => item,
+            };
+            let Some(item) = item else {
+                break End::Failed("the upstream closed the stream before data: [DONE]".into());
+            };
+            match item.observed() {
+                Seen::Event(event) | Seen::Last(event, _) => recv.observe(event),
+                Seen::End(_) | Seen::Nothing => {}
+            }
+            let event = match item {
+                Ok(event) => event,
+                Err(error) => break End::Failed(describe(&error)),
+            };
+            let Some(data) = event.data_str() else {
+                // A `retry:` alone: the proxy's clients reconnect to the proxy.
+                continue;
+            };
+            if event.event() == Some("error") {
+                // The upstream's own end frame, passed on as the stream's end.
+                let frame = SseEvent::data(data)
+                    .with_event("error")
+                    .expect("a constant type");
+                tx.send(Relayed::new(frame, false)).await.map_err(gone)?;
+                break End::ErrorFrame;
+            }
+            let done = data.starts_with("[DONE]");
+            if first.is_none() && !done {
+                first = Some(data.to_owned());
+            }
+            let event = event
+                .with_id(next_id.to_string())
+                .expect("a number is a valid id");
+            tx.send(Relayed::new(event, self.mergeable && !done))
+                .await
+                .map_err(gone)?;
+            waiting_since = Instant::now();
+            next_id += 1;
+            if done {
+                break End::Done;
+            }
+        };
+        // Whatever the end, the upstream connection goes now (an unfinished body closes it).
+        drop(events);
+        match end {
+            End::Done => recv.end("completed"),
+            End::ErrorFrame => {
+                self.outcome
+                    .store(Outcome::UpstreamError as u8, Ordering::SeqCst);
+                recv.end("upstream_error");
+            }
+            End::Failed(message) => {
+                self.outcome
+                    .store(Outcome::UpstreamError as u8, Ordering::SeqCst);
+                recv.end("upstream_error");
+                tx.send(Relayed::new(error::upstream_frame(&message), false))
+                    .await
+                    .map_err(gone)?;
+            }
+            End::Stopped => {
+                self.outcome.store(Outcome::Stopped as u8, Ordering::SeqCst);
+                recv.end("cancelled");
+                let finish = first
+                    .as_deref()
+                    .and_then(|first| final_chunk(first, self.chat));
+                for data in finish.into_iter().chain(Some("[DONE]".to_owned())) {
+                    let event = SseEvent::data(data).with_id(next_id.to_string());
+                    let event = event.expect("a number is a valid id");
+                    tx.send(Relayed::new(event, false)).await.map_err(gone)?;
+                    next_id += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the client is told when decoding the upstream failed.
+fn describe(error: &DecodeError) -> String {
+    match error {
+        DecodeError::Upstream(cause) => {
+            format!(
+                "the upstream connection failed mid-stream: {}",
+                super::upstream::with_causes(&**cause)
+            )
+        }
+        other => format!("the upstream sent a malformed stream: {other}"),
+    }
+}
+
+/// The last chunk of a stream stopped on purpose: the envelope of its `first` chunk (`id`,
+/// `model`, ...) with one choice that finishes with `stop` (a `delta` for a chat completion,
+/// a `text` for a text one), or `None` when the first chunk was no JSON object.
+fn final_chunk(first: &str, chat: bool) -> Option<String> {
+    let Ok(Value::Object(mut chunk)) = serde_json::from_str::<Value>(first) else {
+        return None;
+    };
+    chunk.remove("usage");
+    let choice = if chat {
+        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"})
+    } else {
+        json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"})
+    };
+    chunk.insert("choices".into(), json!([choice]));
+    Some(Value::Object(chunk).to_string())
+}
+
+/// The explicit stop of every stream running here, by request id, with the generation that
+/// holds it (a stream refused the id must not remove the holder's).
+pub(super) type Stops = Mutex<std::collections::HashMap<String, (u64, CancellationToken)>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_final_chunk_repeats_the_envelope() {
+        let first = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}]}"#;
+        let chunk: Value = serde_json::from_str(&final_chunk(first, true).unwrap()).unwrap();
+        assert_eq!(chunk["id"], "c1");
+        assert_eq!(chunk["model"], "m");
+        assert_eq!(chunk["choices"][0]["finish_reason"], "stop");
+        assert_eq!(chunk["choices"][0]["delta"], json!({}));
+        let text = r#"{"id":"c2","object":"text_completion","choices":[{"index":0,"text":"a"}]}"#;
+        let chunk: Value = serde_json::from_str(&final_chunk(text, false).unwrap()).unwrap();
+        assert_eq!(chunk["choices"][0]["text"], "");
+        assert!(final_chunk("not json", true).is_none());
+    }
+}

@@ -1,0 +1,229 @@
+//! The upstream client: a pool of HTTP/1.1 connections with TCP_NODELAY and a connect timeout,
+//! and the requests and responses it carries, without hop-by-hop headers.
+//!
+//! Pooling reuses connections for requests that finish (non-streamed completions, `/v1/models`).
+//! A response body dropped before its end (a stream whose client left) is not returned to the
+//! pool: hyper reads what has already arrived and, the body being unfinished, closes the
+//! connection, so the upstream sees its client disconnect and frees its slot.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use axum::http::{Method, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use super::config::UpstreamUrl;
+
+/// How long an idle pooled connection is kept.
+const POOL_IDLE: Duration = Duration::from_secs(30);
+/// TCP keepalive on upstream connections: an upstream host that vanished is found.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+
+/// The headers that belong to one connection, never forwarded (RFC 9110, 7.6.1), besides the
+/// ones a `Connection` header names.
+const HOP_BY_HOP: [HeaderName; 8] = [
+    header::CONNECTION,
+    HeaderName::from_static("keep-alive"),
+    header::PROXY_AUTHENTICATE,
+    header::PROXY_AUTHORIZATION,
+    header::TE,
+    header::TRAILER,
+    header::TRANSFER_ENCODING,
+    header::UPGRADE,
+];
+
+/// The upstream server and the pooled client that reaches it.
+#[derive(Debug, Clone)]
+pub(super) struct Upstream {
+    url: UpstreamUrl,
+    client: Client<HttpConnector, Body>,
+}
+
+/// Why the upstream gave no response.
+#[derive(Debug)]
+pub(super) enum UpstreamError {
+    /// Connecting failed: refused, unreachable, no such host (502).
+    Connect(String),
+    /// Connecting took longer than `--connect-timeout-ms` (504).
+    ConnectTimeout,
+    /// The response headers took longer than `--upstream-headers-ms` (504).
+    HeadersTimeout(Duration),
+    /// The connection failed before the response headers came (502).
+    Failed(String),
+}
+
+impl UpstreamError {
+    /// A short label for metrics and stats: `connect`, `connect_timeout`, `headers_timeout`,
+    /// `failed`.
+    pub(super) fn cause(&self) -> &'static str {
+        match self {
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::ConnectTimeout => "connect_timeout",
+            UpstreamError::HeadersTimeout(_) => "headers_timeout",
+            UpstreamError::Failed(_) => "failed",
+        }
+    }
+}
+
+impl Upstream {
+    /// A client of `url`, whose connections take at most `connect_timeout` to open.
+    pub(super) fn new(url: UpstreamUrl, connect_timeout: Duration) -> Self {
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_keepalive(Some(KEEPALIVE));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_timer(TokioTimer::new())
+            .pool_idle_timeout(POOL_IDLE)
+            .build(connector);
+        Upstream { url, client }
+    }
+
+    /// The upstream's URL, as given.
+    pub(super) fn url(&self) -> &UpstreamUrl {
+        &self.url
+    }
+
+    /// Sends `method path_and_query` with the client's `headers` (minus hop-by-hop ones and
+    /// `Host`, which becomes the upstream's) and `body`, streamed.
+    pub(super) async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: Body,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let uri: Uri = self
+            .url
+            .join(path_and_query)
+            .map_err(|error| UpstreamError::Failed(format!("bad path: {error}")))?;
+        let mut request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(body)
+            .map_err(|error| UpstreamError::Failed(error.to_string()))?;
+        let forwarded = request.headers_mut();
+        *forwarded = headers.clone();
+        strip_hop_by_hop(forwarded);
+        // The upstream's authority, and a body the proxy sends as it comes.
+        forwarded.remove(header::HOST);
+        forwarded.remove(header::EXPECT);
+        self.client.request(request).await.map_err(|error| {
+            let message = with_causes(&error);
+            if error.is_connect() {
+                if timed_out(&error) {
+                    UpstreamError::ConnectTimeout
+                } else {
+                    UpstreamError::Connect(message)
+                }
+            } else {
+                UpstreamError::Failed(message)
+            }
+        })
+    }
+}
+
+/// Removes the headers that belong to one connection: the standard ones and those the
+/// `Connection` header names.
+pub(super) fn strip_hop_by_hop(headers: &mut HeaderMap) {
+    let named: Vec<HeaderName> = headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .filter_map(|name| HeaderName::from_bytes(name.trim().as_bytes()).ok())
+        .collect();
+    for name in named.iter().chain(&HOP_BY_HOP) {
+        headers.remove(name);
+    }
+}
+
+/// Whether `headers` say the body is an SSE stream: `text/event-stream`, in any case, with
+/// any parameters (`Text/Event-Stream; charset=utf-8`).
+pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|media| media.trim().eq_ignore_ascii_case("text/event-stream"))
+}
+
+/// Sets `x-request-id` to `id`.
+pub(super) fn set_request_id(headers: &mut HeaderMap, id: &str) {
+    if let Ok(value) = HeaderValue::from_str(id) {
+        headers.insert(super::REQUEST_ID, value);
+    }
+}
+
+/// Whether an I/O error somewhere in `error`'s causes timed out.
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::TimedOut {
+                return true;
+            }
+        }
+        cause = error.source();
+    }
+    false
+}
+
+/// `error`'s message followed by its causes'.
+pub(super) fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut message = error.to_string();
+    let mut cause = error.source();
+    while let Some(error) = cause {
+        message = format!("{message}: {error}");
+        cause = error.source();
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_stream_types() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(value).unwrap());
+            is_event_stream(&headers)
+        };
+        assert!(with("text/event-stream"));
+        assert!(with("Text/Event-Stream; charset=utf-8"));
+        assert!(with(" text/event-stream ;charset=UTF-8"));
+        assert!(!with("text/event-streams"));
+        assert!(!with("application/json"));
+        assert!(!is_event_stream(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn hop_by_hop_headers_go() {
+        let mut headers = HeaderMap::new();
+        for (name, value) in [
+            ("connection", "close, x-secret"),
+            ("x-secret", "1"),
+            ("transfer-encoding", "chunked"),
+            ("keep-alive", "timeout=5"),
+            ("authorization", "Bearer k"),
+            (
+                "traceparent",
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            ),
+        ] {
+            headers.append(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
+        strip_hop_by_hop(&mut headers);
+        let left: Vec<&str> = headers.keys().map(HeaderName::as_str).collect();
+        assert_eq!(left, ["authorization", "traceparent"]);
+    }
+}

@@ -1,0 +1,151 @@
+//! Two `streamgate proxy` instances on one real `redis-server` (started here on a free port;
+//! the tests say SKIPPED and pass when it is not installed), in front of one `streamgate sim`:
+//! a client resumes through the other instance and gets the same generation, and a stop asked
+//! through the other instance ends the stream where it runs with a final chunk.
+
+#[path = "common/proxy_client.rs"]
+mod client;
+#[path = "common/proxy_setup.rs"]
+mod setup;
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use client::{HANG, Response, content, data, id, is_heartbeat, stats, wait_for};
+use setup::{start_proxy, start_sim, stream};
+
+/// A `redis-server` of this test's own, killed (by its child handle) when dropped.
+struct RedisServer {
+    port: u16,
+    dir: std::path::PathBuf,
+    child: Child,
+}
+
+impl RedisServer {
+    /// Starts one on a free port, or `None` (having said so) when it is not installed.
+    fn start(test: &str) -> Option<RedisServer> {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("streamgate-proxy-redis-{test}-{port}"));
+        std::fs::create_dir_all(&dir).expect("a temp dir");
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            println!("SKIPPED: redis-server not installed");
+            return None;
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server never listened"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(RedisServer { port, dir, child })
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Reads a stream's events to its end (heartbeats left out).
+async fn rest(response: &mut Response) -> Vec<String> {
+    let frames = response.rest().await;
+    frames
+        .into_iter()
+        .filter(|frame| !is_heartbeat(frame))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_resumes_through_another_proxy_instance() {
+    let Some(redis) = RedisServer::start("resume") else {
+        return;
+    };
+    let (sim, _) = start_sim(&["--step-ms", "2", "--token-salt"]);
+    let upstream = format!("http://{sim}");
+    let url = redis.url();
+    let flags = ["--resume-store", url.as_str(), "--resume-grace-ms", "10000"];
+    let (a, b) = (
+        start_proxy(&upstream, &flags),
+        start_proxy(&upstream, &flags),
+    );
+
+    let mut first = stream(a, "x-request-id: shared-1\r\n", 200).await;
+    let mut seen = Vec::new();
+    while seen.len() < 5 {
+        let frame = first.expect_event().await;
+        seen.push(frame);
+    }
+    assert_eq!(id(&seen[4]), Some(4));
+    drop(first);
+    let mut resumed = Response::get(
+        b,
+        "/v1/chat/completions/shared-1/stream",
+        "Last-Event-ID: 4\r\n",
+    )
+    .await;
+    assert_eq!(resumed.status(), 200);
+    let rest = rest(&mut resumed).await;
+    assert_eq!(id(&rest[0]), Some(5), "{}", rest[0]);
+    assert_eq!(data(rest.last().unwrap()), Some("[DONE]"));
+    seen.extend(rest);
+    let tokens: Vec<String> = seen.iter().filter_map(|frame| content(frame)).collect();
+    assert_eq!(tokens.len(), 200);
+    let salt = tokens[0].trim().split_once('.').unwrap().1.to_owned();
+    for (i, token) in tokens.iter().enumerate() {
+        assert_eq!(token, &format!("t{i}.{salt} "), "token {i}");
+    }
+    assert_eq!(stats(sim).await["streams_started"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_through_another_instance_ends_the_stream_with_a_final_chunk() {
+    let Some(redis) = RedisServer::start("stop") else {
+        return;
+    };
+    let (sim, _) = start_sim(&["--step-ms", "2"]);
+    let upstream = format!("http://{sim}");
+    let url = redis.url();
+    let flags = ["--resume-store", url.as_str()];
+    let (a, b) = (
+        start_proxy(&upstream, &flags),
+        start_proxy(&upstream, &flags),
+    );
+    let mut running = stream(a, "x-request-id: shared-2\r\n", 50_000).await;
+    for _ in 0..3 {
+        running.expect_event().await;
+    }
+    let mut cancel = Response::post(b, "/v1/chat/completions/shared-2/cancel", "", "").await;
+    assert_eq!(cancel.status(), 200);
+    let answer: serde_json::Value = serde_json::from_str(&cancel.text().await).unwrap();
+    assert_eq!(answer["cancelled"], true);
+    let rest = tokio::time::timeout(HANG, rest(&mut running))
+        .await
+        .unwrap();
+    let finish = &rest[rest.len() - 2];
+    assert!(finish.contains(r#""finish_reason":"stop""#), "{finish}");
+    assert_eq!(data(rest.last().unwrap()), Some("[DONE]"));
+    wait_for(sim, "the upstream's generator stops", HANG, |s| {
+        s["generators_running"] == 0
+    })
+    .await;
+}
