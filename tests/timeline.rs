@@ -1,17 +1,13 @@
 //! The timeline diagnosis: every case of the blame rule on hand-made timelines, synthetic
 //! multi-hop timelines with a stall injected at each hop in turn (each hop on a clock with its
-//! own random offset), hostile input in bounded memory, and the `diagnose` example's command
-//! line (exit status, stdin, directories, a closed pipe).
+//! own random offset), and hostile input in bounded memory. (The command line, `streamgate
+//! diagnose`, is tested in `cli/tests/diagnose.rs`.)
 
 mod common;
 
-#[allow(dead_code)] // its `main` is not called here
-#[path = "../examples/diagnose.rs"]
-mod diagnose;
-
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::time::Duration;
 
 use common::Rng;
@@ -1490,116 +1486,4 @@ fn one_request_and_a_window_of_each_hops_clock() {
     let d = only(Timeline::new([W], Duration::from_secs(1)).since(Duration::from_secs(5)));
     assert_eq!((d.requests, d.filtered), (1, 6));
     assert_eq!(d.stalls[0].request, "new");
-}
-
-// ---- The command line.
-
-fn run(args: &[&str], stdin: &str) -> (u8, String, String) {
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let status = diagnose::run(
-        args.iter().map(|a| a.to_string()),
-        stdin.as_bytes(),
-        &mut out,
-        &mut err,
-    );
-    (
-        status,
-        String::from_utf8(out).unwrap(),
-        String::from_utf8(err).unwrap(),
-    )
-}
-
-#[test]
-fn the_command_says_in_its_status_whether_it_found_stalls() {
-    let stalled = hop("r", W, 0, &steady(0..5, 0, Some((2, 3000))), None);
-    let regular = hop("r", W, 0, &steady(0..5, 0, None), None);
-    let (status, out, _) = run(&["--path", W, "-"], &stalled);
-    assert_eq!(status, 1, "{out}");
-    assert!(out.contains("began at worker.publish"), "{out}");
-    let (status, out, _) = run(&["--path", W, "--json", "-"], &regular);
-    assert_eq!(status, 0);
-    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(json["records"], 5);
-
-    // Usage errors and no readable input: 2.
-    for args in [
-        &["--path", W][..],
-        &["-"][..],
-        &["--path", W, "--stall-ms", "0", "-"][..],
-        &["--path", W, "--since", "5", "x"][..],
-        &["--path", W, "--since", "5m", "-"][..],
-        &["--path", W, "--bogus", "-"][..],
-        &["--path", "a,a", "-"][..],
-        &["--path", W, "-", "-"][..],
-        &["--path", W, "/nonexistent/records.jsonl"][..],
-    ] {
-        let (status, _, err) = run(args, "");
-        assert_eq!(status, 2, "{args:?}: {err}");
-        assert!(err.starts_with("diagnose: "), "{err}");
-    }
-    // Nothing analysed is not "no stalls": a misspelt hop, a request with no records.
-    for args in [
-        &["--path", "worker.publsh", "-"][..],
-        &["--path", W, "--request", "nobody", "-"][..],
-    ] {
-        let (status, out, err) = run(args, &stalled);
-        assert_eq!(status, 2, "{args:?}: {err}");
-        assert!(err.contains("no record of a hop on --path"), "{err}");
-        assert!(
-            out.contains("0 requests"),
-            "the report still says what was read: {out}"
-        );
-    }
-
-    // A directory: every file in it.
-    let dir = std::env::temp_dir().join(format!("streamgate-diagnose-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("w.jsonl"), &stalled).unwrap();
-    std::fs::write(
-        dir.join("g.jsonl"),
-        hop("r", G, 0, &steady(0..5, 0, Some((2, 3000))), None),
-    )
-    .unwrap();
-    let (status, out, _) = run(
-        &[
-            "--path",
-            "worker.publish,gateway.write",
-            dir.to_str().unwrap(),
-        ],
-        "",
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(status, 1);
-    assert!(
-        out.starts_with("1 requests, 10 records from 10 lines"),
-        "{out}"
-    );
-    assert!(out.contains("1 stalls (0 unknown):"), "{out}");
-}
-
-/// A writer whose reader is gone.
-struct ClosedPipe;
-
-impl Write for ClosedPipe {
-    fn write(&mut self, _: &[u8]) -> io::Result<usize> {
-        Err(io::ErrorKind::BrokenPipe.into())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Err(io::ErrorKind::BrokenPipe.into())
-    }
-}
-
-#[test]
-fn a_closed_pipe_ends_the_command_quietly() {
-    let stalled = hop("r", W, 0, &steady(0..5, 0, Some((2, 3000))), None);
-    let mut err = Vec::new();
-    let status = diagnose::run(
-        ["--path", W, "-"].map(String::from),
-        stalled.as_bytes(),
-        &mut ClosedPipe,
-        &mut err,
-    );
-    assert_eq!(status, 1, "the status still says what was found");
-    assert!(err.is_empty(), "{}", String::from_utf8_lossy(&err));
 }

@@ -3,10 +3,11 @@
 //! `CancellationToken` whose `DropGuard` lives in the response stream. Short and honest: what a
 //! careful hand-rolled server looks like, for the benchmarks to compare against.
 //!
-//! `cargo run --release --example baseline_serve --features axum,metrics -- --addr 127.0.0.1:0 [--step-ms MS] [--buffer-events N] [--heartbeat-ms MS] [--kv-blocks N]`
+//! `cargo run --release --example baseline_serve -- --addr 127.0.0.1:0 [--step-ms MS] [--buffer-events N] [--heartbeat-ms MS] [--kv-blocks N]`
 //!
 //! `POST /v1/chat/completions` (streaming only) and `GET /stats` with the same fields as
-//! `serve`. It binds with `tokio::net::TcpListener` and `axum::serve`, as most servers do.
+//! `streamgate sim`. It binds with `tokio::net::TcpListener` and `axum::serve`, as most servers
+//! do.
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -1,70 +1,81 @@
-//! The main job: a worker, a gateway and clients in one process on loopback, two injected
-//! stalls, hop records at every hop, and the diagnosis naming where each stall began.
+//! The main job: a worker (`streamgate sim`), the proxy (`streamgate proxy`) and clients in one
+//! process on loopback, two injected stalls, hop records at every hop, and the diagnosis naming
+//! where each stall began.
 //!
-//! `cargo run --release --example demo --features axum,metrics,timeline`
+//! `cargo run --release --example demo [-- --out DIR]`
 //!
-//! The worker (`examples/serve.rs`) decodes one token every 5 ms and stalls 1.2 s before
-//! token 40 of every stream; the gateway (`examples/gateway.rs`) stalls 1.2 s before forwarding
-//! event 90. Through the gateway, four clients read normally, one stops reading for a second
-//! after its first event, and one disconnects after 20 events. Every hop writes hop records
-//! into `target/demo/`; the timeline analysis then names, for each stall, the first hop where
-//! it appeared, prints the gap distribution per hop, and draws `target/demo/gaps.svg`.
-#![allow(clippy::duplicate_mod)] // serve and gateway each include the examples' shared module
+//! The worker decodes one token every 5 ms and stalls 1.2 s before token 40 of every stream;
+//! the proxy stalls 1.2 s before forwarding event 90. Through the proxy, four clients read
+//! normally, one stops reading for a second after its first event, and one disconnects after
+//! 20 events. Every hop writes hop records into `DIR` (by default `demo/` in the cargo target
+//! directory this example was built in: `target/demo/`, or under `CARGO_TARGET_DIR`); the
+//! timeline analysis then names, for each stall, the first hop where it appeared, prints the
+//! gap distribution per hop, and draws `gaps.svg` there.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use serde_json::Value;
 use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::timeline::{Blame, Timeline};
-use streamgate::transport::Server;
-
-#[allow(dead_code)]
-#[path = "common/mod.rs"]
-mod common;
-#[allow(dead_code)]
-#[path = "gateway.rs"]
-mod gateway;
-#[allow(dead_code)] // its `main` is not called here
-#[path = "serve.rs"]
-mod serve;
-
-use common::Reader;
+use streamgate_cli::client::{self, Chat, Reader};
+use streamgate_cli::{plot, proxy, serving, sim};
 
 const PATH: [&str; 7] = [
     "worker.decode",
     "worker.publish",
     "worker.write",
     "worker.sent",
-    "gateway.recv",
-    "gateway.write",
+    "proxy.recv",
+    "proxy.write",
     "client.recv",
 ];
 const TOKENS: u64 = 150;
 
-fn flags(flags: &[&str]) -> impl Iterator<Item = String> {
-    flags
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .into_iter()
+/// The demo: worker, proxy and six clients on loopback; two injected stalls, diagnosed.
+#[derive(Parser)]
+#[command(name = "demo")]
+struct Args {
+    /// Where to write the hop records and the plot (default: `demo/` in the cargo target
+    /// directory the demo was built in).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 async fn stats(addr: std::net::SocketAddr) -> Value {
-    let response = common::request(addr, "GET", "/stats", &[], String::new()).await;
+    let response = client::request(addr, "GET", "/stats", &[], String::new()).await;
     match response {
         Ok(response) => {
-            serde_json::from_str(&common::body_text(response).await.unwrap_or_default())
+            serde_json::from_str(&client::body_text(response).await.unwrap_or_default())
                 .unwrap_or(Value::Null)
         }
         Err(_) => Value::Null,
     }
 }
 
+/// The cargo target directory this example was built in: the nearest directory above the
+/// executable (`<target>/release/examples/demo`) that cargo marked with a `CACHEDIR.TAG`; else
+/// `CARGO_TARGET_DIR` as it was at build time; else the workspace's `target/`.
+fn target_dir() -> PathBuf {
+    let built_in = std::env::current_exe().ok().and_then(|exe| {
+        exe.ancestors()
+            .skip(1)
+            .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+            .map(Path::to_path_buf)
+    });
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    built_in
+        .or_else(|| option_env!("CARGO_TARGET_DIR").map(|dir| workspace.join(dir)))
+        .unwrap_or_else(|| workspace.join("target"))
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
+    let args = Args::parse();
+    let dir = args.out.unwrap_or_else(|| target_dir().join("demo"));
+    match run(&dir).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("demo: {error}");
@@ -73,20 +84,19 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> Result<(), String> {
+async fn run(dir: &Path) -> Result<(), String> {
     let started = Instant::now();
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("target")
-        .join("demo");
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // Printed as an absolute path, without `..` steps.
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let file = |name: &str| dir.join(name).to_string_lossy().into_owned();
-    for name in ["worker.jsonl", "gateway.jsonl", "client.jsonl"] {
+    for name in ["worker.jsonl", "proxy.jsonl", "client.jsonl"] {
         let _ = std::fs::remove_file(file(name));
     }
-    let prometheus = serve::prometheus()?;
+    let prometheus = serving::prometheus()?;
 
     println!(
-        "streamgate demo: worker -> gateway -> clients on 127.0.0.1, hop records in {}",
+        "streamgate demo: worker -> proxy -> clients on 127.0.0.1, hop records in {}",
         dir.display()
     );
     let worker_file = file("worker.jsonl");
@@ -104,15 +114,21 @@ async fn run() -> Result<(), String> {
         "--hop-records",
         &worker_file,
     ];
-    let (listener, app, _) =
-        serve::app(serve::parse_args(flags(&worker_flags))?, prometheus.clone())?;
+    let config = sim::Config::parse_from(worker_flags).map_err(|e| e.to_string())?;
+    let (listener, app, sim) = sim::app(config, prometheus.clone())?;
     let worker = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(Server::new().serve(listener, app, std::future::pending()));
+    let worker_records = sim.records.clone();
+    tokio::spawn(serving::serve_until(
+        listener,
+        app,
+        sim.streams.clone(),
+        std::future::pending(),
+    ));
     println!("  worker   http://{worker}  (5 ms per token, a 1.2 s decode stall before token 40)");
 
     let upstream = format!("http://{worker}");
-    let gateway_file = file("gateway.jsonl");
-    let gateway_flags = [
+    let proxy_file = file("proxy.jsonl");
+    let proxy_flags = [
         "--addr",
         "127.0.0.1:0",
         "--upstream",
@@ -124,12 +140,19 @@ async fn run() -> Result<(), String> {
         "--heartbeat-ms",
         "500",
         "--hop-records",
-        &gateway_file,
+        &proxy_file,
     ];
-    let (listener, app, _) = gateway::app(gateway::parse_args(flags(&gateway_flags))?, prometheus)?;
-    let gateway = listener.local_addr().map_err(|e| e.to_string())?;
-    tokio::spawn(Server::new().serve(listener, app, std::future::pending()));
-    println!("  gateway  http://{gateway}  (a 1.2 s stall before forwarding event 90)");
+    let config = proxy::Config::parse_from(proxy_flags).map_err(|e| e.to_string())?;
+    let (listener, app, proxied) = proxy::app(config, prometheus)?;
+    let proxy = listener.local_addr().map_err(|e| e.to_string())?;
+    let proxy_records = proxied.records.clone();
+    tokio::spawn(serving::serve_until(
+        listener,
+        app,
+        proxied.group.clone(),
+        std::future::pending(),
+    ));
+    println!("  proxy    http://{proxy}  (a 1.2 s stall before forwarding event 90)");
 
     let sink = RecordSink::to_file(file("client.jsonl")).map_err(|e| e.to_string())?;
     let client = HopProbe::new("client.recv").records(sink.clone(), 1.0);
@@ -150,7 +173,8 @@ async fn run() -> Result<(), String> {
         let client = client.clone();
         running.push(tokio::spawn(async move {
             let mut recorder = client.recorder(name);
-            let outcome = common::stream_chat(gateway, name, TOKENS, reader, &mut recorder).await;
+            let chat = Chat::sim(proxy, TOKENS);
+            let outcome = client::stream_chat(&chat, name, reader, &mut recorder).await;
             (name, outcome)
         }));
     }
@@ -171,24 +195,23 @@ async fn run() -> Result<(), String> {
     }
     sink.sync();
 
-    // The servers' record writers flush as soon as they are idle; the worker's stats settle
-    // once the disconnected stream's generator is gone.
+    // The worker's stats settle once the disconnected stream's generator is gone; then every
+    // hop's records are flushed to their files.
     let deadline = Instant::now() + Duration::from_secs(10);
     let worker_stats = loop {
         let stats = stats(worker).await;
         let settled = stats["generators_running"] == 0;
-        let records = ["worker.jsonl", "gateway.jsonl"]
-            .iter()
-            .all(|f| std::fs::metadata(file(f)).is_ok_and(|m| m.len() > 0));
-        if (settled && records) || Instant::now() > deadline {
+        if settled || Instant::now() > deadline {
             break stats;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    for records in [worker_records, proxy_records].into_iter().flatten() {
+        records.sync();
+    }
 
     let mut timeline = Timeline::new(PATH, Duration::from_millis(500));
-    for name in ["worker.jsonl", "gateway.jsonl", "client.jsonl"] {
+    for name in ["worker.jsonl", "proxy.jsonl", "client.jsonl"] {
         let records = std::fs::File::open(file(name)).map_err(|e| format!("{name}: {e}"))?;
         timeline
             .read(name, records)
@@ -242,18 +265,23 @@ async fn run() -> Result<(), String> {
             .collect::<String>()
     );
     let svg = file("gaps.svg");
-    common::plot(&diagnosis, &svg).map_err(|e| format!("plot: {e}"))?;
+    plot::plot(&diagnosis, &svg).map_err(|e| format!("plot: {e}"))?;
     println!("  gap by output position: {svg}");
     println!(
-        "\nworker: {} streams completed, {} cancelled; {} tokens generated, {} wasted after a cancel; {} generators running, {} KV blocks in use",
+        "\nworker: {} streams completed, {} cancelled, {} failed; {} tokens generated, {} wasted after a cancel; {} generators running, {} KV blocks in use",
         worker_stats["streams_completed"],
         worker_stats["streams_cancelled"],
+        worker_stats["streams_failed"],
         worker_stats["tokens_generated"],
         worker_stats["tokens_after_cancel"],
         worker_stats["generators_running"],
         worker_stats["kv_blocks_in_use"]
     );
-    println!("done in {:.1} s", started.elapsed().as_secs_f64());
+    println!(
+        "done in {:.1} s; hop records and the plot are in {}",
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    );
     if worker_stats["kv_blocks_in_use"] != 0 || worker_stats["generators_running"] != 0 {
         return Err("the worker still holds generators or KV blocks".into());
     }

@@ -49,7 +49,7 @@ could not be written."
 pub struct Args {
     /// The hops in order from the generator to the client, comma-separated
     /// (e.g. `worker.publish,worker.write,proxy.recv,proxy.write,client.recv`).
-    #[arg(long, value_name = "HOP1,HOP2,...", required = true, value_delimiter = ',', num_args = 1..)]
+    #[arg(long, value_name = "HOP1,HOP2,...", required = true, value_delimiter = ',')]
     pub path: Vec<String>,
     /// A quiet spell of at least this many ms is a stall.
     #[arg(long = "stall-ms", value_name = "MS", default_value = "1000", value_parser = crate::flags::millis)]

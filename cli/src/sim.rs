@@ -1,23 +1,31 @@
 //! The reference server: an OpenAI-compatible streaming endpoint backed by a simulated inference
 //! worker, wrapped in the crate's combinators. Its interface (flags, endpoints, `/stats`) is
-//! described in `examples/README.md`, under "The reference server".
+//! described in `examples/README.md`, under "The reference server", and kept exactly: acceptance
+//! checks drive it with real clients.
 //!
-//! `cargo run --release --example serve --features axum,metrics -- --addr 127.0.0.1:0 [flags]`
+//! ```text
+//! streamgate sim --addr 127.0.0.1:0 [flags]
+//! cargo run --release --example serve -- --addr 127.0.0.1:0 [flags]    # the same, from the repo
+//! ```
 //!
 //! The worker decodes one token every `--step-ms` (token i's text is `"t{i} "`), optionally
 //! stalls before token `--stall-at` for `--stall-ms`, and holds one KV block per 16 tokens from a
-//! pool of `--kv-blocks`, freed by the gate's release hook on every end. Events cross a gate
+//! pool of `--kv-blocks`, freed by the gate's release hook on every end. A request whose
+//! `max_tokens` needs more blocks than the whole pool is refused (400) before anything is
+//! generated; one that finds every block held by other streams is refused with 503 ("KV cache
+//! full"); a stream that runs out of blocks mid-generation gets an OpenAI-style error event
+//! naming the exhausted pool, then the gate's terminal frame, and is counted in
+//! `streams_failed` and `streams_kv_exhausted`, not `streams_cancelled`. Events cross a gate
 //! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`) into a
 //! `resume::Registry` (`--resume-grace-ms`, `--replay-bytes`), or with `--resume-store
-//! redis://HOST:PORT` (the `redis` feature) a `resume::RedisRegistry` that other instances
-//! serve resumes from; each client reads at its own position, and an explicit stop
-//! (`POST .../cancel`) ends the generation with a final chunk. They are encoded as SSE
-//! with heartbeats (`--heartbeat-ms`) and written one HTTP chunk per event on sockets with
-//! `TCP_NODELAY`, a backlog of 1024, the listener's default `TCP_NOTSENT_LOWAT` and
-//! `TCP_USER_TIMEOUT` (`--notsent-lowat`, `--user-timeout-ms`; 0 leaves the system's) and an
-//! optional `--sndbuf`. Probes: `worker.decode`, `worker.publish`, `worker.write` and, over
-//! HTTP/1.1, `worker.sent` (when each event's bytes left the kernel); `--hop-records FILE`
-//! writes their hop records.
+//! redis://HOST:PORT` a `resume::RedisRegistry` that other instances serve resumes from; each
+//! client reads at its own position, and an explicit stop (`POST .../cancel`) ends the
+//! generation with a final chunk. They are encoded as SSE with heartbeats (`--heartbeat-ms`) and
+//! written one HTTP chunk per event on sockets with `TCP_NODELAY`, a backlog of 1024, the
+//! listener's default `TCP_NOTSENT_LOWAT` and `TCP_USER_TIMEOUT` (`--notsent-lowat`,
+//! `--user-timeout-ms`; 0 leaves the system's) and an optional `--sndbuf`. Probes:
+//! `worker.decode`, `worker.publish`, `worker.write` and, over HTTP/1.1, `worker.sent` (when
+//! each event's bytes left the kernel); `--hop-records FILE` writes their hop records.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -158,8 +166,46 @@ struct Stats {
     kv_blocks_in_use: AtomicU64,
     tokens_generated: AtomicU64,
     tokens_after_cancel: AtomicU64,
+    /// Streams stopped mid-generation because the KV pool ran out (also `streams_failed`).
+    kv_exhausted: AtomicU64,
+    /// Requests refused with 503 because every KV block was held by other streams.
+    refused_kv_full: AtomicU64,
 }
 
+/// Every KV block is held: `in_use` of `total`.
+#[derive(Debug, Clone, Copy)]
+struct KvFull {
+    in_use: u64,
+    total: u64,
+}
+
+impl std::fmt::Display for KvFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "KV cache full: {} of {} blocks in use",
+            self.in_use, self.total
+        )
+    }
+}
+
+impl KvFull {
+    /// 503 with an OpenAI-style error body: the pool is busy, a retry may find room.
+    fn response(&self) -> Response {
+        let body = json!({"error": {
+            "message": format!("{self}; retry when other streams have ended"),
+            "type": "server_error",
+            "code": "kv_cache_full",
+        }});
+        let mut response = server::json_response(StatusCode::SERVICE_UNAVAILABLE, body);
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        response
+    }
+}
+
+/// The reference server's state: its configuration, counters, probes and streams.
 pub struct Server {
     config: Config,
     stats: Stats,
@@ -171,9 +217,10 @@ pub struct Server {
     write: HopProbe,
     sent: HopProbe,
     prometheus: PrometheusHandle,
-    /// Where hop records go, if anywhere.
-    records: Option<RecordSink>,
-    /// Every stream: shut down together on SIGINT/SIGTERM.
+    /// Where hop records go (`--hop-records`), if anywhere: sync it before exiting.
+    pub records: Option<RecordSink>,
+    /// Every stream: shut down together on SIGINT/SIGTERM (give it to
+    /// [`server::serve_until`]).
     pub streams: Group,
     /// Every streamed generation by its request id: resumable, several readers at once.
     store: Store,
@@ -289,6 +336,12 @@ enum Delta {
         reason: &'static str,
     },
     Done,
+    /// The generation failed: an OpenAI-style error event (`data: {"error":{..}}`, which the
+    /// OpenAI SDKs raise as an API error), before the gate's terminal frame.
+    Error {
+        message: String,
+        code: &'static str,
+    },
 }
 
 impl Chunk for Delta {
@@ -299,13 +352,14 @@ impl Chunk for Delta {
             Delta::Text { meta, text, .. } => meta.chunk_overhead() + text.len(),
             Delta::Finish { meta, .. } => meta.chunk_overhead(),
             Delta::Done => "[DONE]".len(),
+            Delta::Error { message, code } => 64 + message.len() + code.len(),
         }
     }
 
     fn kind(&self) -> Kind {
         match self {
             Delta::Text { .. } => Kind::Visible,
-            Delta::Finish { .. } | Delta::Done => Kind::Control,
+            Delta::Finish { .. } | Delta::Done | Delta::Error { .. } => Kind::Control,
         }
     }
 
@@ -334,6 +388,11 @@ impl From<Delta> for SseEvent {
     fn from(delta: Delta) -> SseEvent {
         let (meta, delta, finish) = match delta {
             Delta::Done => return SseEvent::data("[DONE]"),
+            Delta::Error { message, code } => {
+                let error =
+                    json!({"error": {"message": message, "type": "server_error", "code": code}});
+                return SseEvent::data(error.to_string());
+            }
             Delta::Text {
                 meta,
                 first: true,
@@ -373,8 +432,21 @@ impl Meta {
 
 impl Server {
     /// Starts one generation of tokens `from..max_tokens` for `request`, gated as configured,
-    /// that an explicit stop under the stream's name ends with a final chunk and `[DONE]`.
-    fn generate(self: &Arc<Self>, meta: Arc<Meta>, from: u64, max_tokens: u64) -> Consumer<Delta> {
+    /// that an explicit stop under the stream's name ends with a final chunk and `[DONE]`. Its
+    /// first KV block is taken here: when every block is held by other streams, nothing
+    /// starts.
+    fn generate(
+        self: &Arc<Self>,
+        meta: Arc<Meta>,
+        from: u64,
+        max_tokens: u64,
+    ) -> Result<Consumer<Delta>, KvFull> {
+        let first_block = from < max_tokens;
+        if first_block {
+            self.take_block().inspect_err(|_| {
+                self.stats.refused_kv_full.fetch_add(1, Ordering::Relaxed);
+            })?;
+        }
         let server = self.clone();
         let stop = CancellationToken::new();
         server
@@ -384,7 +456,7 @@ impl Server {
             .entry(meta.stream.clone())
             .or_insert_with(|| (meta.id.clone(), stop.clone()));
         server.stats.streams.start();
-        let held = Arc::new(AtomicU64::new(0));
+        let held = Arc::new(AtomicU64::new(u64::from(first_block)));
         let on_release = {
             let (server, held) = (server.clone(), held.clone());
             let (stream, generation) = (meta.stream.clone(), meta.id.clone());
@@ -417,7 +489,7 @@ impl Server {
                 _ => Policy::Backpressure { max_pause: None },
             });
         }
-        gate
+        Ok(gate
             // Token i is event i, whether the generation starts at 0 or resumes later.
             .first_id(from)
             .group(&server.streams)
@@ -447,11 +519,30 @@ impl Server {
                         finish = "stop";
                         break;
                     }
-                    if (i - from) % BLOCK_TOKENS == 0 {
-                        if let Err(error) = worker.take_block() {
+                    // The first block was taken before the generation started.
+                    if i > from && (i - from) % BLOCK_TOKENS == 0 {
+                        if let Err(full) = worker.take_block() {
                             decode.end("generator_error");
                             publish.end("generator_error");
-                            return Err(error.into());
+                            // Other streams hold the rest of the pool: this one stops, gives
+                            // its blocks back at once, and says why before the gate's end.
+                            let blocks = held.swap(0, Ordering::SeqCst);
+                            worker
+                                .stats
+                                .kv_blocks_in_use
+                                .fetch_sub(blocks, Ordering::SeqCst);
+                            worker.stats.kv_exhausted.fetch_add(1, Ordering::Relaxed);
+                            let message = format!(
+                                "{full}: the generation stopped after {} tokens and gave back the \
+                                 blocks it held ({blocks})",
+                                i - from
+                            );
+                            let error = Delta::Error {
+                                message: message.clone(),
+                                code: "kv_cache_exhausted",
+                            };
+                            let _ = tx.send(error).await;
+                            return Err(message.into());
                         }
                         held.fetch_add(1, Ordering::SeqCst);
                     }
@@ -492,18 +583,32 @@ impl Server {
                 .map_err(|_| "the stream ended")?;
                 tx.send(Delta::Done).await.map_err(|_| "the stream ended")?;
                 Ok::<(), Box<dyn std::error::Error + Send + Sync>>(())
-            })
+            }))
     }
 
-    /// Takes one block from the KV pool, or fails the generation when the pool is exhausted.
-    fn take_block(&self) -> Result<(), &'static str> {
-        let in_use = &self.stats.kv_blocks_in_use;
-        in_use
+    /// Takes one block from the KV pool, or says how full it is.
+    fn take_block(&self) -> Result<(), KvFull> {
+        let total = self.config.kv_blocks;
+        self.stats
+            .kv_blocks_in_use
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.config.kv_blocks).then_some(n + 1)
+                (n < total).then_some(n + 1)
             })
             .map(|_| ())
-            .map_err(|_| "the KV pool is exhausted")
+            .map_err(|in_use| KvFull { in_use, total })
+    }
+
+    /// The refusal of a `max_tokens` the KV pool could never hold, before anything is
+    /// generated: a stream holds one block per 16 tokens until it ends.
+    fn refuse_max_tokens(&self, max_tokens: u64) -> Option<Response> {
+        let (blocks, pool) = (max_tokens.div_ceil(BLOCK_TOKENS), self.config.kv_blocks);
+        (blocks > pool).then(|| {
+            bad_request(&format!(
+                "`max_tokens` {max_tokens} needs {blocks} KV blocks of {BLOCK_TOKENS} tokens, more \
+                 than the whole KV pool ({pool} blocks): at most {} tokens per request",
+                pool.saturating_mul(BLOCK_TOKENS)
+            ))
+        })
     }
 
     /// The SSE response for a generation, probed at `worker.write` and, over HTTP/1.1, at
@@ -540,7 +645,10 @@ impl Server {
         max_tokens: u64,
         connection: Connection,
     ) -> Response {
-        let events = self.generate(meta.clone(), from, max_tokens);
+        let events = match self.generate(meta.clone(), from, max_tokens) {
+            Ok(events) => events,
+            Err(full) => return full.response(),
+        };
         match self.store.register(&meta.stream, events).await {
             Ok(frames) => self.stream(frames, &meta.stream, &meta.request, connection),
             Err(response) => response,
@@ -625,6 +733,9 @@ async fn chat_completions(
             _ => return bad_request("`max_tokens` must be an integer from 1 to 1000000"),
         },
     };
+    if let Some(refused) = server.refuse_max_tokens(max_tokens) {
+        return refused;
+    }
     let model = request
         .get("model")
         .and_then(Value::as_str)
@@ -634,26 +745,35 @@ async fn chat_completions(
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         return server.start_stream(&meta, 0, max_tokens, connection).await;
     }
-    let events = server.generate(meta.clone(), 0, max_tokens);
+    let events = match server.generate(meta.clone(), 0, max_tokens) {
+        Ok(events) => events,
+        Err(full) => return full.response(),
+    };
     let mut text = String::new();
+    let mut failed = None;
     let mut events = std::pin::pin!(events);
     while let Some(item) =
         std::future::poll_fn(|cx| futures_core::Stream::poll_next(events.as_mut(), cx)).await
     {
         match item {
-            Ok(event) => {
-                if let Delta::Text { text: more, .. } = event.into_chunk() {
-                    text.push_str(&more);
-                }
-            }
+            Ok(event) => match event.into_chunk() {
+                Delta::Text { text: more, .. } => text.push_str(&more),
+                Delta::Error { message, code } => failed = Some((message, code)),
+                _ => {}
+            },
             Err(error) => {
-                let body = json!({"error": {"message": error.to_string(), "type": "server_error"}});
-                return (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    [(header::CONTENT_TYPE, "application/json")],
-                    body.to_string(),
-                )
-                    .into_response();
+                // The KV pool ran out mid-generation: busy, not broken (a retry may find room).
+                let (status, body) = match failed {
+                    Some((message, code)) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        json!({"error": {"message": message, "type": "server_error", "code": code}}),
+                    ),
+                    None => (
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        json!({"error": {"message": error.to_string(), "type": "server_error"}}),
+                    ),
+                };
+                return server::json_response(status, body);
             }
         }
     }
@@ -687,6 +807,9 @@ async fn stream_get(
             match value.parse::<u64>() {
                 Ok(n) if (1..=MAX_TOKENS_LIMIT).contains(&n) => max_tokens = n,
                 _ => return bad_request("`max_tokens` must be an integer from 1 to 1000000"),
+            }
+            if let Some(refused) = server.refuse_max_tokens(max_tokens) {
+                return refused;
             }
         } else if let Some(value) = pair.strip_prefix("id=") {
             name = Some(value.to_owned());
@@ -801,9 +924,14 @@ async fn stats(State(server): State<Arc<Server>>) -> Response {
         StatusCode::OK,
         Value::Object(
             s.streams
-                .fields("generators_running", None)
+                .fields("generators_running", Some("streams_failed"))
                 .into_iter()
                 .chain([
+                    ("streams_kv_exhausted".into(), load(&s.kv_exhausted).into()),
+                    (
+                        "requests_refused_kv_full".into(),
+                        load(&s.refused_kv_full).into(),
+                    ),
                     ("kv_blocks_in_use".into(), load(&s.kv_blocks_in_use).into()),
                     ("tokens_generated".into(), load(&s.tokens_generated).into()),
                     (

@@ -1,19 +1,17 @@
-//! The reference server (`examples/serve.rs`) against its contract, over real sockets: a raw
-//! HTTP client on 127.0.0.1, one that disconnects, one that stops reading.
-#![cfg(all(feature = "axum", feature = "metrics"))]
+//! The reference server (`streamgate sim`) against its contract, over real sockets: a raw
+//! HTTP client on 127.0.0.1, one that disconnects, one that stops reading; and its KV pool's
+//! limits, which it names when it refuses or ends a stream.
 
 mod common;
-
-#[path = "common/reference.rs"]
-mod reference;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{HANG, RawResponse, stats, wait_for};
-use reference::{serve, start};
+use common::reference::{self, start};
+use common::{HANG, LONG, RawResponse, stats, wait_for};
 use serde_json::Value;
+use streamgate_cli::{serving, sim};
 use tokio::time::{Instant, sleep, timeout};
 
 fn chat(max_tokens: u64, stream: bool) -> String {
@@ -96,6 +94,202 @@ async fn answers_without_streaming_and_refuses_bad_requests() {
     }
 }
 
+/// The JSON body of a response with a length.
+async fn json_body(response: &mut RawResponse) -> Value {
+    serde_json::from_str(&response.body_text().await).expect("a JSON body")
+}
+
+/// A `max_tokens` whose blocks the whole KV pool could never hold (one block per 16 tokens) is
+/// refused with a 400 that says the limit, before anything is generated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_max_tokens_the_kv_pool_cannot_hold_is_refused_before_generating() {
+    let addr = start(&["--step-ms", "0", "--kv-blocks", "4"]);
+    let refused = [
+        ("/v1/chat/completions", Some(chat(65, true))),
+        ("/v1/chat/completions", Some(chat(65, false))),
+        ("/v1/stream?max_tokens=65", None),
+        ("/v1/stream?max_tokens=65&id=tab", None),
+    ];
+    for (path, body) in refused {
+        let mut response = match &body {
+            Some(body) => RawResponse::post_json(addr, path, body).await,
+            None => RawResponse::get(addr, path, "").await,
+        };
+        assert_eq!(response.status(), 400, "{path} {body:?}");
+        let error = &json_body(&mut response).await["error"];
+        assert_eq!(error["type"], "invalid_request_error");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("65") && message.contains("4 blocks") && message.contains("64 tokens"),
+            "{message}"
+        );
+    }
+    // The most the pool holds is served.
+    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(64, true)).await;
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.rest().await.last().unwrap(),
+        "id: 65\ndata: [DONE]\n\n"
+    );
+    let completed = wait_for(addr, "the stream completes", |s| {
+        s["streams_completed"] == 1
+    })
+    .await;
+    assert_eq!(
+        completed["streams_started"], 1,
+        "nothing started for a refusal: {completed}"
+    );
+    assert_eq!(completed["tokens_generated"], 64);
+
+    // The default pool: 4096 blocks, 65,536 tokens; the contract's 1,000,000 cap stands above it.
+    let addr = start(&["--step-ms", "0"]);
+    for (max_tokens, says) in [
+        (65_537, "at most 65536 tokens"),
+        (1_000_001, "1 to 1000000"),
+    ] {
+        let mut response =
+            RawResponse::post_json(addr, "/v1/chat/completions", &chat(max_tokens, true)).await;
+        assert_eq!(response.status(), 400);
+        let error = &json_body(&mut response).await["error"];
+        assert!(error["message"].as_str().unwrap().contains(says), "{error}");
+    }
+    assert_eq!(stats(addr).await["streams_started"], 0);
+}
+
+/// A pool whose every block other streams hold refuses a new request with 503, saying how full
+/// it is (the OpenAI SDKs retry a 503); a block given back serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_kv_pool_refuses_with_503_saying_how_full_it_is() {
+    // A stream of 32 tokens takes its second block at token 16, then stalls at 20.
+    let flags = [
+        "--step-ms",
+        "1",
+        "--kv-blocks",
+        "2",
+        "--stall-at",
+        "20",
+        "--stall-ms",
+        "60000",
+    ];
+    let addr = start(&flags);
+    let mut holder = RawResponse::post_json(addr, "/v1/chat/completions", &chat(32, true)).await;
+    for _ in 0..20 {
+        holder.expect_frame().await;
+    }
+    wait_for(addr, "the pool is taken", |s| s["kv_blocks_in_use"] == 2).await;
+    for stream in [true, false] {
+        let mut response =
+            RawResponse::post_json(addr, "/v1/chat/completions", &chat(16, stream)).await;
+        assert_eq!(response.status(), 503, "stream: {stream}");
+        assert_eq!(response.header("retry-after").as_deref(), Some("1"));
+        let error = &json_body(&mut response).await["error"];
+        assert_eq!(error["type"], "server_error");
+        assert_eq!(error["code"], "kv_cache_full");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("KV cache full: 2 of 2 blocks in use"),
+            "{message}"
+        );
+    }
+    let refused = RawResponse::get(addr, "/v1/stream?max_tokens=16", "").await;
+    assert_eq!(refused.status(), 503);
+    let stats = stats(addr).await;
+    assert_eq!(stats["requests_refused_kv_full"], 3, "{stats}");
+    assert_eq!(stats["streams_started"], 1, "{stats}");
+
+    drop(holder);
+    wait_for(addr, "the holder's blocks are back", |s| {
+        s["kv_blocks_in_use"] == 0 && s["generators_running"] == 0
+    })
+    .await;
+    let mut served = RawResponse::post_json(addr, "/v1/chat/completions", &chat(16, false)).await;
+    assert_eq!(served.status(), 200);
+    assert_eq!(
+        json_body(&mut served).await["choices"][0]["finish_reason"],
+        "length"
+    );
+}
+
+/// A stream that needs a block while other streams hold the rest of the pool stops: its client
+/// gets an OpenAI-style error event naming the exhausted KV cache, then the terminal frame; its
+/// blocks are given back, and `/stats` counts it as failed, not cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_runs_out_of_kv_blocks_mid_generation_says_so() {
+    // Each stream of 48 tokens fits the pool alone; the first takes two blocks and stalls at 20.
+    let flags = [
+        "--step-ms",
+        "1",
+        "--kv-blocks",
+        "3",
+        "--stall-at",
+        "20",
+        "--stall-ms",
+        "60000",
+    ];
+    let addr = start(&flags);
+    let mut holder = RawResponse::post_json(addr, "/v1/chat/completions", &chat(48, true)).await;
+    for _ in 0..20 {
+        holder.expect_frame().await;
+    }
+    wait_for(addr, "two blocks held", |s| s["kv_blocks_in_use"] == 2).await;
+
+    // The third block is this stream's first; it needs a fourth at token 16.
+    let mut starved = RawResponse::post_json(addr, "/v1/chat/completions", &chat(48, true)).await;
+    assert_eq!(starved.status(), 200);
+    let frames = starved.rest().await;
+    let n = frames.len();
+    assert_eq!(
+        n, 18,
+        "16 tokens, the error event, the terminal frame: {frames:?}"
+    );
+    assert!(frames[15].contains(r#""t15 ""#), "{frames:?}");
+    let error = frames[16]
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .expect("a data line");
+    assert!(
+        frames[16].starts_with(":control\nid: 16\n"),
+        "{}",
+        frames[16]
+    );
+    let error: Value = serde_json::from_str(error).unwrap();
+    assert_eq!(error["error"]["type"], "server_error");
+    assert_eq!(error["error"]["code"], "kv_cache_exhausted");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "KV cache full: 3 of 3 blocks in use: the generation stopped after 16 tokens"
+        ),
+        "{message}"
+    );
+    assert!(frames[17].starts_with("event: error\n"), "{}", frames[17]);
+    assert!(
+        frames[17].contains(r#""type":"generator_error""#),
+        "{}",
+        frames[17]
+    );
+
+    // Without streaming: 503 with the same error.
+    let mut answer = RawResponse::post_json(addr, "/v1/chat/completions", &chat(48, false)).await;
+    assert_eq!(answer.status(), 503);
+    let error = &json_body(&mut answer).await["error"];
+    assert_eq!(error["code"], "kv_cache_exhausted", "{error}");
+
+    let stats = wait_for(addr, "both starved streams are released", |s| {
+        s["streams_failed"] == 2 && s["generators_running"] == 1
+    })
+    .await;
+    assert_eq!(stats["streams_kv_exhausted"], 2, "{stats}");
+    assert_eq!(stats["streams_cancelled"], 0, "{stats}");
+    assert_eq!(stats["kv_blocks_in_use"], 2, "only the holder's: {stats}");
+    drop(holder);
+    let stats = wait_for(addr, "the holder is released", |s| {
+        s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
+    })
+    .await;
+    assert_eq!(stats["streams_cancelled"], 1, "{stats}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn heartbeats_flow_during_a_decode_stall() {
     let addr = start(&[
@@ -127,7 +321,7 @@ async fn heartbeats_flow_during_a_decode_stall() {
 async fn a_disconnect_stops_the_generator_and_frees_its_kv_blocks() {
     let addr = start(&["--step-ms", "1"]);
     let mut response =
-        RawResponse::post_json(addr, "/v1/chat/completions", &chat(100_000, true)).await;
+        RawResponse::post_json(addr, "/v1/chat/completions", &chat(LONG, true)).await;
     for _ in 0..40 {
         response.expect_frame().await;
     }
@@ -150,7 +344,7 @@ async fn a_disconnect_stops_the_generator_and_frees_its_kv_blocks() {
 async fn stopped_reader(flags: &[&str]) -> (SocketAddr, RawResponse) {
     let addr = start(flags);
     let mut response =
-        RawResponse::post_json(addr, "/v1/chat/completions", &chat(1_000_000, true)).await;
+        RawResponse::post_json(addr, "/v1/chat/completions", &chat(LONG, true)).await;
     response.expect_frame().await;
     (addr, response)
 }
@@ -198,7 +392,7 @@ async fn a_stopped_reader_is_coalesced_within_the_byte_bound() {
     let (addr, _response) = stopped_reader(&flags).await;
     let stats = until_paused(addr).await;
     assert_eq!(stats["generators_running"], 1);
-    // Paused, not running to the million tokens asked for. Merged events carry many tokens per
+    // Paused, not running to the 65,536 tokens asked for. Merged events carry many tokens per
     // byte, so the bound is in bytes: 4 KiB in the gate plus the kernel's buffers (a 32 KiB
     // send buffer and the client's receive window, ~200 KiB), at 5 or more bytes per token.
     let tokens = stats["tokens_generated"].as_u64().unwrap();
@@ -299,7 +493,7 @@ fn serve_until_stopped(
     flags: &[&str],
 ) -> (
     SocketAddr,
-    Arc<serve::Server>,
+    Arc<sim::Server>,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
@@ -353,7 +547,7 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
         .expect("the server returns")
         .unwrap()
         .expect("served");
-    assert!(asked.elapsed() < serve::common::server::SHUTDOWN_GRACE);
+    assert!(asked.elapsed() < serving::SHUTDOWN_GRACE);
     assert_eq!(streams.stats().gates, 0, "every stream was released");
 }
 
@@ -364,8 +558,7 @@ async fn a_shutdown_is_not_held_by_a_reader_that_stopped() {
     let (addr, server, stop, served) =
         serve_until_stopped(&["--step-ms", "0", "--sndbuf", "16384"]);
     let streams = server.streams.clone();
-    let mut reader =
-        RawResponse::post_json(addr, "/v1/chat/completions", &chat(1_000_000, true)).await;
+    let mut reader = RawResponse::post_json(addr, "/v1/chat/completions", &chat(LONG, true)).await;
     chunk(&reader.expect_frame().await);
     // The reader stops: the kernel's buffers fill, then the gate's, and the generator waits.
     sleep(Duration::from_millis(500)).await;
@@ -376,7 +569,7 @@ async fn a_shutdown_is_not_held_by_a_reader_that_stopped() {
         .expect("the server returns")
         .unwrap()
         .expect("served");
-    let limit = serve::common::server::SHUTDOWN_GRACE + serve::common::server::DRAIN_LIMIT;
+    let limit = serving::SHUTDOWN_GRACE + serving::DRAIN_LIMIT;
     assert!(asked.elapsed() < limit, "{:?}", asked.elapsed());
     assert_eq!(streams.stats().gates, 0, "the stream was released");
     drop(reader);

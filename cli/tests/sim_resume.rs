@@ -2,17 +2,14 @@
 //! resumes gets the same generation, nothing lost or repeated; the grace expires; an explicit
 //! stop reaches every client; several clients read one stream; positions the log no longer holds
 //! and unknown ids are refused.
-#![cfg(all(feature = "axum", feature = "metrics"))]
 
 mod common;
-#[path = "common/reference.rs"]
-mod reference;
-#[path = "common/resume_client.rs"]
-mod resume_client;
 
-use common::{RawResponse, stats, wait_for};
-use reference::start;
-use resume_client::{a_stop_reaches_both_clients, events, post_stream, rest, resume_path, salts};
+use common::reference::start;
+use common::resume_client::{
+    a_stop_reaches_both_clients, events, post_stream, rest, resume_path, salts,
+};
+use common::{LONG, RawResponse, stats, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_stream_continues_the_same_generation() {
@@ -59,7 +56,7 @@ async fn a_resumed_stream_continues_the_same_generation() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_grace_expiry_frees_the_generator_and_its_kv_blocks() {
     let addr = start(&["--step-ms", "5", "--resume-grace-ms", "300"]);
-    let (mut first, name) = post_stream(addr, 100_000).await;
+    let (mut first, name) = post_stream(addr, LONG).await;
     events(&mut first, 3).await;
     drop(first);
     let detached = wait_for(addr, "the stream detaches", |s| s["streams_detached"] == 1).await;
@@ -162,7 +159,7 @@ async fn a_cancel_stops_a_detached_stream_paused_at_a_full_log() {
         "--replay-bytes",
         "3000",
     ]);
-    let (mut first, name) = post_stream(addr, 100_000).await;
+    let (mut first, name) = post_stream(addr, LONG).await;
     events(&mut first, 2).await;
     drop(first);
     wait_for(addr, "the stream detaches", |s| s["streams_detached"] == 1).await;
@@ -184,7 +181,7 @@ async fn a_cancel_stops_a_detached_stream_paused_at_a_full_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_a_grace_the_log_keeps_only_what_is_unread() {
     let addr = start(&["--step-ms", "0"]);
-    let (mut reader, _) = post_stream(addr, 100_000).await;
+    let (mut reader, _) = post_stream(addr, LONG).await;
     events(&mut reader, 1).await;
     tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     let held = stats(addr).await["replay_bytes"].as_u64().unwrap();

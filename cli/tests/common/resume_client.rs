@@ -1,13 +1,11 @@
 //! A client of the reference server's resumable streams: starts a stream, reads its events
-//! parsed, resumes it. Included with `#[path]` beside `common`.
-
-#![allow(dead_code)] // each test binary uses a part
+//! parsed, resumes it.
 
 use std::net::SocketAddr;
 
 use serde_json::Value;
 
-use crate::common::RawResponse;
+use super::{LONG, RawResponse};
 
 /// A streaming chat request body for `max_tokens` tokens.
 pub fn chat(max_tokens: u64) -> String {
@@ -78,7 +76,7 @@ pub fn resume_path(name: &str) -> String {
 /// final chunk (`finish_reason` `stop`) and `[DONE]`, and frees the generator and its KV blocks
 /// on `generating`; an unknown name is 404.
 pub async fn a_stop_reaches_both_clients(generating: SocketAddr, other: SocketAddr) {
-    let (mut first, name) = post_stream(generating, 100_000).await;
+    let (mut first, name) = post_stream(generating, LONG).await;
     events(&mut first, 2).await;
     let mut second = RawResponse::get(other, &resume_path(&name), "").await;
     events(&mut second, 2).await;
@@ -93,7 +91,7 @@ pub async fn a_stop_reaches_both_clients(generating: SocketAddr, other: SocketAd
         assert_eq!(tail[n - 2].1, "finish:stop");
         assert_eq!(tail[n - 1].1, "[DONE]");
     }
-    let stats = crate::common::wait_for(generating, "the generator stops", |s| {
+    let stats = super::wait_for(generating, "the generator stops", |s| {
         s["generators_running"] == 0
     })
     .await;
