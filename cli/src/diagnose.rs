@@ -49,7 +49,12 @@ could not be written."
 pub struct Args {
     /// The hops in order from the generator to the client, comma-separated
     /// (e.g. `worker.publish,worker.write,proxy.recv,proxy.write,client.recv`).
-    #[arg(long, value_name = "HOP1,HOP2,...", required = true, value_delimiter = ',')]
+    #[arg(
+        long,
+        value_name = "HOP1,HOP2,...",
+        required = true,
+        value_delimiter = ','
+    )]
     pub path: Vec<String>,
     /// A quiet spell of at least this many ms is a stall.
     #[arg(long = "stall-ms", value_name = "MS", default_value = "1000", value_parser = crate::flags::millis)]
@@ -81,15 +86,7 @@ impl Args {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        use clap::Parser;
-        #[derive(Parser)]
-        #[command(name = "diagnose")]
-        struct Flags {
-            #[command(flatten)]
-            args: Args,
-        }
-        let program = std::iter::once(std::ffi::OsString::from("diagnose"));
-        Flags::try_parse_from(program.chain(args.into_iter().map(Into::into))).map(|f| f.args)
+        crate::flags::parse_from("diagnose", args)
     }
 
     /// What the flags cannot say by themselves.

@@ -1,12 +1,33 @@
-//! The flags `sim` and `proxy` share: the gate's, and the listener's.
+//! The flags `sim` and `proxy` share: the gate's, the resume store's, and the listener's.
 
+use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use streamgate::resume::{DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, ResumeOptions};
 use streamgate::transport::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT,
     ListenOptions, Server,
 };
+
+use crate::store::Store;
+
+/// Parses the flags of `A` from `args` (without a program name), as the command `name`.
+///
+/// # Errors
+///
+/// A flag that is missing, unknown or malformed, as clap reports it.
+pub fn parse_from<A, I, T>(name: &'static str, args: I) -> Result<A, clap::Error>
+where
+    A: Args,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let program = std::iter::once(OsString::from(name));
+    let mut matches = A::augment_args(clap::Command::new(name))
+        .try_get_matches_from(program.chain(args.into_iter().map(Into::into)))?;
+    A::from_arg_matches_mut(&mut matches)
+}
 
 /// The slow-consumer policy, as a flag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -80,19 +101,79 @@ impl Default for GateFlags {
 impl GateFlags {
     /// A gate with these bounds and policy: the slow deadline ends a stream whose consumer
     /// took nothing from a full buffer for that long (`disconnect`), or whose generator was
-    /// paused that long (`backpressure`, `coalesce`).
-    pub fn gate(&self) -> streamgate::Gate {
-        let pause = Some(self.slow_deadline);
-        let policy = match self.policy {
-            PolicyFlag::Coalesce => streamgate::Policy::Coalesce { max_pause: pause },
-            PolicyFlag::Disconnect => streamgate::Policy::disconnect(self.slow_deadline),
-            PolicyFlag::Backpressure => streamgate::Policy::Backpressure { max_pause: pause },
+    /// paused that long (`backpressure`, `coalesce`). With a `resume` grace, a detached stream
+    /// waits at a full replay log for its grace: the registry's lag limit, not the gate's
+    /// pause limit, ends a slow reader (and `disconnect` pauses as `backpressure` does).
+    pub fn gate(&self, resume: &ResumeFlags) -> streamgate::Gate {
+        let pause = resume.grace.is_zero().then_some(self.slow_deadline);
+        let policy = match (self.policy, pause) {
+            (PolicyFlag::Coalesce, _) => streamgate::Policy::Coalesce { max_pause: pause },
+            (PolicyFlag::Disconnect, Some(_)) => streamgate::Policy::disconnect(self.slow_deadline),
+            _ => streamgate::Policy::Backpressure { max_pause: pause },
         };
         streamgate::Gate::new()
             .max_events(self.buffer_events)
             .max_bytes(self.buffer_bytes)
             .policy(policy)
             .stamp_events(true)
+    }
+}
+
+/// Where a stream lives for a resume, and how long it waits for one.
+#[derive(Debug, Clone, Args)]
+pub struct ResumeFlags {
+    /// How long a stream whose client disconnected goes on into its replay log (generating,
+    /// or reading its upstream), waiting for a resume, before it is cancelled (0: a disconnect
+    /// cancels it at once).
+    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = millis_or_zero)]
+    pub grace: Duration,
+    /// Per-stream replay log bound, in bytes; a full log pauses a detached stream.
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_LOG_BYTES, value_parser = positive)]
+    pub replay_bytes: usize,
+    /// Where replay logs live: `memory`, or `redis://HOST:PORT` (Redis Streams, so another
+    /// instance can serve the resume).
+    #[arg(long = "resume-store", value_name = "URL", default_value = "memory", value_parser = resume_store)]
+    pub store: ResumeStore,
+}
+
+/// Where replay logs live (`--resume-store`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResumeStore {
+    /// In this process.
+    Memory,
+    /// In Redis Streams at this URL.
+    Redis(String),
+}
+
+/// `--resume-store`: `memory` or `redis://HOST:PORT`.
+fn resume_store(value: &str) -> Result<ResumeStore, String> {
+    match value {
+        "memory" => Ok(ResumeStore::Memory),
+        url if url.starts_with("redis://") => Ok(ResumeStore::Redis(url.to_owned())),
+        _ => Err(format!("`{value}`: `memory` or `redis://HOST:PORT`")),
+    }
+}
+
+impl ResumeFlags {
+    /// Opens the store of replay logs for streams gated by `gate`: a disconnect detaches, the
+    /// grace (0: cancel at once) keeps the stream for a resume, and a finished stream stays
+    /// replayable as long; a reader may fall behind by the gate's buffer, for its slow
+    /// deadline.
+    ///
+    /// # Errors
+    ///
+    /// When the Redis URL is malformed.
+    pub fn open<C>(&self, gate: &GateFlags) -> Result<Store<C>, String>
+    where
+        C: streamgate::Chunk + Clone + Into<streamgate::sse::SseEvent> + Send + Sync + 'static,
+    {
+        let options = ResumeOptions::default()
+            .grace(self.grace)
+            .retain(self.grace)
+            .log_bounds(DEFAULT_LOG_EVENTS, self.replay_bytes)
+            .read_ahead(gate.buffer_events)
+            .max_lag(gate.slow_deadline);
+        Store::open(&self.store, options).map_err(|error| format!("--resume-store: {error}"))
     }
 }
 
@@ -172,6 +253,8 @@ mod tests {
         #[command(flatten)]
         gate: GateFlags,
         #[command(flatten)]
+        resume: ResumeFlags,
+        #[command(flatten)]
         listen: ListenFlags,
     }
 
@@ -184,6 +267,9 @@ mod tests {
         assert_eq!(flags.gate.policy, gate.policy);
         assert_eq!(flags.gate.slow_deadline, gate.slow_deadline);
         assert_eq!(flags.gate.heartbeat, gate.heartbeat);
+        assert!(flags.resume.grace.is_zero());
+        assert_eq!(flags.resume.replay_bytes, DEFAULT_LOG_BYTES);
+        assert_eq!(flags.resume.store, ResumeStore::Memory);
         assert_eq!(flags.listen.notsent_lowat, listen.notsent_lowat);
         assert_eq!(flags.listen.user_timeout, listen.user_timeout);
         assert_eq!(flags.listen.header_timeout, listen.header_timeout);

@@ -10,3 +10,4 @@ pub mod plot;
 pub mod proxy;
 pub mod serving;
 pub mod sim;
+pub mod store;

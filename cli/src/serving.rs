@@ -53,11 +53,13 @@ pub fn hop(records: &Option<RecordSink>, name: &str) -> HopProbe {
 /// How long open streams get to end and be released at shutdown.
 pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Prints the `listening on` line, serves until SIGINT or SIGTERM, then shuts down: every open
-/// stream of `streams` ends as `shutdown` (clients get the terminal frame), then the hop
-/// records are flushed.
+/// Prints the `listening on` line, serves with `server`'s protections
+/// (`ListenFlags::server`) until SIGINT or SIGTERM, then shuts down: every open stream of
+/// `streams` ends as `shutdown` (clients get the terminal frame), then the hop records are
+/// flushed.
 pub async fn serve_until_signal(
     name: &str,
+    server: Server,
     listener: TunedListener,
     app: Router,
     records: Option<RecordSink>,
@@ -70,7 +72,7 @@ pub async fn serve_until_signal(
             return ExitCode::FAILURE;
         }
     }
-    let served = serve_until(listener, app, streams, signal()).await;
+    let served = serve_with(server, listener, app, streams, signal()).await;
     // Every hop record queued so far reaches the file before the process exits.
     if let Some(records) = records {
         records.sync();
@@ -137,7 +139,7 @@ pub async fn serve_with(
 
 /// `error`'s message followed by its causes': `connection from ..: connection error: Connection
 /// reset by peer (os error 104)`.
-fn with_causes(error: &dyn std::error::Error) -> String {
+pub fn with_causes(error: &dyn std::error::Error) -> String {
     let mut message = error.to_string();
     let mut cause = error.source();
     while let Some(error) = cause {

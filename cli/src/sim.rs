@@ -23,16 +23,16 @@
 //! generation with a final chunk. They are encoded as SSE with heartbeats (`--heartbeat-ms`) and
 //! written one HTTP chunk per event on sockets with `TCP_NODELAY`, a backlog of 1024, the
 //! listener's default `TCP_NOTSENT_LOWAT` and `TCP_USER_TIMEOUT` (`--notsent-lowat`,
-//! `--user-timeout-ms`; 0 leaves the system's) and an optional `--sndbuf`. Probes:
-//! `worker.decode`, `worker.publish`, `worker.write` and, over HTTP/1.1, `worker.sent` (when
-//! each event's bytes left the kernel); `--hop-records FILE` writes their hop records.
+//! `--user-timeout-ms`; 0 leaves the system's) and an optional `--sndbuf`, behind the
+//! listener's protections (`--header-timeout-ms`, `--idle-timeout-ms`, `--max-connections`,
+//! as the proxy's). Probes: `worker.decode`, `worker.publish`, `worker.write` and, over
+//! HTTP/1.1, `worker.sent` (when each event's bytes left the kernel); `--hop-records FILE`
+//! writes their hop records.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::pin::Pin;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
@@ -41,21 +41,17 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_core::Stream;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
-use streamgate::resume::{AttachError, Registry, RegistryStats, ResumeOptions};
-use streamgate::sse::{Frame, SseEvent};
-use streamgate::transport::{
-    DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT, Departures, ListenOptions, SendQueue, SseResponse,
-    TunedListener,
-};
-use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Group, Kind, Policy};
-use tokio_util::sync::CancellationToken;
+use streamgate::resume::{AttachError, RegisterError};
+use streamgate::sse::SseEvent;
+use streamgate::transport::{Departures, SendQueue, SseResponse, TunedListener};
+use streamgate::{Chunk, Consumer, EndReason, GateExt, GateStats, Group, Kind};
 
-use crate::flags::{self, PolicyFlag};
+use crate::flags::{self, ResumeStore};
 use crate::serving as server;
+use crate::store::{self, Frames, ResumeAfter, Store};
 
 /// Tokens per KV block.
 const BLOCK_TOKENS: u64 = 16;
@@ -83,27 +79,10 @@ pub struct Config {
     /// Size of the simulated KV pool (one block per 16 tokens held by a live generator).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub kv_blocks: u64,
-    /// SO_SNDBUF for accepted connections (bounds what the kernel holds for a stopped reader).
-    #[arg(long, value_name = "B", value_parser = clap::value_parser!(u32).range(1..))]
-    pub sndbuf: Option<u32>,
-    /// TCP_NOTSENT_LOWAT for accepted connections (0 leaves the OS setting).
-    #[arg(long = "notsent-lowat", value_name = "B", default_value_t = DEFAULT_NOTSENT_LOWAT)]
-    pub notsent_lowat_bytes: u32,
-    /// TCP_USER_TIMEOUT for accepted connections: unacknowledged data older than this fails
-    /// the connection (0 leaves the OS setting).
-    #[arg(long = "user-timeout-ms", value_name = "MS", default_value_t = DEFAULT_USER_TIMEOUT.as_millis() as u64)]
-    pub user_timeout_ms: u64,
-    /// How long a stream whose client disconnected keeps generating into its replay log,
-    /// waiting for a resume, before it is cancelled (0: a disconnect cancels at once).
-    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
-    pub resume_grace: Duration,
-    /// Per-stream replay log bound, in bytes; a full log pauses a detached generator.
-    #[arg(long, value_name = "B", default_value_t = streamgate::resume::DEFAULT_LOG_BYTES, value_parser = crate::flags::positive)]
-    pub replay_bytes: usize,
-    /// Where replay logs live: `memory`, or `redis://HOST:PORT` (Redis Streams, so another
-    /// instance can serve the resume).
-    #[arg(long = "resume-store", value_name = "URL", default_value = "memory", value_parser = resume_store)]
-    pub resume_store: ResumeStore,
+    #[command(flatten)]
+    pub listen: flags::ListenFlags,
+    #[command(flatten)]
+    pub resume: flags::ResumeFlags,
     /// Token text becomes `t{i}.{salt} ` with a random salt per stream, so a regenerated
     /// stream can be told from a resumed one.
     #[arg(long)]
@@ -113,23 +92,6 @@ pub struct Config {
     /// per stream; flushed at exit.
     #[arg(long, value_name = "FILE")]
     pub hop_records: Option<String>,
-}
-
-/// Where replay logs live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ResumeStore {
-    /// In this process.
-    Memory,
-    /// In Redis Streams at this URL.
-    Redis(String),
-}
-
-fn resume_store(value: &str) -> Result<ResumeStore, String> {
-    match value {
-        "memory" => Ok(ResumeStore::Memory),
-        url if url.starts_with("redis://") => Ok(ResumeStore::Redis(url.to_owned())),
-        _ => Err(format!("`{value}`: `memory` or `redis://HOST:PORT`")),
-    }
 }
 
 impl Config {
@@ -147,15 +109,7 @@ impl Config {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        use clap::Parser;
-        #[derive(Parser)]
-        #[command(name = "sim")]
-        struct Flags {
-            #[command(flatten)]
-            config: Config,
-        }
-        let program = std::iter::once(std::ffi::OsString::from("sim"));
-        Flags::try_parse_from(program.chain(args.into_iter().map(Into::into))).map(|f| f.config)
+        flags::parse_from("sim", args)
     }
 }
 
@@ -222,87 +176,9 @@ pub struct Server {
     /// Every stream: shut down together on SIGINT/SIGTERM (give it to
     /// [`server::serve_until`]).
     pub streams: Group,
-    /// Every streamed generation by its request id: resumable, several readers at once.
-    store: Store,
-    /// The explicit stop of every generation running here, by request id.
-    stops: Stops,
-}
-
-/// The explicit stop of every generation running here, by stream name, with the completion id
-/// of the generation that holds it (a generation refused the name must not remove the holder's).
-type Stops = Arc<Mutex<HashMap<String, (String, CancellationToken)>>>;
-
-/// A stream's encoded frames, from either store.
-type Frames = Pin<Box<dyn Stream<Item = Frame> + Send>>;
-
-/// Where replay logs live (`--resume-store`).
-enum Store {
-    Memory(Registry<Delta>),
-    /// Redis Streams: another instance can serve the resume, and stop the generation.
-    Redis(streamgate::resume::RedisRegistry),
-}
-
-impl Store {
-    /// Registers a generation under `name`; its first reader's frames, or the error response.
-    async fn register(&self, name: &str, events: Consumer<Delta>) -> Result<Frames, Response> {
-        // Only `GET /v1/stream?id=` names streams from outside; a name taken between its
-        // lookup and here is a conflict like any other.
-        let conflict =
-            |message: &str| server::json_error(StatusCode::CONFLICT, message, "conflict_error");
-        match self {
-            Store::Memory(registry) => match registry.register(name, events) {
-                Ok(subscriber) => Ok(Box::pin(subscriber.sse().with_ids())),
-                Err(error) => Err(conflict(&error.to_string())),
-            },
-            Store::Redis(registry) => match registry.register(name, events).await {
-                Ok(subscriber) => Ok(Box::pin(subscriber)),
-                Err(streamgate::resume::RegisterError::Duplicate) => {
-                    Err(conflict("a stream with this id is already registered"))
-                }
-                Err(error) => Err(unavailable(&error.to_string())),
-            },
-        }
-    }
-
-    /// A new reader of the stream `name`, after the event `after`.
-    async fn attach(&self, name: &str, after: Option<u64>) -> Result<Frames, AttachError> {
-        match self {
-            Store::Memory(registry) => {
-                let subscriber = registry.attach(name, after)?;
-                Ok(Box::pin(subscriber.sse().with_ids()))
-            }
-            Store::Redis(registry) => Ok(Box::pin(registry.attach(name, after).await?)),
-        }
-    }
-
-    /// Stops the stream `name`, not running on this instance: whether it was running (on
-    /// another instance, which ends it as its own stop does).
-    async fn stop(&self, name: &str) -> Result<bool, AttachError> {
-        match self {
-            // Finished, and still retained: nothing left to stop.
-            Store::Memory(registry) if registry.contains(name) => Ok(false),
-            Store::Memory(_) => Err(AttachError::Unknown),
-            Store::Redis(registry) => registry.stop(name).await,
-        }
-    }
-
-    /// Lets the stream `name` end without waiting for slow readers or a resume.
-    fn stop_waiting(&self, name: &str) {
-        match self {
-            Store::Memory(registry) => {
-                registry.stop_waiting(name);
-            }
-            // Its pump waits for nobody attached.
-            Store::Redis(_) => {}
-        }
-    }
-
-    fn stats(&self) -> RegistryStats {
-        match self {
-            Store::Memory(registry) => registry.stats(),
-            Store::Redis(registry) => registry.stats(),
-        }
-    }
+    /// Every streamed generation by its request id: resumable, several readers at once, and
+    /// the explicit stop of every generation running here.
+    store: Store<Delta>,
 }
 
 /// What a stream is about: shared by all its chunks, so each chunk can encode itself.
@@ -448,27 +324,14 @@ impl Server {
             })?;
         }
         let server = self.clone();
-        let stop = CancellationToken::new();
-        server
-            .stops
-            .lock()
-            .unwrap()
-            .entry(meta.stream.clone())
-            .or_insert_with(|| (meta.id.clone(), stop.clone()));
+        let claim = server.store.claim(&meta.stream);
+        let stop = claim.stop().clone();
         server.stats.streams.start();
         let held = Arc::new(AtomicU64::new(u64::from(first_block)));
         let on_release = {
             let (server, held) = (server.clone(), held.clone());
-            let (stream, generation) = (meta.stream.clone(), meta.id.clone());
             move |reason: EndReason, gate: GateStats| {
-                let mut stops = server.stops.lock().unwrap();
-                if stops
-                    .get(&stream)
-                    .is_some_and(|(holder, _)| *holder == generation)
-                {
-                    stops.remove(&stream);
-                }
-                drop(stops);
+                server.store.release(claim);
                 let stats = &server.stats;
                 stats
                     .kv_blocks_in_use
@@ -480,16 +343,10 @@ impl Server {
             }
         };
         let worker = server.clone();
-        let mut gate = server.config.gate.gate();
-        if !server.config.resume_grace.is_zero() {
-            // A detached stream waits at a full replay log for its grace: the registry's lag
-            // limit, not the gate's pause limit, ends a slow reader.
-            gate = gate.policy(match server.config.gate.policy {
-                PolicyFlag::Coalesce => Policy::Coalesce { max_pause: None },
-                _ => Policy::Backpressure { max_pause: None },
-            });
-        }
-        Ok(gate
+        let config = &server.config;
+        Ok(config
+            .gate
+            .gate(&config.resume)
             // Token i is event i, whether the generation starts at 0 or resumes later.
             .first_id(from)
             .group(&server.streams)
@@ -649,9 +506,14 @@ impl Server {
             Ok(events) => events,
             Err(full) => return full.response(),
         };
+        // Only `GET /v1/stream?id=` names streams from outside; a name taken between its
+        // lookup and here is a conflict like any other.
         match self.store.register(&meta.stream, events).await {
             Ok(frames) => self.stream(frames, &meta.stream, &meta.request, connection),
-            Err(response) => response,
+            Err(error @ RegisterError::Duplicate) => {
+                server::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
+            }
+            Err(error) => store::unavailable(&error.to_string()),
         }
     }
 
@@ -815,7 +677,7 @@ async fn stream_get(
             name = Some(value.to_owned());
         }
     }
-    let last = last_event_id(&headers);
+    let last = store::last_event_id(&headers);
     let mut response = match name {
         Some(name) => match server.store.attach(&name, last).await {
             Ok(frames) => server.stream(frames, &name, &name, connection),
@@ -824,7 +686,7 @@ async fn stream_get(
                 let meta = server.meta("streamgate-sim".into(), Some(name), &headers);
                 server.start_stream(&meta, 0, max_tokens, connection).await
             }
-            Err(error) => attach_error(&error),
+            Err(error) => store::attach_error(&error),
         },
         None => {
             let from = last
@@ -845,74 +707,29 @@ async fn stream_get(
     response
 }
 
-/// The `Last-Event-ID` header as an event id, if it is one.
-fn last_event_id(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get("last-event-id")
-        .and_then(|id| id.to_str().ok())
-        .and_then(|id| id.trim().parse::<u64>().ok())
-}
-
-/// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds, 503
-/// when the store failed.
-fn attach_error(error: &AttachError) -> Response {
-    match error {
-        // Nothing follows: an `EventSource` that reconnects after `[DONE]` stops at a 204.
-        AttachError::Finished => StatusCode::NO_CONTENT.into_response(),
-        AttachError::Gone { .. } => {
-            server::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
-        }
-        AttachError::Unavailable(_) => unavailable(&error.to_string()),
-        _ => server::json_error(StatusCode::NOT_FOUND, &error.to_string(), "not_found_error"),
-    }
-}
-
-/// 503: the resume store failed.
-fn unavailable(message: &str) -> Response {
-    server::json_error(StatusCode::SERVICE_UNAVAILABLE, message, "server_error")
-}
-
 /// `GET /v1/chat/completions/{id}/stream` with `Last-Event-ID: n` or `?after=n`: the events
 /// after n of a running (or retained) stream, from its replay log, then live.
 async fn resume(
     State(server): State<Arc<Server>>,
     Path(id): Path<String>,
-    RawQuery(query): RawQuery,
+    ResumeAfter(after): ResumeAfter,
     connection: Connection,
-    headers: HeaderMap,
 ) -> Response {
-    let mut after = last_event_id(&headers);
-    for pair in query.as_deref().unwrap_or("").split('&') {
-        if let Some(value) = pair.strip_prefix("after=") {
-            match value.parse::<u64>() {
-                Ok(n) => after = Some(n),
-                Err(_) => return bad_request("`after` must be an event id"),
-            }
-        }
-    }
     match server.store.attach(&id, after).await {
         Ok(frames) => server.stream(frames, &id, &id, connection),
-        Err(error) => attach_error(&error),
+        Err(error) => store::attach_error(&error),
     }
 }
 
 /// `POST /v1/chat/completions/{id}/cancel`: an explicit stop. The generator ends with a final
 /// chunk (`finish_reason` `stop`) and `[DONE]`, which every attached client gets.
 async fn cancel(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
-    let stop = server.stops.lock().unwrap().get(&id).cloned();
-    let cancelled = match stop {
-        Some((_, stop)) => {
-            stop.cancel();
-            // Its last events (the final chunk, `[DONE]`) wait for no slow reader or resume.
-            server.store.stop_waiting(&id);
-            true
+    match server.store.cancel(&id).await {
+        Ok(cancelled) => {
+            server::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
         }
-        None => match server.store.stop(&id).await {
-            Ok(cancelled) => cancelled,
-            Err(error) => return attach_error(&error),
-        },
-    };
-    server::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
+        Err(error) => store::attach_error(&error),
+    }
 }
 
 /// `GET /stats`.
@@ -959,43 +776,13 @@ pub fn app(
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Server>), String> {
     let sink = server::record_sink(config.hop_records.as_deref())?;
-    let options = ListenOptions::default()
-        .send_buffer(config.sndbuf)
-        .notsent_lowat((config.notsent_lowat_bytes > 0).then_some(config.notsent_lowat_bytes))
-        .user_timeout(
-            (config.user_timeout_ms > 0).then(|| Duration::from_millis(config.user_timeout_ms)),
-        );
-    let listener = TunedListener::bind(config.addr, options)
+    let listener = TunedListener::bind(config.addr, config.listen.options())
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
-    // A disconnect detaches; the grace (0: cancel at once) keeps the generation for a resume,
-    // and a finished stream stays replayable as long.
-    let resumable = ResumeOptions::default()
-        .grace(config.resume_grace)
-        .retain(config.resume_grace)
-        .log_bounds(streamgate::resume::DEFAULT_LOG_EVENTS, config.replay_bytes)
-        .read_ahead(config.gate.buffer_events)
-        .max_lag(config.gate.slow_deadline);
-    let stops = Stops::default();
-    let store = match &config.resume_store {
-        ResumeStore::Memory => Store::Memory(Registry::new(resumable)),
-        ResumeStore::Redis(url) => {
-            // A stop asked through another instance ends a generation running here as its
-            // own stop does: with a final chunk.
-            let stops = stops.clone();
-            let registry = streamgate::resume::RedisRegistry::new(url, resumable)
-                .map_err(|error| format!("--resume-store: {error}"))?
-                .on_stop(move |id| {
-                    if let Some((_, stop)) = stops.lock().unwrap().get(id) {
-                        stop.cancel();
-                    }
-                });
-            Store::Redis(registry)
-        }
-    };
-    let id_prefix = match &store {
-        Store::Memory(_) => "chatcmpl-".to_owned(),
+    let store = config.resume.open(&config.gate)?;
+    let id_prefix = match &config.resume.store {
+        ResumeStore::Memory => "chatcmpl-".to_owned(),
         // Other instances name streams in the same Redis.
-        Store::Redis(_) => {
+        ResumeStore::Redis(_) => {
             use std::hash::{BuildHasher, RandomState};
             format!("chatcmpl-{:x}-", RandomState::new().hash_one(0))
         }
@@ -1013,7 +800,6 @@ pub fn app(
         records: sink,
         streams: Group::new(),
         store,
-        stops,
     });
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
@@ -1029,11 +815,11 @@ pub fn app(
 /// Runs the reference server until SIGINT or SIGTERM: exit status 0 after a clean
 /// shutdown, 2 when it could not start.
 pub async fn run(config: Config) -> ExitCode {
+    let protections = config.listen.server();
     match server::prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, state)) => {
-            let records = state.records.clone();
-            let streams = state.streams.clone();
-            server::serve_until_signal("sim", listener, app, records, streams).await
+            let (records, streams) = (state.records.clone(), state.streams.clone());
+            server::serve_until_signal("sim", protections, listener, app, records, streams).await
         }
         Err(error) => {
             eprintln!("sim: {error}");

@@ -9,7 +9,6 @@ use axum::http::Uri;
 use axum::http::uri::Authority;
 
 use crate::flags;
-use crate::sim::ResumeStore;
 
 /// What `streamgate proxy --help` teaches after the flags.
 const LONG_HELP: &str = "\
@@ -72,18 +71,8 @@ pub struct Config {
     /// body streams through unread.
     #[arg(long, value_name = "B", default_value_t = 16 * 1024 * 1024, value_parser = flags::positive)]
     pub max_request_bytes: usize,
-    /// How long a stream whose client disconnected keeps reading its upstream into its replay
-    /// log, waiting for a resume, before the upstream is dropped (0: a disconnect drops it at
-    /// once).
-    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
-    pub resume_grace: Duration,
-    /// Per-stream replay log bound, in bytes; a full log pauses a detached stream's upstream.
-    #[arg(long, value_name = "B", default_value_t = streamgate::resume::DEFAULT_LOG_BYTES, value_parser = flags::positive)]
-    pub replay_bytes: usize,
-    /// Where replay logs live: `memory`, or `redis://HOST:PORT` (Redis Streams, so another
-    /// proxy instance can serve the resume).
-    #[arg(long = "resume-store", value_name = "URL", default_value = "memory", value_parser = resume_store)]
-    pub resume_store: ResumeStore,
+    #[command(flatten)]
+    pub resume: flags::ResumeFlags,
     /// Inject a stall before forwarding event N of every stream (for diagnosis drills).
     #[arg(long, value_name = "N")]
     pub stall_at: Option<u64>,
@@ -109,24 +98,7 @@ impl Config {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        use clap::Parser;
-        #[derive(Parser)]
-        #[command(name = "proxy")]
-        struct Flags {
-            #[command(flatten)]
-            config: Config,
-        }
-        let program = std::iter::once(std::ffi::OsString::from("proxy"));
-        Flags::try_parse_from(program.chain(args.into_iter().map(Into::into))).map(|f| f.config)
-    }
-}
-
-/// `--resume-store`: `memory` or `redis://HOST:PORT`.
-fn resume_store(value: &str) -> Result<ResumeStore, String> {
-    match value {
-        "memory" => Ok(ResumeStore::Memory),
-        url if url.starts_with("redis://") => Ok(ResumeStore::Redis(url.to_owned())),
-        _ => Err(format!("`{value}`: `memory` or `redis://HOST:PORT`")),
+        flags::parse_from("proxy", args)
     }
 }
 
@@ -235,7 +207,7 @@ mod tests {
     fn defaults_parse() {
         let config = Config::parse_from(["--upstream", "http://127.0.0.1:8000"]).unwrap();
         assert_eq!(config.addr.to_string(), "127.0.0.1:8080");
-        assert_eq!(config.resume_store, ResumeStore::Memory);
+        assert_eq!(config.resume.store, flags::ResumeStore::Memory);
         assert!(
             Config::parse_from::<_, &str>([]).is_err(),
             "--upstream is required"

@@ -1,4 +1,5 @@
-//! The proxy's own error answers, OpenAI-shaped: `{"error":{"message":..,"type":..}}`.
+//! What the client gets when the upstream fails: a status with an OpenAI-style error body
+//! (`{"error":{"message":..,"type":"upstream_error"}}`), or a stream's terminal error frame.
 
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -7,11 +8,6 @@ use streamgate::sse::SseEvent;
 
 use super::upstream::{Upstream, UpstreamError};
 use crate::serving;
-
-/// An OpenAI-style error response.
-pub(super) fn openai(status: StatusCode, message: &str, kind: &str) -> Response {
-    serving::json_error(status, message, kind)
-}
 
 /// The answer when the upstream gave no response: 502 when it could not be reached or failed,
 /// 504 when it took too long, typed `upstream_error`.
@@ -38,7 +34,7 @@ pub(super) fn upstream(upstream: &Upstream, error: &UpstreamError) -> Response {
             format!("upstream {url} failed: {why}"),
         ),
     };
-    openai(status, &message, "upstream_error")
+    serving::json_error(status, &message, "upstream_error")
 }
 
 /// The terminal frame of a stream whose upstream failed: `event: error` and an OpenAI error

@@ -14,7 +14,8 @@ use hyper::body::Incoming;
 
 use super::stream::{self, StreamRequest};
 use super::upstream::{set_request_id, strip_hop_by_hop};
-use super::{Proxy, REQUEST_ID, error};
+use super::{Proxy, REQUEST_ID};
+use crate::serving;
 
 /// The endpoints whose `"stream": true` requests the proxy streams itself, and whether their
 /// chunks are chat completion chunks.
@@ -96,7 +97,7 @@ pub(super) fn pass_response(response: hyper::Response<Incoming>) -> Response {
 /// Reads a request body of at most `limit` bytes: 413 above it.
 async fn read(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
     let too_large = || {
-        error::openai(
+        serving::json_error(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("the request body is larger than {limit} bytes"),
             "invalid_request_error",
@@ -112,7 +113,7 @@ async fn read(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Re
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(failure) if failure.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Err(failure) => Err(error::openai(
+        Err(failure) => Err(serving::json_error(
             StatusCode::BAD_REQUEST,
             &format!("reading the request body failed: {failure}"),
             "invalid_request_error",

@@ -84,7 +84,6 @@ mod error;
 mod forward;
 mod resume;
 mod stats;
-mod store;
 mod stream;
 mod upstream;
 
@@ -100,16 +99,14 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::GateExt;
 use streamgate::probe::{HopProbe, RecordSink};
-use streamgate::resume::{RedisRegistry, Registry, ResumeOptions};
 use streamgate::transport::{SseResponse, TunedListener};
 
+use self::chunk::Relayed;
 pub use self::config::{Config, UpstreamUrl};
 use self::stats::Stats;
-use self::store::{Frames, Store};
-use self::stream::Stops;
 use self::upstream::{Upstream, UpstreamError};
 use crate::serving;
-use crate::sim::ResumeStore;
+use crate::store::{Frames, Store};
 
 /// The request id header, carried both ways.
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -125,8 +122,7 @@ pub struct Proxy {
     upstream: Upstream,
     stats: Stats,
     /// Every streamed completion by its request id: resumable, several readers at once.
-    store: Store,
-    stops: Stops,
+    store: Store<Relayed>,
     recv: HopProbe,
     write: HopProbe,
     prometheus: PrometheusHandle,
@@ -135,7 +131,6 @@ pub struct Proxy {
     /// what a resume asks for).
     ids: std::hash::RandomState,
     next_id: AtomicU64,
-    next_generation: AtomicU64,
 }
 
 impl fmt::Debug for Proxy {
@@ -160,10 +155,6 @@ impl Proxy {
                 format!("sg-{high:016x}{low:016x}")
             }
         }
-    }
-
-    fn next_generation(&self) -> u64 {
-        self.next_generation.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The answer when the upstream gave no response, counted.
@@ -203,53 +194,18 @@ pub fn app(
     let records = serving::record_sink(config.hop_records.as_deref())?;
     let listener = TunedListener::bind(config.addr, config.listen.options())
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
-    // A disconnect detaches; the grace (0: drop the upstream at once) keeps the stream for a
-    // resume, and a finished stream stays replayable as long.
-    let resumable = ResumeOptions::default()
-        .grace(config.resume_grace)
-        .retain(config.resume_grace)
-        .log_bounds(streamgate::resume::DEFAULT_LOG_EVENTS, config.replay_bytes)
-        .read_ahead(config.gate.buffer_events)
-        .max_lag(config.gate.slow_deadline);
-    let stops = Stops::default();
-    let store = match &config.resume_store {
-        ResumeStore::Memory => Store::Memory(Registry::new(resumable)),
-        ResumeStore::Redis(url) => Store::Redis(
-            RedisRegistry::new(url, resumable)
-                .map_err(|error| format!("--resume-store: {error}"))?,
-        ),
-    };
-    let proxy = Arc::new_cyclic(|me: &std::sync::Weak<Proxy>| {
-        let store = match store {
-            // A stop asked through another instance ends a stream running here as its own
-            // stop does: with a final chunk.
-            Store::Redis(registry) => {
-                let me = me.clone();
-                Store::Redis(registry.on_stop(move |id| {
-                    if let Some(proxy) = me.upgrade() {
-                        if let Some((_, stop)) = proxy.stops.lock().unwrap().get(id) {
-                            stop.cancel();
-                        }
-                    }
-                }))
-            }
-            memory => memory,
-        };
-        Proxy {
-            group: streamgate::Group::new(),
-            upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),
-            recv: serving::hop(&records, "proxy.recv"),
-            write: serving::hop(&records, "proxy.write"),
-            records,
-            stats: Stats::default(),
-            store,
-            stops,
-            prometheus,
-            ids: std::hash::RandomState::new(),
-            next_id: AtomicU64::new(0),
-            next_generation: AtomicU64::new(0),
-            config,
-        }
+    let proxy = Arc::new(Proxy {
+        group: streamgate::Group::new(),
+        upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),
+        recv: serving::hop(&records, "proxy.recv"),
+        write: serving::hop(&records, "proxy.write"),
+        records,
+        stats: Stats::default(),
+        store: config.resume.open(&config.gate)?,
+        prometheus,
+        ids: std::hash::RandomState::new(),
+        next_id: AtomicU64::new(0),
+        config,
     });
     let app = Router::new()
         .route("/metrics", get(stats::metrics).fallback(forward::forward))
@@ -271,53 +227,15 @@ pub fn app(
 /// records are flushed, and the process exits (status 0; 2 when it could not start).
 pub async fn run(config: Config) -> ExitCode {
     let server = config.listen.server();
-    let (listener, app, proxy) =
-        match serving::prometheus().and_then(|prometheus| app(config, prometheus)) {
-            Ok(started) => started,
-            Err(error) => {
-                eprintln!("proxy: {error}");
-                return ExitCode::from(2);
-            }
-        };
-    match listener.local_addr() {
-        Ok(addr) => println!("listening on http://{addr}"),
+    match serving::prometheus().and_then(|prometheus| app(config, prometheus)) {
+        Ok((listener, app, proxy)) => {
+            eprintln!("proxy: forwarding to {}", proxy.config.upstream);
+            let (records, group) = (proxy.records.clone(), proxy.group.clone());
+            serving::serve_until_signal("proxy", server, listener, app, records, group).await
+        }
         Err(error) => {
             eprintln!("proxy: {error}");
-            return ExitCode::FAILURE;
+            ExitCode::from(2)
         }
-    }
-    eprintln!("proxy: forwarding to {}", proxy.config.upstream);
-    let served = serving::serve_with(server, listener, app, proxy.group.clone(), signal()).await;
-    // Every hop record queued so far reaches the file before the process exits.
-    if let Some(records) = &proxy.records {
-        records.sync();
-    }
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("proxy: {error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-/// SIGINT (Ctrl-C) or SIGTERM. (`serving::serve_until_signal` has the same, but serves
-/// without the listener flags' protections.)
-async fn signal() {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        let Ok(mut term) = signal(SignalKind::terminate()) else {
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
     }
 }

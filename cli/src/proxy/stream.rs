@@ -3,8 +3,8 @@
 //! replay log for resumes, and the upstream dropped the moment nobody can read it.
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -16,8 +16,9 @@ use http_body_util::BodyDataStream;
 use hyper::body::Incoming;
 use serde_json::{Value, json};
 use streamgate::probe::{Observed, Recorder, Seen};
+use streamgate::resume::RegisterError;
 use streamgate::sse::{DecodeError, SseEvent};
-use streamgate::{EndReason, GateExt, Policy, Sender};
+use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -26,6 +27,7 @@ use super::stats::Outcome;
 use super::upstream::{UpstreamError, is_event_stream};
 use super::{Proxy, error, forward};
 use crate::flags::PolicyFlag;
+use crate::{serving, store};
 
 /// A streamed completion request, its body read.
 #[derive(Debug)]
@@ -51,7 +53,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         chat,
     } = request;
     if proxy.store.contains(&id) {
-        return error::openai(
+        return serving::json_error(
             StatusCode::CONFLICT,
             &format!(
                 "a stream with x-request-id {id} is running: resume it at \
@@ -83,7 +85,13 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     let consumer = start(proxy, &id, chat, upstream.into_body(), recv);
     match proxy.store.register(&id, consumer).await {
         Ok(frames) => proxy.sse_response(frames, &id),
-        Err(response) => response,
+        Err(RegisterError::Duplicate) => serving::json_error(
+            StatusCode::CONFLICT,
+            "a stream with this x-request-id is running: resume it at \
+             /v1/chat/completions/{id}/stream, or send another id",
+            "conflict_error",
+        ),
+        Err(failure) => store::unavailable(&failure.to_string()),
     }
 }
 
@@ -96,41 +104,19 @@ fn start(
     recv: Recorder,
 ) -> streamgate::Consumer<Relayed> {
     let config = &proxy.config;
-    let stop = CancellationToken::new();
-    let generation = proxy.next_generation();
-    proxy
-        .stops
-        .lock()
-        .unwrap()
-        .entry(id.to_owned())
-        .or_insert_with(|| (generation, stop.clone()));
+    let claim = proxy.store.claim(id);
+    let stop = claim.stop().clone();
     proxy.stats.start();
     let outcome = Arc::new(AtomicU8::new(Outcome::Gate as u8));
     let on_release = {
-        let (proxy, outcome, id) = (proxy.clone(), outcome.clone(), id.to_owned());
+        let (proxy, outcome) = (proxy.clone(), outcome.clone());
         move |reason: EndReason, _| {
-            let mut stops = proxy.stops.lock().unwrap();
-            if stops
-                .get(&id)
-                .is_some_and(|(holder, _)| *holder == generation)
-            {
-                stops.remove(&id);
-            }
-            drop(stops);
+            proxy.store.release(claim);
             proxy
                 .stats
                 .end(reason, Outcome::from_u8(outcome.load(Ordering::SeqCst)));
         }
     };
-    let mut gate = config.gate.gate();
-    if !config.resume_grace.is_zero() {
-        // A detached stream waits at a full replay log for its grace: the registry's lag
-        // limit, not the gate's pause limit, ends a slow reader.
-        gate = gate.policy(match config.gate.policy {
-            PolicyFlag::Coalesce => Policy::Coalesce { max_pause: None },
-            _ => Policy::Backpressure { max_pause: None },
-        });
-    }
     let pump = Pump {
         stop,
         outcome,
@@ -140,7 +126,10 @@ fn start(
         stall_at: config.stall_at,
         stall: config.stall,
     };
-    gate.group(&proxy.group)
+    config
+        .gate
+        .gate(&config.resume)
+        .group(&proxy.group)
         .on_release(on_release)
         // The generator owns the upstream body: when the stream ends early (the client left
         // and no grace holds it, a policy, a stop, shutdown) the gate drops it, hyper closes
@@ -310,7 +299,7 @@ fn describe(error: &DecodeError) -> String {
         DecodeError::Upstream(cause) => {
             format!(
                 "the upstream connection failed mid-stream: {}",
-                super::upstream::with_causes(&**cause)
+                serving::with_causes(&**cause)
             )
         }
         other => format!("the upstream sent a malformed stream: {other}"),
@@ -333,10 +322,6 @@ fn final_chunk(first: &str, chat: bool) -> Option<String> {
     chunk.insert("choices".into(), json!([choice]));
     Some(Value::Object(chunk).to_string())
 }
-
-/// The explicit stop of every stream running here, by request id, with the generation that
-/// holds it (a stream refused the id must not remove the holder's).
-pub(super) type Stops = Mutex<std::collections::HashMap<String, (u64, CancellationToken)>>;
 
 #[cfg(test)]
 mod tests {

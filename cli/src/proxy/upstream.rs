@@ -17,6 +17,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use super::config::UpstreamUrl;
+use crate::serving;
 
 /// How long an idle pooled connection is kept.
 const POOL_IDLE: Duration = Duration::from_secs(30);
@@ -113,7 +114,7 @@ impl Upstream {
         forwarded.remove(header::HOST);
         forwarded.remove(header::EXPECT);
         self.client.request(request).await.map_err(|error| {
-            let message = with_causes(&error);
+            let message = serving::with_causes(&error);
             if error.is_connect() {
                 if timed_out(&error) {
                     UpstreamError::ConnectTimeout
@@ -171,17 +172,6 @@ fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
         cause = error.source();
     }
     false
-}
-
-/// `error`'s message followed by its causes'.
-pub(super) fn with_causes(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut cause = error.source();
-    while let Some(error) = cause {
-        message = format!("{message}: {error}");
-        cause = error.source();
-    }
-    message
 }
 
 #[cfg(test)]
