@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `diagnose` at production scale: wall time and peak RSS of the release example on
+# `streamgate diagnose` at production scale: wall time and peak RSS of the release binary on
 #   1. 10 million hop records over 100,000 requests (4 hops, one file per hop, 1,000 streams
 #      interleaved at a time, 25 records per stream per hop, end records included), with 100
 #      injected stalls, 100 freezes the stream ends in and 100 hidden phases a hop filters out;
@@ -15,8 +15,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
-cargo build --release --features timeline --example diagnose >&2
-bin=$target/release/examples/diagnose
+cargo build --release --bin streamgate >&2
+bin="$target/release/streamgate diagnose"
 dir=$target/diagnose-at-scale
 requests=${REQUESTS:-100000}
 records=$dir/records-$requests
@@ -101,12 +101,12 @@ measure() { # name, then the command; prints wall time, peak RSS and the report'
 }
 
 ls -l "$records" "$dir/garbage" "$dir/duplicates.jsonl" "$dir/distinct.jsonl" "$dir/distinct4.jsonl" >&2
-measure records "$bin" --path "$path" "$records"
-measure stdin sh -c "cat '$records'/*.jsonl | '$bin' --path '$path' -"
-measure garbage "$bin" --path "$path" "$dir/garbage"
-measure duplicates "$bin" --path "$path" "$dir/duplicates.jsonl"
-measure distinct "$bin" --path "$path" "$dir/distinct.jsonl"
-measure distinct4 "$bin" --path "$path" "$dir/distinct4.jsonl"
+measure records $bin --path "$path" "$records"
+measure stdin sh -c "cat '$records'/*.jsonl | $bin --path '$path' -"
+measure garbage $bin --path "$path" "$dir/garbage"
+measure duplicates $bin --path "$path" "$dir/duplicates.jsonl"
+measure distinct $bin --path "$path" "$dir/distinct.jsonl"
+measure distinct4 $bin --path "$path" "$dir/distinct4.jsonl"
 grep -E 'stalls|problems in' "$dir/records.out" | head -n 3
 sed -n '/^  hop /,/^[^ ]/p' "$dir/records.out"
 if [ -z "${KEEP:-}" ]; then

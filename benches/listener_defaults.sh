@@ -1,26 +1,27 @@
 #!/usr/bin/env bash
 # What TunedListener's TCP_NOTSENT_LOWAT default costs a client that reads: loadgen against
-# examples/serve.rs with the listener's defaults and with `--notsent-lowat 0` (the OS setting),
+# `streamgate sim` with the listener's defaults and with `--notsent-lowat 0` (the OS setting),
 # started fresh for every run, interleaved, RUNS (default 7) runs each; prints every run and the
 # medians.
 #   [RUNS=15] bash benches/listener_defaults.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --features axum,metrics --example serve --example loadgen >&2
-bin=${CARGO_TARGET_DIR:-target}/release/examples
+cargo build --release --bin streamgate >&2
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+bin=$target/release
 
 run() { # loadgen args, then -- serve flags; prints events/s
   local args=()
   while [ "$1" != -- ]; do args+=("$1"); shift; done
   shift
-  "$bin/serve" --addr 127.0.0.1:0 --step-ms 0 "$@" > target/listener_defaults.out 2>&1 &
+  "$bin/streamgate" sim --addr 127.0.0.1:0 --step-ms 0 "$@" > target/listener_defaults.out 2>&1 &
   local pid=$! addr=""
   for _ in $(seq 100); do
     addr=$(grep -o '127\.0\.0\.1:[0-9]*' target/listener_defaults.out || true)
     [ -n "$addr" ] && break
     sleep 0.05
   done
-  "$bin/loadgen" --addr "$addr" --json "${args[@]}" | grep -o '"events_per_s":[0-9.]*' | cut -d: -f2
+  "$bin/streamgate" loadgen --addr "$addr" --json "${args[@]}" | grep -o '"events_per_s":[0-9.]*' | cut -d: -f2
   kill "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
 }

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# loadgen against examples/serve.rs and examples/baseline_serve.rs, scenario by scenario, in one
+# loadgen against `streamgate sim` and cli/examples/baseline_serve.rs, scenario by scenario, in one
 # run on this machine; prints one JSON line per (scenario, server) with the server's RSS.
 #   bash benches/serve_vs_baseline.sh [stall_seconds]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stall_s=${1:-30}
-cargo build --release --features axum,metrics --example serve --example baseline_serve --example loadgen >&2
-bin=${CARGO_TARGET_DIR:-target}/release/examples
+cargo build --release --bin streamgate --example baseline_serve >&2
+target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
+bin=$target/release
 
 start() { # name step_ms [extra server flags] -> sets addr and pid
   local name=$1 step=$2; shift 2
-  "$bin/$name" --addr 127.0.0.1:0 --step-ms "$step" "$@" > "target/$name.out" 2>&1 &
+  local command=("$bin/streamgate" sim)
+  [ "$name" = baseline_serve ] && command=("$bin/examples/baseline_serve")
+  "${command[@]}" --addr 127.0.0.1:0 --step-ms "$step" "$@" > "target/$name.out" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
     addr=$(grep -o '127\.0\.0\.1:[0-9]*' "target/$name.out" || true)
@@ -31,7 +34,7 @@ scenario() { # label step_ms serve-only-flags loadgen-args...
     local peak=0
     ( while kill -0 "$pid" 2>/dev/null; do r=$(rss_kib "$pid" || echo 0); echo "$r"; sleep 0.2; done ) > "target/$server.rss" &
     local sampler=$!
-    local result; result=$("$bin/loadgen" --addr "$addr" --json "$@")
+    local result; result=$("$bin/streamgate" loadgen --addr "$addr" --json "$@")
     kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
     wait "$sampler" 2>/dev/null || true
     peak=$(sort -n "target/$server.rss" | tail -1)
