@@ -22,7 +22,7 @@ start() { # name args... -> prints the address; the pid is in $out/name.pid
   "$bin" "$@" --addr 127.0.0.1:0 > "$out/$name.out" 2>&1 &
   echo $! > "$out/$name.pid"
   for _ in $(seq 200); do
-    local addr; addr=$(grep -o '127\.0\.0\.1:[0-9]*' "$out/$name.out" || true)
+    local addr; addr=$(sed -n 's/^listening on http:\/\///p' "$out/$name.out")
     [ -n "$addr" ] && { echo "$addr"; return; }
     sleep 0.05
   done
