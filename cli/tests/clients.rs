@@ -61,8 +61,18 @@ async fn curl_streams_through_the_proxy() {
     let proxy = start();
     let body = r#"{"model":"sim","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":50}"#;
     let args = [
-        "-sS", "-N", "--max-time", "20", "-D", "-", "-H", "content-type: application/json",
-        "-H", "x-request-id: from-curl", "-d", body,
+        "-sS",
+        "-N",
+        "--max-time",
+        "20",
+        "-D",
+        "-",
+        "-H",
+        "content-type: application/json",
+        "-H",
+        "x-request-id: from-curl",
+        "-d",
+        body,
     ];
     let mut args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     args.push(format!("http://{proxy}/v1/chat/completions"));
@@ -70,12 +80,21 @@ async fn curl_streams_through_the_proxy() {
         eprintln!("\n*** SKIPPED curl_streams_through_the_proxy: curl is not installed ***\n");
         return;
     };
-    assert!(output.status.success(), "curl failed: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "curl failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let text = String::from_utf8(output.stdout).expect("UTF-8");
     let (head, body) = text.split_once("\r\n\r\n").expect("headers, then the body");
     let head = head.to_ascii_lowercase();
     assert!(head.starts_with("http/1.1 200"), "{head}");
-    for header in ["content-type: text/event-stream", "cache-control: no-cache", "x-accel-buffering: no", "x-request-id: from-curl"] {
+    for header in [
+        "content-type: text/event-stream",
+        "cache-control: no-cache",
+        "x-accel-buffering: no",
+        "x-request-id: from-curl",
+    ] {
         assert!(head.contains(header), "no `{header}` in\n{head}");
     }
     let mut content = String::new();
@@ -86,7 +105,9 @@ async fn curl_streams_through_the_proxy() {
             continue;
         }
         let chunk: Value = serde_json::from_str(data).expect("each event is a JSON chunk");
-        content += chunk["choices"][0]["delta"]["content"].as_str().unwrap_or("");
+        content += chunk["choices"][0]["delta"]["content"]
+            .as_str()
+            .unwrap_or("");
     }
     assert!(done, "no [DONE]:\n{body}");
     assert_eq!(content, expected_text(50));
@@ -106,7 +127,11 @@ async fn the_openai_sdk_streams_through_the_proxy() {
     }
     let proxy = start();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openai_sdk.py");
-    let args = vec![script.to_owned(), format!("http://{proxy}/v1"), "200".into()];
+    let args = vec![
+        script.to_owned(),
+        format!("http://{proxy}/v1"),
+        "200".into(),
+    ];
     let output = tokio::time::timeout(Duration::from_secs(60), run("python3", args))
         .await
         .expect("the SDK finished")
@@ -117,7 +142,9 @@ async fn the_openai_sdk_streams_through_the_proxy() {
         "the SDK failed: {stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let mut lines = stdout.lines().map(|l| serde_json::from_str::<Value>(l).expect("JSON"));
+    let mut lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("JSON"));
     let streamed = lines.next().expect("the stream's line");
     assert_eq!(streamed["text"], expected_text(200));
     assert_eq!(streamed["finish_reason"], "length");
