@@ -11,9 +11,9 @@
 //! The worker decodes one token every `--step-ms` (token i's text is `"t{i} "`), optionally
 //! stalls before token `--stall-at` for `--stall-ms`, and holds one KV block per 16 tokens from a
 //! pool of `--kv-blocks`, freed by the gate's release hook on every end. A request whose
-//! `max_tokens` needs more blocks than the whole pool is refused (400) before anything is
-//! generated; one that finds every block held by other streams is refused with 503 ("KV cache
-//! full"); a stream that runs out of blocks mid-generation gets an OpenAI-style error event
+//! `max_tokens` needs more blocks than the whole pool is served as many tokens as the pool
+//! holds, ending with `finish_reason` `length` (as a real server's context fills); one that
+//! finds every block held by other streams is refused with 503 ("KV cache full"); a stream that runs out of blocks mid-generation gets an OpenAI-style error event
 //! naming the exhausted pool, then the gate's terminal frame, and is counted in
 //! `streams_failed` and `streams_kv_exhausted`, not `streams_cancelled`. Events cross a gate
 //! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`) into a
@@ -455,17 +455,12 @@ impl Server {
             .map_err(|in_use| KvFull { in_use, total })
     }
 
-    /// The refusal of a `max_tokens` the KV pool could never hold, before anything is
-    /// generated: a stream holds one block per 16 tokens until it ends.
-    fn refuse_max_tokens(&self, max_tokens: u64) -> Option<Response> {
-        let (blocks, pool) = (max_tokens.div_ceil(BLOCK_TOKENS), self.config.kv_blocks);
-        (blocks > pool).then(|| {
-            bad_request(&format!(
-                "`max_tokens` {max_tokens} needs {blocks} KV blocks of {BLOCK_TOKENS} tokens, more \
-                 than the whole KV pool ({pool} blocks): at most {} tokens per request",
-                pool.saturating_mul(BLOCK_TOKENS)
-            ))
-        })
+    /// The most tokens a request is served: its `max_tokens`, or what the whole KV pool holds
+    /// (a stream holds one block per 16 tokens until it ends), where a request asks for more.
+    /// Such a stream ends there with `finish_reason` `length`, as a real server's generation
+    /// ends when its context is full, instead of running the pool dry and failing.
+    fn servable(&self, max_tokens: u64) -> u64 {
+        max_tokens.min(self.config.kv_blocks.saturating_mul(BLOCK_TOKENS))
     }
 
     /// The SSE response for a generation, probed at `worker.write` and, over HTTP/1.1, at
@@ -595,9 +590,7 @@ async fn chat_completions(
             _ => return bad_request("`max_tokens` must be an integer from 1 to 1000000"),
         },
     };
-    if let Some(refused) = server.refuse_max_tokens(max_tokens) {
-        return refused;
-    }
+    let max_tokens = server.servable(max_tokens);
     let model = request
         .get("model")
         .and_then(Value::as_str)
@@ -667,11 +660,8 @@ async fn stream_get(
     for pair in query.as_deref().unwrap_or("").split('&') {
         if let Some(value) = pair.strip_prefix("max_tokens=") {
             match value.parse::<u64>() {
-                Ok(n) if (1..=MAX_TOKENS_LIMIT).contains(&n) => max_tokens = n,
+                Ok(n) if (1..=MAX_TOKENS_LIMIT).contains(&n) => max_tokens = server.servable(n),
                 _ => return bad_request("`max_tokens` must be an integer from 1 to 1000000"),
-            }
-            if let Some(refused) = server.refuse_max_tokens(max_tokens) {
-                return refused;
             }
         } else if let Some(value) = pair.strip_prefix("id=") {
             name = Some(value.to_owned());

@@ -102,56 +102,51 @@ async fn json_body(response: &mut RawResponse) -> Value {
 /// A `max_tokens` whose blocks the whole KV pool could never hold (one block per 16 tokens) is
 /// refused with a 400 that says the limit, before anything is generated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_max_tokens_the_kv_pool_cannot_hold_is_refused_before_generating() {
+async fn a_max_tokens_past_the_kv_pool_is_served_up_to_what_the_pool_holds() {
+    // 4 blocks of 16 tokens: a request for 65 tokens gets 64 and `finish_reason: length`.
     let addr = start(&["--step-ms", "0", "--kv-blocks", "4"]);
-    let refused = [
-        ("/v1/chat/completions", Some(chat(65, true))),
-        ("/v1/chat/completions", Some(chat(65, false))),
-        ("/v1/stream?max_tokens=65", None),
-        ("/v1/stream?max_tokens=65&id=tab", None),
-    ];
-    for (path, body) in refused {
-        let mut response = match &body {
-            Some(body) => RawResponse::post_json(addr, path, body).await,
-            None => RawResponse::get(addr, path, "").await,
-        };
-        assert_eq!(response.status(), 400, "{path} {body:?}");
-        let error = &json_body(&mut response).await["error"];
-        assert_eq!(error["type"], "invalid_request_error");
-        let message = error["message"].as_str().unwrap();
-        assert!(
-            message.contains("65") && message.contains("4 blocks") && message.contains("64 tokens"),
-            "{message}"
-        );
-    }
-    // The most the pool holds is served.
-    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(64, true)).await;
+    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(65, true)).await;
+    assert_eq!(response.status(), 200);
+    let events = response.rest().await;
+    assert_eq!(events.last().unwrap(), "id: 65\ndata: [DONE]\n\n");
+    let last_chunk = &events[events.len() - 2];
+    assert!(last_chunk.starts_with("id: 64\n"), "{last_chunk}");
+    assert!(
+        last_chunk.contains(r#""finish_reason":"length""#),
+        "{last_chunk}"
+    );
+    assert!(
+        !events.iter().any(|e| e.contains("t64 ")),
+        "a token past the pool"
+    );
+    let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(65, false)).await;
+    assert_eq!(response.status(), 200);
+    let body = json_body(&mut response).await;
+    assert_eq!(body["usage"]["completion_tokens"], 64, "{body}");
+    let mut response = RawResponse::get(addr, "/v1/stream?max_tokens=65", "").await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.rest().await.last().unwrap(),
         "id: 65\ndata: [DONE]\n\n"
     );
-    let completed = wait_for(addr, "the stream completes", |s| {
-        s["streams_completed"] == 1
+    let done = wait_for(addr, "the streams complete", |s| {
+        s["streams_completed"] == 3
     })
     .await;
-    assert_eq!(
-        completed["streams_started"], 1,
-        "nothing started for a refusal: {completed}"
-    );
-    assert_eq!(completed["tokens_generated"], 64);
+    assert_eq!(done["streams_failed"], 0, "{done}");
+    assert_eq!(done["tokens_generated"], 3 * 64, "{done}");
 
-    // The default pool: 4096 blocks, 65,536 tokens; the contract's 1,000,000 cap stands above it.
+    // The contract's limits stand: 0 and over 1,000,000 are refused.
     let addr = start(&["--step-ms", "0"]);
-    for (max_tokens, says) in [
-        (65_537, "at most 65536 tokens"),
-        (1_000_001, "1 to 1000000"),
-    ] {
+    for max_tokens in [0, 1_000_001] {
         let mut response =
             RawResponse::post_json(addr, "/v1/chat/completions", &chat(max_tokens, true)).await;
         assert_eq!(response.status(), 400);
         let error = &json_body(&mut response).await["error"];
-        assert!(error["message"].as_str().unwrap().contains(says), "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains("1 to 1000000"),
+            "{error}"
+        );
     }
     assert_eq!(stats(addr).await["streams_started"], 0);
 }

@@ -18,7 +18,7 @@ use tokio::net::TcpStream;
 pub const HANG: Duration = Duration::from_secs(20);
 
 /// `max_tokens` of a stream that outlasts any test: the most the default KV pool (4096 blocks
-/// of 16 tokens) serves one request.
+/// of 16 tokens) serves one request (a larger one is served as many).
 pub const LONG: u64 = 65_536;
 
 /// A response being read: its head, and its chunked body read one HTTP chunk at a time.
