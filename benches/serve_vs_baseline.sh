@@ -13,10 +13,11 @@ start() { # name step_ms [extra server flags] -> sets addr and pid
   local name=$1 step=$2; shift 2
   local command=("$bin/streamgate" sim)
   [ "$name" = baseline_serve ] && command=("$bin/examples/baseline_serve")
+  rm -f "target/$name.out" # not the last run's address: the shell truncates it after forking
   "${command[@]}" --addr 127.0.0.1:0 --step-ms "$step" "$@" > "target/$name.out" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
-    addr=$(grep -o '127\.0\.0\.1:[0-9]*' "target/$name.out" || true)
+    addr=$(grep -so '127\.0\.0\.1:[0-9]*' "target/$name.out" || true)
     [ -n "$addr" ] && return
     sleep 0.05
   done
@@ -42,10 +43,12 @@ scenario() { # label step_ms serve-only-flags loadgen-args...
   done
 }
 
-# Token counts stay within the default KV pool (4096 blocks of 16 tokens) at any moment.
+# Token counts stay within the default KV pool (4096 blocks of 16 tokens) at any moment, and no
+# request's `max_tokens` needs more than the whole pool (both servers refuse one with a 400).
 scenario "1 stream, as fast as possible" 0 "" --streams 1 --tokens 50000
 scenario "64 streams, as fast as possible" 0 "" --streams 64 --tokens 1000
 scenario "256 streams at 5 ms steps" 5 "" --streams 256 --tokens 200
-scenario "100 disconnects" 5 "" --streams 100 --tokens 100000 --disconnect 1 --after 20
-# The crate's listener stops taking bytes at 16 KiB unsent; the baseline has axum::serve's defaults.
+scenario "100 disconnects" 5 "" --streams 100 --tokens 1000 --disconnect 1 --after 20
+# The crate's listener stops taking bytes at 16 KiB unsent; the baseline has the kernel's defaults
+# (besides TCP_NODELAY and a backlog of 1024, as sim's).
 scenario "one reader stalled ${stall_s} s" 0 "" --streams 1 --tokens 60000 --slow 1 --stop-s "$stall_s"

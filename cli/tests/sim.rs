@@ -110,7 +110,7 @@ async fn a_max_tokens_past_the_kv_pool_is_served_up_to_what_the_pool_holds() {
     let events = response.rest().await;
     assert_eq!(events.last().unwrap(), "id: 65\ndata: [DONE]\n\n");
     let last_chunk = &events[events.len() - 2];
-    assert!(last_chunk.starts_with("id: 64\n"), "{last_chunk}");
+    assert!(last_chunk.contains("id: 64\n"), "{last_chunk}");
     assert!(
         last_chunk.contains(r#""finish_reason":"length""#),
         "{last_chunk}"
