@@ -14,7 +14,7 @@
 //! the `:control` line sim marks its final chunk with (the crate's kind mark, a comment) is
 //! missing. The worker decodes one token every `--step-ms`, stalls before token `--stall-at` for
 //! `--stall-ms`, and holds one KV block per 16 tokens from a pool of `--kv-blocks`, freed when
-//! it stops: a `max_tokens` the pool could never hold is a 400, a full pool a 503, a pool that
+//! it stops: a `max_tokens` past what the pool holds is served that many, a full pool a 503, a pool that
 //! runs out mid-stream an error event. `GET /stats` has sim's stream and KV fields. It serves
 //! with `axum::serve` on a `tokio::net::TcpListener` with sim's backlog (1024), setting
 //! `TCP_NODELAY` on every connection.
@@ -114,9 +114,10 @@ async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
     };
     let max_tokens = match request.get("max_tokens").and_then(Value::as_u64) {
         None => 16,
-        Some(n @ 1..=1_000_000) if n.div_ceil(16) <= app.config.kv_blocks => n,
+        // As sim: no more tokens than the whole pool holds.
+        Some(n @ 1..=1_000_000) => n.min(app.config.kv_blocks.saturating_mul(16)),
         Some(_) => {
-            let message = "`max_tokens` is out of range or needs more than the whole KV pool";
+            let message = "`max_tokens` must be an integer from 1 to 1000000";
             return error(StatusCode::BAD_REQUEST, message, "invalid_request_error");
         }
     };
