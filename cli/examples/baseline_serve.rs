@@ -14,8 +14,8 @@
 //! the `:control` line sim marks its final chunk with (the crate's kind mark, a comment) is
 //! missing. The worker decodes one token every `--step-ms`, stalls before token `--stall-at` for
 //! `--stall-ms`, and holds one KV block per 16 tokens from a pool of `--kv-blocks`, freed when
-//! it stops: a `max_tokens` past what the pool holds is served that many, a full pool a 503, a pool that
-//! runs out mid-stream an error event. `GET /stats` has sim's stream and KV fields. It serves
+//! it stops: a `max_tokens` past what the pool holds is served as many tokens as it holds, a
+//! full pool is a 503, and a pool that runs out mid-stream an error event. `GET /stats` has sim's stream and KV fields. It serves
 //! with `axum::serve` on a `tokio::net::TcpListener` with sim's backlog (1024), setting
 //! `TCP_NODELAY` on every connection.
 

@@ -1,6 +1,10 @@
-//! Every request that is not one of the proxy's own: a streamed completion goes to
-//! [`stream::relay`](super::stream::relay); anything else passes through untouched (method,
-//! path and query, headers but the hop-by-hop ones, the body streamed both ways).
+//! Every request that is not one of the proxy's own: a completion request (`POST
+//! /v1/chat/completions`, `/v1/completions`) has its body read (bounded in size, time and,
+//! across all requests, in buffered bytes) and goes to [`stream::relay`](super::stream::relay),
+//! which gates the answer if it is a stream; anything else passes through (method, path and
+//! query, headers but the hop-by-hop ones, the body streamed both ways). `Upgrade` and
+//! `Connection` are hop-by-hop: a WebSocket handshake reaches the upstream as a plain request,
+//! and no upgraded connection is relayed.
 
 use std::sync::Arc;
 
@@ -9,8 +13,10 @@ use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderMap};
 use axum::http::{Method, StatusCode, Version};
 use axum::response::Response;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use bytes::BytesMut;
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::stream::{self, StreamRequest};
 use super::upstream::{set_request_id, strip_hop_by_hop};
@@ -38,22 +44,26 @@ pub(super) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -
         .map(|(_, chat)| *chat);
     let mut response = match chat {
         None => passthrough(&proxy, parts.method, &path_and_query, &headers, body).await,
-        Some(chat) => match read(body, &headers, proxy.config.max_request_bytes).await {
+        Some(chat) => match read(&proxy, body, &headers).await {
             Err(response) => response,
-            Ok(body) if is_streamed(&body) => {
+            Ok(body) => {
+                // Whatever the body says (`"stream": "true"`, `1`, a key given twice: Python
+                // servers stream those too), a 2xx `text/event-stream` answer is gated; a body
+                // that asks for a stream in JSON's own terms gets the header deadline and
+                // claims its id before going upstream.
+                let asked = is_streamed(&body.bytes);
+                let model = model(&body.bytes);
+                headers.insert(header::CONTENT_LENGTH, body.bytes.len().into());
                 let request = StreamRequest {
                     path_and_query,
                     headers,
                     body,
                     id: id.clone(),
                     chat,
+                    asked,
+                    model,
                 };
                 stream::relay(&proxy, request).await
-            }
-            // Not streamed (or not JSON: the upstream says what is wrong with it).
-            Ok(body) => {
-                headers.insert(header::CONTENT_LENGTH, body.len().into());
-                passthrough(&proxy, parts.method, &path_and_query, &headers, body.into()).await
             }
         },
     };
@@ -94,8 +104,63 @@ pub(super) fn pass_response(response: hyper::Response<Incoming>) -> Response {
     Response::from_parts(parts, Body::new(body))
 }
 
-/// Reads a request body of at most `limit` bytes: 413 above it.
-async fn read(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Response> {
+/// A completion request's body, read into memory: the bytes and their share of the
+/// process-wide budget (`--max-buffered-bytes`), given back once the body is sent upstream.
+pub(super) struct Buffered {
+    pub(super) bytes: Bytes,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Buffered {
+    /// The body to send upstream: it gives the budget back when hyper has taken its bytes (or
+    /// drops it).
+    pub(super) fn into_body(self) -> Body {
+        Body::new(HeldBody {
+            bytes: Some(self.bytes),
+            permit: self.permit,
+        })
+    }
+}
+
+/// A request body that holds its share of the buffered-bytes budget until it is sent.
+struct HeldBody {
+    bytes: Option<Bytes>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl hyper::body::Body for HeldBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let this = &mut *self;
+        this.permit = None;
+        std::task::Poll::Ready(
+            this.bytes
+                .take()
+                .filter(|bytes| !bytes.is_empty())
+                .map(|bytes| Ok(hyper::body::Frame::data(bytes))),
+        )
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.bytes.as_ref().is_none_or(Bytes::is_empty)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        hyper::body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |bytes| bytes.len() as u64))
+    }
+}
+
+/// Reads a completion request's body: at most `--max-request-bytes` (413 above it), within
+/// `--body-timeout-ms` (408 after it), and within the process-wide budget of buffered bytes
+/// (503 when the bytes every request being read holds would pass `--max-buffered-bytes`: a
+/// request never waits for room).
+async fn read(proxy: &Proxy, body: Body, headers: &HeaderMap) -> Result<Buffered, Response> {
+    let limit = proxy.config.max_request_bytes;
     let too_large = || {
         serving::json_error(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -110,15 +175,86 @@ async fn read(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes, Re
     if declared.is_some_and(|length| length > limit as u64) {
         return Err(too_large());
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(failure) if failure.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
-        Err(failure) => Err(serving::json_error(
+    let timeout = proxy.config.body_timeout;
+    let reading = collect(&proxy.buffered, body, limit, declared);
+    match tokio::time::timeout(timeout, reading).await {
+        Ok(Ok(buffered)) => Ok(buffered),
+        Ok(Err(ReadError::TooLarge)) => Err(too_large()),
+        Ok(Err(ReadError::OverBudget)) => Err(serving::json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many large requests in flight: try again shortly",
+            "server_error",
+        )),
+        Ok(Err(ReadError::Failed(failure))) => Err(serving::json_error(
             StatusCode::BAD_REQUEST,
             &format!("reading the request body failed: {failure}"),
             "invalid_request_error",
         )),
+        Err(_) => Err(serving::json_error(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!(
+                "the request body did not arrive within {} ms",
+                timeout.as_millis()
+            ),
+            "invalid_request_error",
+        )),
     }
+}
+
+/// Why a body could not be read.
+enum ReadError {
+    TooLarge,
+    OverBudget,
+    Failed(String),
+}
+
+/// Collects `body` (at most `limit` bytes), taking a permit of `budget` for every byte as it
+/// arrives.
+async fn collect(
+    budget: &Arc<Semaphore>,
+    mut body: Body,
+    limit: usize,
+    declared: Option<u64>,
+) -> Result<Buffered, ReadError> {
+    // A declared length is allocated at once (it is within the limit); otherwise the buffer
+    // grows as the chunks come.
+    let capacity = declared.map_or(0, |length| usize::try_from(length).unwrap_or(limit));
+    let mut bytes = BytesMut::new();
+    let mut permit: Option<OwnedSemaphorePermit> = None;
+    let mut take = |n: usize, permit: &mut Option<OwnedSemaphorePermit>| {
+        let n = u32::try_from(n).map_err(|_| ReadError::TooLarge)?;
+        let more = budget
+            .clone()
+            .try_acquire_many_owned(n)
+            .map_err(|_| ReadError::OverBudget)?;
+        match permit {
+            Some(held) => held.merge(more),
+            None => *permit = Some(more),
+        }
+        Ok::<(), ReadError>(())
+    };
+    if capacity > 0 {
+        take(capacity, &mut permit)?;
+        bytes.reserve(capacity);
+    }
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|failure| ReadError::Failed(failure.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if bytes.len() + data.len() > limit {
+            return Err(ReadError::TooLarge);
+        }
+        let held = permit.as_ref().map_or(0, OwnedSemaphorePermit::num_permits);
+        if bytes.len() + data.len() > held {
+            take(bytes.len() + data.len() - held, &mut permit)?;
+        }
+        bytes.extend_from_slice(&data);
+    }
+    Ok(Buffered {
+        bytes: bytes.freeze(),
+        permit,
+    })
 }
 
 /// Whether a completion request's JSON body asks for a stream (`"stream": true`).
@@ -130,6 +266,21 @@ fn is_streamed(body: &[u8]) -> bool {
     }
     serde_json::from_slice::<Request>(body)
         .is_ok_and(|request| request.stream == Some(serde_json::Value::Bool(true)))
+}
+
+/// The `model` a completion request names, if its body is a JSON object that names one.
+fn model(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Request {
+        #[serde(default)]
+        model: Option<serde_json::Value>,
+    }
+    serde_json::from_slice::<Request>(body)
+        .ok()
+        .and_then(|request| match request.model {
+            Some(serde_json::Value::String(model)) => Some(model),
+            _ => None,
+        })
 }
 
 /// `x-request-id`, as the client sent it.
