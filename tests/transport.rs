@@ -179,7 +179,7 @@ async fn heartbeats_flow_during_a_stall() {
     let mut response = RawResponse::get(addr, "/stream", "").await;
     assert_eq!(response.expect_frame().await, "id: 0\ndata: t0 \n\n");
     for _ in 0..3 {
-        assert_eq!(response.expect_frame().await, ":\n\n");
+        assert_eq!(response.expect_frame().await, ":\n");
     }
 }
 

@@ -103,6 +103,8 @@ pub struct Outcome {
     /// After the resume, the first event's id was not the one after the last id read before
     /// it (an event lost or repeated across the resume).
     pub resume_mismatch: bool,
+    /// The id of the first event read after the resume.
+    pub first_id_after_resume: Option<u64>,
     /// What went wrong otherwise.
     pub error: Option<String>,
 }
@@ -142,23 +144,21 @@ impl Chat {
 
 /// Streams one chat completion as `reader` reads, recording each event at `recorder` (the
 /// `client.recv` hop). The request carries `x-request-id: request_id`; a resume uses the id
-/// the response's `x-request-id` names.
+/// the response's `x-request-id` names. A stream that ends without `data: [DONE]` (an error
+/// event, a cut connection) is an error.
 pub async fn stream_chat(
     chat: &Chat,
     request_id: &str,
     reader: Reader,
     recorder: &mut streamgate::probe::Recorder,
 ) -> Outcome {
-    use futures_util::StreamExt;
-    use streamgate::GateExt;
-
     let mut outcome = Outcome::default();
     let headers = [("x-request-id", request_id)];
     let path = "/v1/chat/completions";
     let body = chat_body(&chat.model, chat.max_tokens);
     let mut next = request(chat.addr, "POST", path, &headers, body).await;
-    let mut last_id: Option<u64> = None;
-    'attach: loop {
+    let mut last_id = None;
+    loop {
         let response = match next {
             Ok(response) if response.status().is_success() => response,
             Ok(response) => {
@@ -177,69 +177,28 @@ pub async fn stream_chat(
             .unwrap_or(request_id)
             .to_owned();
         let resuming = outcome.resumed;
-        let mut events = std::pin::pin!(body_stream(response).sse_events());
-        let mut first = true;
-        while let Some(event) = events.next().await {
-            let event = match event {
-                Ok(event) => event,
-                Err(error) => {
-                    outcome.error = Some(error.to_string());
-                    break 'attach;
-                }
-            };
-            let Some(data) = event.data_str() else {
-                continue;
-            };
-            // The event's id and kind as the server wrote them (the decoder reads a
-            // `:control` or `:hidden` mark, and takes an unmarked `[DONE]` as control).
-            let done = data == "[DONE]";
-            let seq = event.id().and_then(|id| id.parse().ok());
-            if resuming && first && seq != last_id.map(|id| id + 1) {
-                outcome.resume_mismatch = true;
-            }
-            first = false;
-            last_id = seq.or(last_id);
-            let kind = streamgate::Chunk::kind(&event);
-            recorder.observe(streamgate::probe::Observation::new(
-                seq,
-                data.len() as u64,
-                kind,
-            ));
-            outcome.events += 1;
-            if done {
-                outcome.completed = true;
-                break 'attach;
-            }
-            match reader {
-                Reader::KeepsUp => {}
-                Reader::Stops(pause) if outcome.events == 1 => tokio::time::sleep(pause).await,
-                Reader::Stops(_) => {}
-                Reader::Rate(bytes_per_second) => {
-                    let seconds = data.len() as f64 / bytes_per_second.max(1) as f64;
-                    tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
-                }
-                Reader::DisconnectsAfter(n) if outcome.events >= n => {
-                    outcome.disconnected = true;
-                    break 'attach;
-                }
-                Reader::Resumes(n) if !outcome.resumed && outcome.events >= n => {
-                    // Hang up (dropping the body closes the connection), then come back
-                    // for the events after the last one read.
-                    outcome.resumed = true;
-                    let Some(after) = last_id else {
-                        outcome.error = Some("no event id to resume after".into());
-                        break 'attach;
-                    };
-                    let after = after.to_string();
-                    let path = format!("/v1/chat/completions/{stream_id}/stream");
-                    let headers = [("last-event-id", after.as_str())];
-                    next = request(chat.addr, "GET", &path, &headers, String::new()).await;
-                    continue 'attach;
-                }
-                Reader::DisconnectsAfter(_) | Reader::Resumes(_) => {}
-            }
+        let before = last_id;
+        // The body is dropped when `read` returns: the connection closes before a resume.
+        let hang_up = read(response, reader, recorder, &mut outcome, &mut last_id).await;
+        if resuming && before.map(|id| id + 1) != outcome.first_id_after_resume {
+            outcome.resume_mismatch = true;
         }
-        break;
+        if !hang_up || outcome.resumed {
+            break;
+        }
+        // Come back for the events after the last one read.
+        outcome.resumed = true;
+        let Some(after) = last_id else {
+            outcome.error = Some("no event id to resume after".into());
+            break;
+        };
+        let after = after.to_string();
+        let path = format!("/v1/chat/completions/{stream_id}/stream");
+        let headers = [("last-event-id", after.as_str())];
+        next = request(chat.addr, "GET", &path, &headers, String::new()).await;
+    }
+    if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
+        outcome.error = Some("the stream ended without data: [DONE]".into());
     }
     // The crate's end reasons (`streamgate::probe::END_REASONS`): the user leaving is the
     // consumer going; anything else cut the stream upstream of the client.
@@ -251,4 +210,71 @@ pub async fn stream_chat(
         "upstream_error"
     });
     outcome
+}
+
+/// Reads one response's events as `reader` reads, until `[DONE]`, the stream's end, an error,
+/// or the reader hanging up: whether it hung up to resume.
+async fn read(
+    response: Response<Incoming>,
+    reader: Reader,
+    recorder: &mut streamgate::probe::Recorder,
+    outcome: &mut Outcome,
+    last_id: &mut Option<u64>,
+) -> bool {
+    use futures_util::StreamExt;
+    use streamgate::GateExt;
+
+    let mut events = std::pin::pin!(body_stream(response).sse_events());
+    let mut first = true;
+    while let Some(event) = events.next().await {
+        let event = match event {
+            Ok(event) => event,
+            Err(error) => {
+                outcome.error = Some(error.to_string());
+                return false;
+            }
+        };
+        let Some(data) = event.data_str() else {
+            continue;
+        };
+        if event.event_type() == "error" {
+            outcome.error = Some(format!("error event: {data}"));
+            return false;
+        }
+        // The event's id and kind as the server wrote them (the decoder reads a `:control`
+        // or `:hidden` mark, and takes an unmarked `[DONE]` as control).
+        let seq = event.id().and_then(|id| id.parse().ok());
+        if first && outcome.resumed {
+            outcome.first_id_after_resume = seq;
+        }
+        first = false;
+        *last_id = seq.or(*last_id);
+        let kind = streamgate::Chunk::kind(&event);
+        recorder.observe(streamgate::probe::Observation::new(
+            seq,
+            data.len() as u64,
+            kind,
+        ));
+        outcome.events += 1;
+        if data == "[DONE]" {
+            outcome.completed = true;
+            return false;
+        }
+        match reader {
+            Reader::KeepsUp => {}
+            Reader::Stops(pause) if outcome.events == 1 => tokio::time::sleep(pause).await,
+            Reader::Stops(_) => {}
+            Reader::Rate(bytes_per_second) => {
+                let seconds = data.len() as f64 / bytes_per_second.max(1) as f64;
+                tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+            }
+            Reader::DisconnectsAfter(n) if outcome.events >= n => {
+                outcome.disconnected = true;
+                return false;
+            }
+            Reader::Resumes(n) if !outcome.resumed && outcome.events >= n => return true,
+            Reader::DisconnectsAfter(_) | Reader::Resumes(_) => {}
+        }
+    }
+    false
 }

@@ -105,33 +105,55 @@ fn ms(duration: Option<Duration>) -> Value {
     })
 }
 
-/// Runs the load and prints its report (JSON with `--json`).
+/// Runs the load and prints its report (JSON with `--json`). Exit status: 0 when every
+/// stream went as its reader meant (completed, or hung up on purpose), 1 when any failed (a
+/// refused connection, an error status or event, a stream cut before `[DONE]`), 2 for bad
+/// flags or a `--hop-records` file that cannot be written.
 pub async fn main(args: Args) -> ExitCode {
     if args.slow + args.disconnect + args.resume > 1.0 {
         eprintln!("loadgen: --slow, --disconnect and --resume add up to more than 1");
         return ExitCode::from(2);
     }
-    let report = run(&args).await;
+    let sink = match args
+        .hop_records
+        .as_deref()
+        .map(RecordSink::to_file)
+        .transpose()
+    {
+        Ok(sink) => sink,
+        Err(error) => {
+            eprintln!("loadgen: --hop-records: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let report = run(&args, sink).await;
     if args.json {
         println!("{report}");
     } else {
         print_report(&report);
     }
-    ExitCode::SUCCESS
+    if report["failed"] == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
-/// Runs the load and returns the release measures as JSON.
-pub async fn run(args: &Args) -> Value {
+/// Runs the load, writing the `client.recv` hop records to `sink` if any, and returns the
+/// report as JSON.
+pub async fn run(args: &Args, sink: Option<RecordSink>) -> Value {
     let stats_addr = args.stats.unwrap_or(args.addr);
-    let sink = args
-        .hop_records
-        .as_deref()
-        .and_then(|path| RecordSink::to_file(path).ok());
     let hop = match &sink {
         Some(sink) => HopProbe::new("client.recv").records(sink.clone(), 1.0),
         None => HopProbe::new("client.recv"),
     };
     let before = server_stats(stats_addr).await;
+    // Request ids unique to this run, so a server that keeps finished streams for resumes
+    // (or is still running the last run's) never sees a taken id.
+    let run = {
+        use std::hash::{BuildHasher, RandomState};
+        format!("{:08x}", RandomState::new().hash_one(Instant::now()) as u32)
+    };
     let disconnecting = (args.disconnect * args.streams as f64).round() as u64;
     let slow = (args.slow * args.streams as f64).round() as u64;
     let resuming = (args.resume * args.streams as f64).round() as u64;
@@ -153,8 +175,8 @@ pub async fn run(args: &Args) -> Value {
             model: args.model.clone(),
             max_tokens: args.tokens,
         };
+        let id = format!("load-{run}-{i}");
         clients.push(tokio::spawn(async move {
-            let id = format!("load-{i}");
             let mut recorder = hop.recorder(id.as_str());
             let outcome = client::stream_chat(&chat, &id, reader, &mut recorder).await;
             (outcome, Instant::now())
@@ -172,8 +194,11 @@ pub async fn run(args: &Args) -> Value {
         .max();
     // When every stream disconnected, how soon the server had stopped every generator and
     // freed every KV block (polled every millisecond).
+    // Only a server whose `/stats` counts its generators and KV blocks (as `streamgate sim`'s
+    // does) can say.
+    let counts_generators = before["generators_running"].is_u64();
     let released = match last_disconnect {
-        Some(last) if disconnecting == args.streams => loop {
+        Some(last) if disconnecting == args.streams && counts_generators => loop {
             let stats = server_stats(stats_addr).await;
             if stats["generators_running"] == 0 && stats["kv_blocks_in_use"] == 0 {
                 break Some(last.elapsed());
@@ -229,8 +254,8 @@ fn print_report(report: &Value) {
         report["resume_mismatches"],
         report["failed"]
     );
-    if let Some(errors) = report["errors"].as_array().filter(|e| !e.is_empty()) {
-        println!("  errors: {errors:?}");
+    for error in report["errors"].as_array().into_iter().flatten() {
+        println!("  error: {}", error.as_str().unwrap_or_default());
     }
     println!(
         "events {} in {} s: {} events/s",

@@ -18,9 +18,12 @@ fn prometheus() -> PrometheusHandle {
         .clone()
 }
 
-/// `streamgate sim` (one token per ms) and a proxy in front of it; returns the proxy's address.
-fn start() -> SocketAddr {
-    let config = sim::Config::parse_from(["--addr", "127.0.0.1:0", "--step-ms", "1"]).unwrap();
+/// `streamgate sim` (one token per ms, with `sim_flags`) and a proxy in front of it (with
+/// `proxy_flags`); returns the proxy's address.
+fn start(sim_flags: &[&str], proxy_flags: &[&str]) -> SocketAddr {
+    let mut flags = vec!["--addr", "127.0.0.1:0", "--step-ms", "1"];
+    flags.extend_from_slice(sim_flags);
+    let config = sim::Config::parse_from(flags).unwrap();
     let (listener, app, server) = sim::app(config, prometheus()).expect("sim starts");
     let upstream = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(serving::serve_until(
@@ -29,9 +32,9 @@ fn start() -> SocketAddr {
         server.streams.clone(),
         std::future::pending(),
     ));
-    let config =
-        proxy::Config::parse_from(["--upstream", upstream.as_str(), "--addr", "127.0.0.1:0"])
-            .unwrap();
+    let mut flags = vec!["--upstream", upstream.as_str(), "--addr", "127.0.0.1:0"];
+    flags.extend_from_slice(proxy_flags);
+    let config = proxy::Config::parse_from(flags).unwrap();
     let (listener, app, state) = proxy::app(config, prometheus()).expect("the proxy starts");
     let addr = listener.local_addr().unwrap();
     tokio::spawn(serving::serve_until(
@@ -58,7 +61,7 @@ async fn run(program: &'static str, args: Vec<String>) -> Option<std::process::O
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn curl_streams_through_the_proxy() {
-    let proxy = start();
+    let proxy = start(&[], &[]);
     let body = r#"{"model":"sim","messages":[{"role":"user","content":"hi"}],"stream":true,"max_tokens":50}"#;
     let args = [
         "-sS",
@@ -114,18 +117,20 @@ async fn curl_streams_through_the_proxy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_openai_sdk_streams_through_the_proxy() {
+async fn the_openai_sdk_streams_through_the_proxy_and_its_heartbeats() {
     let has_sdk = run("python3", vec!["-c".into(), "import openai".into()])
         .await
         .is_some_and(|output| output.status.success());
     if !has_sdk {
         eprintln!(
-            "\n*** SKIPPED the_openai_sdk_streams_through_the_proxy: the openai Python package \
+            "\n*** SKIPPED the_openai_sdk_streams_through_the_proxy_and_its_heartbeats: the openai Python package \
              is not installed (`python3 -m pip install openai`) ***\n"
         );
         return;
     }
-    let proxy = start();
+    // A 1 s decode stall at token 40, bridged by heartbeats every 100 ms: the SDK reads them
+    // among events that carry ids.
+    let proxy = start(&["--stall-at", "40", "--stall-ms", "1000"], &["--heartbeat-ms", "100"]);
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openai_sdk.py");
     let args = vec![
         script.to_owned(),

@@ -304,7 +304,7 @@ async fn heartbeats_flow_during_a_decode_stall() {
     let resume = contents.iter().position(|f| f.contains("\"t2 \"")).unwrap();
     let beats = contents[stall + 1..resume]
         .iter()
-        .filter(|f| **f == ":\n\n")
+        .filter(|f| **f == ":\n")
         .count();
     assert!(
         beats >= 2,
@@ -523,7 +523,7 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
             chunk(&response.expect_frame().await);
         }
         // The worker stalls; heartbeats keep the stream open.
-        assert_eq!(response.expect_frame().await, ":\n\n");
+        assert_eq!(response.expect_frame().await, ":\n");
         responses.push(response);
     }
     assert_eq!(streams.stats().gates, 3);

@@ -16,8 +16,12 @@ pub struct Frame {
     end: Option<&'static str>,
 }
 
-/// The frame of a heartbeat: one empty comment.
-const HEARTBEAT: &[u8] = b":\n\n";
+/// The frame of a heartbeat: one empty comment line, without the blank line that would end an
+/// event. A blank line after a stream's first `id:` is an event of its own to decoders that
+/// dispatch on the last event id as WHATWG's older text did: the OpenAI Python SDK's decoder
+/// does, and raises on the empty data. A comment line alone changes nothing for any decoder,
+/// and the next event's lines follow it.
+const HEARTBEAT: &[u8] = b":\n";
 
 impl Frame {
     /// A frame of already encoded bytes.
@@ -42,7 +46,8 @@ impl Frame {
         self.end
     }
 
-    /// A heartbeat: an empty SSE comment, a control frame.
+    /// A heartbeat: an empty SSE comment line (`:` and a newline, no blank line after it), a
+    /// control frame.
     pub fn heartbeat() -> Self {
         Frame::new(Bytes::from_static(HEARTBEAT), Kind::Control, None)
     }
