@@ -251,11 +251,19 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
         return 2;
     }
     let diagnosis = timeline.diagnose();
-    let status = if diagnosis.records == 0 {
-        // Nothing analysed is no clean bill of health (a misspelt --path, a wrong --request).
+    let missing: Vec<&str> = diagnosis
+        .hops
+        .iter()
+        .filter(|hop| hop.records == 0)
+        .map(|hop| hop.hop.as_str())
+        .collect();
+    let status = if !missing.is_empty() {
+        // A hop with nothing analysed is no clean bill of health (a misspelt hop on --path, a
+        // wrong --request): the verdicts next to it were reached without it.
         let _ = writeln!(
             err,
-            "diagnose: no record of a hop on --path was taken (see the problems below)"
+            "diagnose: no record of {} on --path was taken (a misspelt hop? see the problems below)",
+            missing.join(", ")
         );
         2
     } else if diagnosis.has_stalls() {
