@@ -70,12 +70,49 @@ impl Stops {
 
 /// A generation's claim on its stream's name, from [`Store::claim`] until [`Store::release`]:
 /// its explicit stop, which `POST .../cancel` finds by the name.
-#[derive(Debug)]
-#[must_use = "a claim is given back with `Store::release`"]
+///
+/// Dropping a claim gives it back too (a request whose client left while it waited for its
+/// upstream must not keep the name).
+#[must_use = "a claim is given back with `Store::release`, or when dropped"]
 pub struct Claim {
     name: String,
     generation: u64,
     stop: CancellationToken,
+    stops: Arc<Stops>,
+}
+
+impl std::fmt::Debug for Claim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Claim")
+            .field("name", &self.name)
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut held = self.stops.held.lock().unwrap();
+        if held
+            .get(&self.name)
+            .is_some_and(|(holder, _)| *holder == self.generation)
+        {
+            held.remove(&self.name);
+        }
+    }
+}
+
+/// Why [`Store::try_claim`] refused a name.
+#[derive(Debug)]
+pub enum ClaimError {
+    /// A stream of this name runs here.
+    Running,
+    /// A stream of this name finished here and is retained for its grace.
+    Finished,
+    /// The Redis store holds a stream of this name (running or retained, on any instance).
+    Exists,
+    /// Redis failed.
+    Unavailable(String),
 }
 
 impl Claim {
@@ -138,18 +175,65 @@ where
             name: name.to_owned(),
             generation,
             stop,
+            stops: self.stops.clone(),
         }
     }
 
-    /// Gives back `claim` as its generation ends (from its gate's release hook).
-    pub fn release(&self, claim: Claim) {
-        let mut held = self.stops.held.lock().unwrap();
-        if held
-            .get(&claim.name)
-            .is_some_and(|(holder, _)| *holder == claim.generation)
-        {
-            held.remove(&claim.name);
+    /// Claims `name` for a new stream before any work starts for it, or says why not: the
+    /// name is held here (atomically: of two concurrent claims one wins), retained here, or
+    /// (Redis) known to the store. With Redis, two instances claiming the same new name at
+    /// once may both pass this check; registration then refuses the later one.
+    ///
+    /// # Errors
+    ///
+    /// As [`ClaimError`] says.
+    pub async fn try_claim(&self, name: &str) -> Result<Claim, ClaimError> {
+        let claim = {
+            let mut held = self.stops.held.lock().unwrap();
+            if held.contains_key(name) {
+                return Err(ClaimError::Running);
+            }
+            if let Logs::Memory(registry) = &self.logs {
+                if registry.contains(name) {
+                    return Err(ClaimError::Finished);
+                }
+            }
+            let generation = self.stops.next_generation.fetch_add(1, Ordering::Relaxed);
+            let stop = CancellationToken::new();
+            held.insert(name.to_owned(), (generation, stop.clone()));
+            Claim {
+                name: name.to_owned(),
+                generation,
+                stop,
+                stops: self.stops.clone(),
+            }
+        };
+        if let Logs::Redis(registry) = &self.logs {
+            // Dropping `claim` on the way out gives the name back.
+            match registry.attach(name, None).await {
+                Err(AttachError::Unknown) => {}
+                Err(AttachError::Unavailable(why)) => return Err(ClaimError::Unavailable(why)),
+                Ok(_) | Err(_) => return Err(ClaimError::Exists),
+            }
         }
+        Ok(claim)
+    }
+
+    /// Whether the store answers (a memory store always does): the reason when it does not.
+    pub async fn check(&self) -> Result<(), String> {
+        match &self.logs {
+            Logs::Memory(_) => Ok(()),
+            Logs::Redis(registry) => match registry.attach("streamgate-health-check", None).await {
+                Err(AttachError::Unavailable(why)) => Err(why),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Gives back `claim` as its generation ends (from its gate's release hook); dropping it
+    /// does the same.
+    pub fn release(&self, claim: Claim) {
+        drop(claim);
     }
 
     /// Registers a stream under `name`; its first reader's frames.

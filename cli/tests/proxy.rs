@@ -261,7 +261,7 @@ async fn a_grace_keeps_the_upstream_then_running_out_drops_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_stops_the_upstream_and_ends_with_a_final_chunk() {
     let (sim, _) = start_sim(&["--step-ms", "2"]);
-    let proxy = start_proxy(&format!("http://{sim}"), &[]);
+    let proxy = start_proxy(&format!("http://{sim}"), &["--resume-grace-ms", "10000"]);
     let mut response = stream(proxy, "x-request-id: stop-me\r\n", 50_000).await;
     for _ in 0..5 {
         response.expect_event().await;
@@ -525,14 +525,236 @@ async fn request_ids_go_both_ways_and_traceparent_goes_upstream() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_running_request_id_is_a_conflict() {
+async fn with_a_grace_a_taken_request_id_is_a_conflict_that_never_reaches_the_upstream() {
     let (sim, _) = start_sim(&["--step-ms", "5"]);
-    let proxy = start_proxy(&format!("http://{sim}"), &[]);
+    let proxy = start_proxy(&format!("http://{sim}"), &["--resume-grace-ms", "10000"]);
     let mut running = stream(proxy, "x-request-id: twice\r\n", 1000).await;
     running.expect_event().await;
     let mut second = stream(proxy, "x-request-id: twice\r\n", 10).await;
     assert_eq!(second.status(), 409);
-    assert!(second.text().await.contains("conflict_error"));
+    let text = second.text().await;
+    assert!(text.contains("conflict_error"), "{text}");
+    assert!(text.contains("x-request-id twice is running"), "{text}");
+    assert!(text.contains("/v1/chat/completions/twice/stream"), "{text}");
+    // Finished, and retained for the grace: still taken, and said so.
+    let mut short = stream(proxy, "x-request-id: short\r\n", 2).await;
+    events(&mut short).await;
+    let mut again = stream(proxy, "x-request-id: short\r\n", 2).await;
+    assert_eq!(again.status(), 409);
+    let text = again.text().await;
+    assert!(
+        text.contains("x-request-id short recently finished"),
+        "{text}"
+    );
+    // The refused `"stream": true` duplicates never started upstream work.
+    let sim_stats = stats(sim).await;
+    assert_eq!(sim_stats["streams_started"], 2, "{sim_stats}");
+    drop(running);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_grace_requests_sharing_an_id_are_both_served() {
+    let hostile = Hostile::start(Case::Stream {
+        chunks: 3,
+        content_type: "text/event-stream",
+    })
+    .await;
+    let proxy = start_proxy(&hostile.url(), &[]);
+    // Two at once under one id, as an Envoy retry keeps it.
+    let (mut first, mut second) = tokio::join!(
+        stream(proxy, "x-request-id: retried\r\n", 3),
+        stream(proxy, "x-request-id: retried\r\n", 3),
+    );
+    assert_eq!((first.status(), second.status()), (200, 200));
+    let ((a, _), (b, _)) = tokio::join!(events(&mut first), events(&mut second));
+    assert_eq!(data(a.last().unwrap()), Some("[DONE]"));
+    assert_eq!(data(b.last().unwrap()), Some("[DONE]"));
+    assert_eq!(hostile.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_grace_resume_and_cancel_pass_through_to_the_upstream() {
+    let hostile = Hostile::start(Case::Json).await;
+    let proxy = start_proxy(&hostile.url(), &[]);
+    let mut resume = Response::get(proxy, "/v1/chat/completions/x1/stream", "").await;
+    assert_eq!(resume.status(), 200);
+    assert_eq!(resume.text().await, hostile::JSON_BODY);
+    let mut cancel = Response::post(proxy, "/v1/chat/completions/x1/cancel", "", "").await;
+    assert_eq!(cancel.status(), 200);
+    assert_eq!(cancel.text().await, hostile::JSON_BODY);
+    let requests = hostile.requests();
+    assert!(
+        requests[0]
+            .0
+            .starts_with("GET /v1/chat/completions/x1/stream ")
+    );
+    assert!(
+        requests[1]
+            .0
+            .starts_with("POST /v1/chat/completions/x1/cancel ")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_resume_store_is_a_503_before_the_upstream() {
+    let hostile = Hostile::start(Case::Stream {
+        chunks: 3,
+        content_type: "text/event-stream",
+    })
+    .await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let store = format!("redis://127.0.0.1:{port}");
+    let flags = [
+        "--resume-grace-ms",
+        "10000",
+        "--resume-store",
+        store.as_str(),
+    ];
+    let proxy = start_proxy(&hostile.url(), &flags);
+    let mut response = tokio::time::timeout(HANG, stream(proxy, "", 3))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 503);
+    let _ = response.text().await;
+    assert!(hostile.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_the_body_did_not_ask_for_is_gated_when_the_upstream_streams() {
+    let hostile = Hostile::start(Case::Stream {
+        chunks: 3,
+        content_type: "text/event-stream",
+    })
+    .await;
+    let proxy = start_proxy(&hostile.url(), &[]);
+    for body in [
+        r#"{"model":"m","messages":[],"stream":"true"}"#,
+        r#"{"model":"m","messages":[],"stream":1}"#,
+        r#"{"model":"m","messages":[],"stream":false,"stream":true}"#,
+    ] {
+        let mut response = Response::post(proxy, CHAT, "", body).await;
+        assert_eq!(response.status(), 200, "{body}");
+        assert_eq!(
+            response.header("x-accel-buffering").as_deref(),
+            Some("no"),
+            "{body}: gated"
+        );
+        let (frames, _) = events(&mut response).await;
+        assert_eq!(id(&frames[0]), Some(0), "{body}: the proxy's ids");
+        assert_eq!(data(frames.last().unwrap()), Some("[DONE]"), "{body}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_before_the_first_chunk_still_sends_a_final_chunk() {
+    let (sim, _) = start_sim(&["--step-ms", "1", "--stall-at", "0", "--stall-ms", "5000"]);
+    let proxy = start_proxy(&format!("http://{sim}"), &["--resume-grace-ms", "10000"]);
+    let mut response = stream(proxy, "x-request-id: early\r\n", 5).await;
+    assert_eq!(response.status(), 200);
+    let mut cancel = Response::post(proxy, "/v1/chat/completions/early/cancel", "", "").await;
+    assert_eq!(cancel.status(), 200);
+    let _ = cancel.text().await;
+    let (frames, _) = tokio::time::timeout(HANG, events(&mut response))
+        .await
+        .unwrap();
+    assert_eq!(frames.len(), 2, "{frames:?}");
+    let finish: Value = serde_json::from_str(data(&frames[0]).unwrap()).unwrap();
+    assert_eq!(finish["id"], "early");
+    assert_eq!(finish["object"], "chat.completion.chunk");
+    assert_eq!(finish["model"], "sim");
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    assert_eq!(data(&frames[1]), Some("[DONE]"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trickling_request_body_gets_a_408_in_time() {
+    let hostile = Hostile::start(Case::Json).await;
+    let proxy = start_proxy(&hostile.url(), &["--body-timeout-ms", "300"]);
+    let head = format!(
+        "POST {CHAT} HTTP/1.1\r\nHost: {proxy}\r\nContent-Type: application/json\r\n\
+         Content-Length: 1000\r\n\r\n{{\"stream\":"
+    );
+    let started = Instant::now();
+    let mut response = Response::send(proxy, head.as_bytes()).await;
+    let waited = started.elapsed();
+    assert_eq!(response.status(), 408);
+    assert!(response.text().await.contains("invalid_request_error"));
+    assert!(
+        waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    assert!(hostile.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_large_request_bodies_stay_within_the_buffer_budget() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let _turn = MEMORY.lock().await;
+    const CLIENTS: usize = 40;
+    const BODY: usize = 8 * 1024 * 1024;
+    const BUDGET: usize = 32 * 1024 * 1024;
+    // A refused upstream: a body read whole is answered at once (502) and let go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let budget = BUDGET.to_string();
+    let proxy = start_proxy(
+        &format!("http://127.0.0.1:{port}"),
+        &["--max-buffered-bytes", &budget],
+    );
+    let pad: &'static [u8] = Box::leak(vec![b' '; BODY].into_boxed_slice());
+    let before = rss();
+    let (go, ready) = tokio::sync::watch::channel(false);
+    let written = std::sync::Arc::new(tokio::sync::Barrier::new(CLIENTS + 1));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (mut ready, written) = (ready.clone(), written.clone());
+            tokio::spawn(async move {
+                let mut socket = tokio::net::TcpStream::connect(proxy).await.unwrap();
+                let head =
+                    format!("POST {CHAT} HTTP/1.1\r\nHost: p\r\nContent-Length: {BODY}\r\n\r\n");
+                let sent = async {
+                    socket.write_all(head.as_bytes()).await?;
+                    socket.write_all(&pad[..BODY - 1]).await
+                };
+                // Refused ones may find their connection closed under them.
+                let _ = tokio::time::timeout(Duration::from_secs(5), sent).await;
+                written.wait().await;
+                let _ = ready.wait_for(|go| *go).await;
+                let _ = socket.write_all(&pad[BODY - 1..]).await;
+                let mut answer = Vec::new();
+                let _ = tokio::time::timeout(HANG, socket.read_to_end(&mut answer)).await;
+                String::from_utf8_lossy(&answer)
+                    .get(9..12)
+                    .unwrap_or("")
+                    .to_owned()
+            })
+        })
+        .collect();
+    written.wait().await;
+    // Every body is either held by the proxy (all but its last byte) or refused.
+    sleep(Duration::from_millis(300)).await;
+    let grown = rss().saturating_sub(before);
+    go.send(true).unwrap();
+    let mut statuses = Vec::new();
+    for client in clients {
+        statuses.push(client.await.unwrap());
+    }
+    let refused = statuses.iter().filter(|status| *status == "503").count();
+    let read = statuses.iter().filter(|status| *status == "502").count();
+    assert!(refused > 0 && read > 0, "{statuses:?}");
+    assert!(read <= BUDGET / BODY, "{statuses:?}");
+    // Unbounded, it would be 40 x 8 MiB = 320 MiB.
+    assert!(
+        grown < 2 * BUDGET as u64 + 32 * 1024 * 1024,
+        "the proxy grew by {grown} bytes holding {CLIENTS} bodies of {BODY} bytes"
+    );
 }
 
 // ----------------------------------------------------------------------- hostile upstreams

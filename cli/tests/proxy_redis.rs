@@ -96,6 +96,15 @@ async fn a_stream_resumes_through_another_proxy_instance() {
         seen.push(frame);
     }
     assert_eq!(id(&seen[4]), Some(4));
+    // The id is taken on every instance: a duplicate through the other one is refused before
+    // its upstream is asked (the sim's count below stays 1).
+    let mut duplicate = stream(b, "x-request-id: shared-1\r\n", 5).await;
+    assert_eq!(duplicate.status(), 409);
+    let text = duplicate.text().await;
+    assert!(
+        text.contains("x-request-id shared-1 is running or recently finished"),
+        "{text}"
+    );
     drop(first);
     let mut resumed = Response::get(
         b,
@@ -125,7 +134,7 @@ async fn a_stop_through_another_instance_ends_the_stream_with_a_final_chunk() {
     let (sim, _) = start_sim(&["--step-ms", "2"]);
     let upstream = format!("http://{sim}");
     let url = redis.url();
-    let flags = ["--resume-store", url.as_str()];
+    let flags = ["--resume-store", url.as_str(), "--resume-grace-ms", "10000"];
     let (a, b) = (
         start_proxy(&upstream, &flags),
         start_proxy(&upstream, &flags),

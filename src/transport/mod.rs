@@ -46,7 +46,7 @@ pub use self::listener::{
 #[cfg(feature = "server")]
 pub use self::serve::{
     ACCEPT_BACKOFF, DEFAULT_FIRST_BYTE_TIMEOUT, DEFAULT_H2_SEND_BUFFER,
-    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ServeError, Server,
+    DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, ServeError, Server, default_max_connections,
 };
 #[cfg(feature = "net")]
 pub use self::stream::{SendQueue, TunedStream, unacknowledged_bytes, unsent_bytes};

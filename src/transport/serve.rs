@@ -791,8 +791,24 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// The default cap on open connections: below the soft `RLIMIT_NOFILE`, with headroom.
-fn default_max_connections() -> usize {
+/// The default cap on open connections, [`Server::max_connections`]'s when none is given: the
+/// process's soft `RLIMIT_NOFILE` minus a quarter of it, and at least 64 left for everything
+/// else (a limit of 256 allows 192 connections, 1,024 allows 768); 8,192 where there is no
+/// such limit. Read anew at each call.
+///
+/// A server that opens a descriptor of its own per connection (a proxy's upstream socket) can
+/// use a share of it: half, for one each.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::transport::{Server, default_max_connections};
+///
+/// // A proxy: every connection also holds one upstream socket.
+/// let server = Server::new().max_connections((default_max_connections() / 2).max(1));
+/// # let _ = server;
+/// ```
+pub fn default_max_connections() -> usize {
     soft_descriptor_limit().map_or(FALLBACK_MAX_CONNECTIONS, connections_below)
 }
 

@@ -17,10 +17,28 @@ What it does:
   `streamgate sim`, ...) without changing it. A streamed POST /v1/chat/completions or
   /v1/completions (\"stream\": true) is decoded, gated and sent one HTTP chunk per event, with
   heartbeats, a slow-consumer policy, cancellation carried upstream the moment the client goes,
-  resumable streams, hop probes, and a terminal error frame whenever the upstream fails. Every
-  other request (non-streamed completions, /v1/models, /health, anything) passes through
-  untouched, its body streamed both ways. x-request-id goes both ways (one is made when the
-  client sent none); traceparent goes upstream.
+  resumable streams, hop probes, and a terminal error frame whenever the upstream fails. Any
+  completion the upstream answers 2xx text/event-stream is gated, whatever its body asked.
+  Every other request (non-streamed completions, /v1/models, /health, anything) passes
+  through, its body streamed both ways, without the hop-by-hop headers: Upgrade and
+  Connection are among them, so WebSocket (and other Upgrade) requests are not relayed as
+  such. x-request-id goes both ways (one is made when the client sent none); traceparent goes
+  upstream.
+
+Limits:
+  A completion request's body is read whole (--max-request-bytes, 413), within
+  --body-timeout-ms (408), and all of them together within --max-buffered-bytes (503).
+  --max-connections defaults to half of streamgate's default cap (three quarters of the file
+  descriptor limit, at least 64 left over), since every proxied stream holds two sockets: its
+  client's and its upstream's.
+
+Request ids and resumes:
+  Resumes and stops need --resume-grace-ms above 0. Without it no stream is registered,
+  requests sharing an x-request-id (retries keep theirs) are served side by side, and the
+  /stream and /cancel paths below pass through to the upstream. With it, a request whose id
+  names a running or retained stream gets 409 before the upstream is asked. A resumable
+  stream's id is its only credential: the proxy's ids are unguessable, a client's own are
+  as secret as the client keeps them.
 
 Example:
   streamgate proxy --upstream http://127.0.0.1:8000 --addr 0.0.0.0:8080
@@ -30,6 +48,7 @@ The proxy's own endpoints (they shadow the upstream's paths of the same name):
   GET  /stats                                     the proxy's stream counters (JSON)
   GET  /v1/chat/completions/{request_id}/stream   resume (Last-Event-ID: n, or ?after=n)
   POST /v1/chat/completions/{request_id}/cancel   stop a stream (final chunk, then [DONE])
+  (the last two only with --resume-grace-ms above 0)
 
 Only http:// upstreams (HTTP/1.1); https is not supported.";
 
@@ -66,11 +85,23 @@ pub struct Config {
     /// keep the client's connection alive until then (0: wait for ever).
     #[arg(long = "upstream-idle-ms", value_name = "MS", default_value = "120000", value_parser = flags::millis_or_zero)]
     pub upstream_idle: Duration,
-    /// The largest request body read to tell a streamed completion from another request (413
-    /// above it). Only `POST /v1/chat/completions` and `/v1/completions` are read; every other
-    /// body streams through unread.
+    /// The largest completion request body the proxy reads (413 above it). Only `POST
+    /// /v1/chat/completions` and `/v1/completions` are read (their answers are gated when they
+    /// stream); every other body streams through unread. 16 MiB, since a vision request carries
+    /// its images base64-encoded in the body; `--max-buffered-bytes` bounds what all of them
+    /// hold together.
     #[arg(long, value_name = "B", default_value_t = 16 * 1024 * 1024, value_parser = flags::positive)]
     pub max_request_bytes: usize,
+    /// How long a completion request's body may take to arrive, in ms, from its headers on (408
+    /// after it): a client that sends part of a body and stops does not hold its connection
+    /// and its buffer for ever.
+    #[arg(long = "body-timeout-ms", value_name = "MS", default_value = "30000", value_parser = flags::millis)]
+    pub body_timeout: Duration,
+    /// The most bytes of completion request bodies held in memory at once, across all requests
+    /// (being read, or waiting to go upstream). A body that would pass it is refused with 503
+    /// ("too many large requests in flight") at once, never queued.
+    #[arg(long, value_name = "B", default_value_t = 64 * 1024 * 1024, value_parser = flags::positive)]
+    pub max_buffered_bytes: usize,
     #[command(flatten)]
     pub resume: flags::ResumeFlags,
     /// Inject a stall before forwarding event N of every stream (for diagnosis drills).
@@ -87,6 +118,21 @@ pub struct Config {
 }
 
 impl Config {
+    /// The most connections the proxy accepts at once: `--max-connections`, or half of
+    /// [`default_max_connections`](streamgate::transport::default_max_connections), since each
+    /// proxied stream holds two descriptors, its client's socket and its upstream's.
+    pub fn max_connections(&self) -> usize {
+        self.listen
+            .max_connections
+            .unwrap_or_else(|| (streamgate::transport::default_max_connections() / 2).max(1))
+    }
+
+    /// The server with the connection protections these flags ask for
+    /// (`--header-timeout-ms`, `--idle-timeout-ms`, [`max_connections`](Self::max_connections)).
+    pub fn server(&self) -> streamgate::transport::Server {
+        self.listen.server().max_connections(self.max_connections())
+    }
+
     /// Parses the proxy's flags (`["--upstream", "http://127.0.0.1:8000"]`, without a program
     /// name).
     ///
@@ -208,6 +254,15 @@ mod tests {
         let config = Config::parse_from(["--upstream", "http://127.0.0.1:8000"]).unwrap();
         assert_eq!(config.addr.to_string(), "127.0.0.1:8080");
         assert_eq!(config.resume.store, flags::ResumeStore::Memory);
+        assert_eq!(
+            config.max_connections(),
+            (streamgate::transport::default_max_connections() / 2).max(1),
+            "half the library's default: two sockets per stream"
+        );
+        assert_eq!(config.body_timeout, Duration::from_secs(30));
+        assert_eq!(config.max_buffered_bytes, 64 * 1024 * 1024);
+        let given = Config::parse_from(["--upstream", "a:1", "--max-connections", "10"]).unwrap();
+        assert_eq!(given.max_connections(), 10);
         assert!(
             Config::parse_from::<_, &str>([]).is_err(),
             "--upstream is required"

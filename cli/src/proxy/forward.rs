@@ -221,7 +221,7 @@ async fn collect(
     let capacity = declared.map_or(0, |length| usize::try_from(length).unwrap_or(limit));
     let mut bytes = BytesMut::new();
     let mut permit: Option<OwnedSemaphorePermit> = None;
-    let mut take = |n: usize, permit: &mut Option<OwnedSemaphorePermit>| {
+    let take = |n: usize, permit: &mut Option<OwnedSemaphorePermit>| {
         let n = u32::try_from(n).map_err(|_| ReadError::TooLarge)?;
         let more = budget
             .clone()

@@ -13,32 +13,50 @@
 //!
 //! # What goes where
 //!
-//! - `POST /v1/chat/completions` and `POST /v1/completions` whose JSON body (read up to
-//!   `--max-request-bytes`, 413 above) has `"stream": true`, answered 2xx `text/event-stream`
-//!   (any case, any parameters): decoded with the crate's SSE decoder, gated
-//!   (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`), registered under
-//!   the request id for resumes, and sent one HTTP chunk per event with `Cache-Control:
+//! - `POST /v1/chat/completions` and `POST /v1/completions`: the body is read whole (at most
+//!   `--max-request-bytes`, 413 above; within `--body-timeout-ms`, 408 after; and all bodies
+//!   being read or waiting to go upstream together within `--max-buffered-bytes`, 503 "too many
+//!   large requests in flight" past it, at once, never queued). Whatever the body says, an
+//!   answer 2xx `text/event-stream` (any case, any parameters) is a stream (Python servers
+//!   stream `"stream": "true"`, `"stream": 1` or a key given twice too): decoded with the
+//!   crate's SSE decoder, gated (`--buffer-events`, `--buffer-bytes`, `--policy`,
+//!   `--slow-deadline-ms`), registered under the request id for resumes when
+//!   `--resume-grace-ms` is above 0, and sent one HTTP chunk per event with `Cache-Control:
 //!   no-cache`, `X-Accel-Buffering: no` and heartbeats (`--heartbeat-ms`) before the first
 //!   token and through stalls. Every event carries the proxy's `id: n` (its position in the
 //!   stream: upstream ids are replaced). Events pass byte for byte, unless `--policy coalesce`
 //!   merges chat chunks a slow client has not read yet (the crate's lossless OpenAI merge;
 //!   `text_completion` chunks never merge). The response's headers are the proxy's (the
 //!   upstream's other headers are not copied), and the upstream is asked without
-//!   `Accept-Encoding`, since the proxy reads its events.
-//! - Everything else (other paths and methods, non-streamed completions, a streamed request
-//!   the upstream answers with an error or without SSE) passes through: method, path and
-//!   query (after the upstream's prefix), headers without the hop-by-hop ones (`Host` becomes
-//!   the upstream's), bodies streamed both ways in bounded memory. An upstream `500` typed
-//!   `text/event-stream` is a `500` with its body.
-//! - The proxy's own: `GET /metrics`, `GET /stats`, `GET /v1/chat/completions/{id}/stream`,
-//!   `POST /v1/chat/completions/{id}/cancel` (as `sim` serves them); they shadow the upstream's
-//!   paths of the same name (other methods on them pass through).
+//!   `Accept-Encoding`, since the proxy reads its events. Only a body with `"stream": true`
+//!   gets the `--upstream-headers-ms` deadline (a non-streamed completion has its headers only
+//!   once it is done).
+//! - Everything else (other paths and methods, a completion the upstream answers with an error
+//!   or without SSE) passes through: method, path and query (after the upstream's prefix),
+//!   headers without the hop-by-hop ones (`Host` becomes the upstream's), bodies streamed both
+//!   ways in bounded memory. An upstream `500` typed `text/event-stream` is a `500` with its
+//!   body. `Upgrade` and `Connection` are hop-by-hop: a WebSocket (or other `Upgrade`)
+//!   handshake reaches the upstream as a plain request, and no upgraded connection is relayed.
+//! - The proxy's own: `GET /metrics`, `GET /stats`, and with `--resume-grace-ms` above 0 `GET
+//!   /v1/chat/completions/{id}/stream` and `POST /v1/chat/completions/{id}/cancel` (as `sim`
+//!   serves them); they shadow the upstream's paths of the same name (other methods on them
+//!   pass through). Without a grace the last two pass through to the upstream.
 //!
 //! # Request ids and traces
 //!
 //! `x-request-id` is the client's, or a new unguessable `sg-<32 hex digits>` when it sent none;
-//! it goes upstream and comes back on every response, and names the stream for a resume (which
-//! asks for nothing else: a client-chosen id is as secret as the client makes it). W3C
+//! it goes upstream and comes back on every response. Without a grace (the default) ids name
+//! nothing: no stream is registered, and requests sharing one (an Envoy retry keeps its id) are
+//! served side by side. With a grace an id names its stream for resumes and stops, and a
+//! resumable stream's id is its only credential: the proxy's ids cannot be guessed, a
+//! client-chosen one is as secret as the client makes it. A request with `"stream": true`
+//! claims its id before the upstream is asked, so a duplicate of a running or retained stream
+//! is a 409 that never starts upstream work (in memory, an atomic insert-if-absent; with Redis,
+//! the local claim and then an existence check in Redis, so two instances claiming the same new
+//! id at the same moment may both ask their upstreams, and the later registration is refused
+//! with 409, its upstream dropped at once). A completion that did not ask for a stream but gets
+//! one claims its id when the answer comes. When Redis does not answer, a warning is logged at
+//! start and such requests get 503 before going upstream. W3C
 //! `traceparent`/`tracestate` go upstream verbatim with the other headers; the hop probes'
 //! recorders are made in the extracted context, so an application that installs an
 //! OpenTelemetry propagator and gives the hops a tracer gets one span per stream continuing the
@@ -51,7 +69,10 @@
 //! is dropped; hyper closes that upstream connection (an unfinished body never returns to the
 //! pool), and the upstream server sees its client disconnect and frees the slot. With a grace,
 //! a disconnected stream goes on reading its upstream into the replay log until the grace runs
-//! out or a client resumes.
+//! out or a client resumes. A `/cancel` ends every reader's stream with a final chunk
+//! (`finish_reason` `stop`; the envelope of the upstream's first chunk, or, stopped before the
+//! upstream sent any, a minimal `chat.completion.chunk` / `text_completion` named by the
+//! request id and the request's `model`) and `[DONE]`.
 //!
 //! # Upstream failures
 //!
@@ -61,7 +82,7 @@
 //! | connect slower than `--connect-timeout-ms` | 504, OpenAI error body |
 //! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body |
 //! | error status (any content type) | that status and body |
-//! | 2xx, not SSE, to a streamed request | passed through as it is |
+//! | 2xx, not SSE, to a completion request | passed through as it is |
 //! | SSE cut mid-stream (short `Content-Length`, chunked without its end, a close before `[DONE]`) | the events so far, then `event: error` / `data: {"error":{"message":..,"type":"upstream_error",..}}`, end |
 //! | a line or event past the decoder's limits (256 KiB / 1 MiB) | the same terminal frame; memory stays within the limits |
 //! | invalid UTF-8 in SSE | replaced with U+FFFD, as every EventSource client decodes it; the stream goes on |
@@ -131,6 +152,9 @@ pub struct Proxy {
     /// what a resume asks for).
     ids: std::hash::RandomState,
     next_id: AtomicU64,
+    /// The bytes of request bodies being read or waiting to go upstream, process-wide
+    /// (`--max-buffered-bytes`): a permit per byte.
+    buffered: Arc<tokio::sync::Semaphore>,
 }
 
 impl fmt::Debug for Proxy {
@@ -144,6 +168,11 @@ impl fmt::Debug for Proxy {
 }
 
 impl Proxy {
+    /// Whether streams are registered for resumes and stops (`--resume-grace-ms` above 0).
+    fn resumable(&self) -> bool {
+        !self.config.resume.grace.is_zero()
+    }
+
     /// The request's id: the client's `x-request-id`, or a new one.
     fn request_id(&self, headers: &HeaderMap) -> String {
         use std::hash::BuildHasher;
@@ -180,8 +209,9 @@ impl Proxy {
 /// Binds the listener (with the crate's kernel-aware defaults, as `--sndbuf`,
 /// `--notsent-lowat` and `--user-timeout-ms` adjust them) and builds the app for `config`;
 /// the caller serves it (see [`serving::serve_until`], or [`serving::serve_with`] and
-/// `config.listen.server()` for the connection protections of `--header-timeout-ms`,
-/// `--idle-timeout-ms` and `--max-connections`).
+/// [`Config::server`] for the connection protections of `--header-timeout-ms`,
+/// `--idle-timeout-ms` and `--max-connections`, whose default here is half the library's,
+/// since every proxied stream holds an upstream socket besides its client's).
 ///
 /// # Errors
 ///
@@ -205,31 +235,46 @@ pub fn app(
         prometheus,
         ids: std::hash::RandomState::new(),
         next_id: AtomicU64::new(0),
+        buffered: Arc::new(tokio::sync::Semaphore::new(
+            config
+                .max_buffered_bytes
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        )),
         config,
     });
-    let app = Router::new()
+    let mut app = Router::new()
         .route("/metrics", get(stats::metrics).fallback(forward::forward))
-        .route("/stats", get(stats::stats).fallback(forward::forward))
-        .route(
-            "/v1/chat/completions/{request_id}/stream",
-            get(resume::resume).fallback(forward::forward),
-        )
-        .route(
-            "/v1/chat/completions/{request_id}/cancel",
-            post(resume::cancel).fallback(forward::forward),
-        )
-        .fallback(forward::forward)
-        .with_state(proxy.clone());
+        .route("/stats", get(stats::stats).fallback(forward::forward));
+    if proxy.resumable() {
+        app = app
+            .route(
+                "/v1/chat/completions/{request_id}/stream",
+                get(resume::resume).fallback(forward::forward),
+            )
+            .route(
+                "/v1/chat/completions/{request_id}/cancel",
+                post(resume::cancel).fallback(forward::forward),
+            );
+    }
+    let app = app.fallback(forward::forward).with_state(proxy.clone());
     Ok((listener, app, proxy))
 }
 
 /// Runs the proxy until SIGINT or SIGTERM: every open stream then gets a terminal frame, hop
 /// records are flushed, and the process exits (status 0; 2 when it could not start).
 pub async fn run(config: Config) -> ExitCode {
-    let server = config.listen.server();
+    let server = config.server();
     match serving::prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, proxy)) => {
             eprintln!("proxy: forwarding to {}", proxy.config.upstream);
+            if proxy.resumable() {
+                if let Err(why) = proxy.store.check().await {
+                    eprintln!(
+                        "proxy: warning: the resume store does not answer ({why}); streamed \
+                         requests get 503 until it does"
+                    );
+                }
+            }
             let (records, group) = (proxy.records.clone(), proxy.group.clone());
             serving::serve_until_signal("proxy", server, listener, app, records, group).await
         }

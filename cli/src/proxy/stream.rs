@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use axum::body::Bytes;
 use axum::http::header::{self, HeaderMap};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
@@ -29,21 +28,31 @@ use super::{Proxy, error, forward};
 use crate::flags::PolicyFlag;
 use crate::{serving, store};
 
-/// A streamed completion request, its body read.
-#[derive(Debug)]
+/// A completion request, its body read.
 pub(super) struct StreamRequest {
     pub(super) path_and_query: String,
     pub(super) headers: HeaderMap,
-    pub(super) body: Bytes,
+    pub(super) body: forward::Buffered,
     /// The request id (`x-request-id`), under which the stream is resumable.
     pub(super) id: String,
     /// A chat completion (`chat.completion.chunk` events, which may coalesce), or a text one.
     pub(super) chat: bool,
+    /// The body asks for a stream (`"stream": true`): the upstream's headers have a deadline,
+    /// and the id is claimed before the upstream is asked.
+    pub(super) asked: bool,
+    /// The request's `model`, for a final chunk made before the upstream sent any.
+    pub(super) model: Option<String>,
 }
 
 /// Sends `request` upstream and streams its answer: gated SSE when the upstream answers 2xx
-/// `text/event-stream`, otherwise the upstream's response as it is (an error status with its
-/// body, or a non-SSE answer).
+/// `text/event-stream` (whatever the body asked), otherwise the upstream's response as it is
+/// (an error status with its body, or a non-SSE answer).
+///
+/// With `--resume-grace-ms` (resumes on), the stream is registered under its request id: a
+/// request that asked for a stream claims the id before the upstream is asked, so a duplicate
+/// (409) never starts upstream work; one that did not ask claims it when the answer turns out
+/// to be a stream. Without a grace nothing is registered, and requests sharing an id are
+/// served side by side.
 pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Response {
     let StreamRequest {
         path_and_query,
@@ -51,27 +60,33 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         body,
         id,
         chat,
+        asked,
+        model,
     } = request;
-    if proxy.store.contains(&id) {
-        return serving::json_error(
-            StatusCode::CONFLICT,
-            &format!(
-                "a stream with x-request-id {id} is running: resume it at \
-                 /v1/chat/completions/{id}/stream, or send another id"
-            ),
-            "conflict_error",
-        );
+    let resumable = proxy.resumable();
+    let mut claim = None;
+    if resumable && asked {
+        match proxy.store.try_claim(&id).await {
+            Ok(held) => claim = Some(held),
+            Err(refused) => return refused_claim(&id, &refused),
+        }
     }
     // The client's `traceparent` goes upstream with its other headers; the proxy's streams
     // continue its trace (their spans, where the embedding application gives the hop one).
     let parent = streamgate::otel::extract(&headers);
     // The events are decoded here: they must arrive as they are.
     headers.remove(header::ACCEPT_ENCODING);
-    let limit = proxy.config.upstream_headers;
     let sent = proxy
         .upstream
-        .send(Method::POST, &path_and_query, &headers, body.into());
-    let upstream = match tokio::time::timeout(limit, sent).await {
+        .send(Method::POST, &path_and_query, &headers, body.into_body());
+    let limit = proxy.config.upstream_headers;
+    let answer = if asked {
+        tokio::time::timeout(limit, sent).await
+    } else {
+        // A non-streamed completion has its headers only once it is done.
+        Ok(sent.await)
+    };
+    let upstream = match answer {
         Ok(Ok(upstream)) => upstream,
         Ok(Err(failure)) => return proxy.upstream_failed(&failure),
         Err(_) => return proxy.upstream_failed(&UpstreamError::HeadersTimeout(limit)),
@@ -81,60 +96,116 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         proxy.stats.passed_through();
         return forward::pass_response(upstream);
     }
+    if resumable && claim.is_none() {
+        match proxy.store.try_claim(&id).await {
+            Ok(held) => claim = Some(held),
+            // The upstream response is dropped: its connection closes, its work stops.
+            Err(refused) => return refused_claim(&id, &refused),
+        }
+    }
     let recv = proxy.recv.recorder_in(id.as_str(), &parent);
-    let consumer = start(proxy, &id, chat, upstream.into_body(), recv);
+    let start = Start {
+        id: &id,
+        chat,
+        model,
+        claim,
+    };
+    let consumer = start.spawn(proxy, upstream.into_body(), recv);
+    if !resumable {
+        let frames: store::Frames = Box::pin(consumer.sse().with_ids());
+        return proxy.sse_response(frames, &id);
+    }
     match proxy.store.register(&id, consumer).await {
         Ok(frames) => proxy.sse_response(frames, &id),
-        Err(RegisterError::Duplicate) => serving::json_error(
-            StatusCode::CONFLICT,
-            "a stream with this x-request-id is running: resume it at \
-             /v1/chat/completions/{id}/stream, or send another id",
-            "conflict_error",
-        ),
+        // Another instance registered the id between this one's claim and now.
+        Err(RegisterError::Duplicate) => conflict(&id, "is running or recently finished"),
         Err(failure) => store::unavailable(&failure.to_string()),
     }
 }
 
-/// Starts the gate whose generator reads the upstream `body`.
-fn start(
-    proxy: &Arc<Proxy>,
-    id: &str,
-    chat: bool,
-    body: Incoming,
-    recv: Recorder,
-) -> streamgate::Consumer<Relayed> {
-    let config = &proxy.config;
-    let claim = proxy.store.claim(id);
-    let stop = claim.stop().clone();
-    proxy.stats.start();
-    let outcome = Arc::new(AtomicU8::new(Outcome::Gate as u8));
-    let on_release = {
-        let (proxy, outcome) = (proxy.clone(), outcome.clone());
-        move |reason: EndReason, _| {
-            proxy.store.release(claim);
-            proxy
-                .stats
-                .end(reason, Outcome::from_u8(outcome.load(Ordering::SeqCst)));
+/// 409 for an id that names another stream (`why`: "is running", ...).
+fn conflict(id: &str, why: &str) -> Response {
+    serving::json_error(
+        StatusCode::CONFLICT,
+        &format!(
+            "a stream with x-request-id {id} {why}: resume it at \
+             /v1/chat/completions/{id}/stream, or send another id"
+        ),
+        "conflict_error",
+    )
+}
+
+/// The answer to a request whose id could not be claimed.
+fn refused_claim(id: &str, refused: &store::ClaimError) -> Response {
+    match refused {
+        store::ClaimError::Running => conflict(id, "is running"),
+        store::ClaimError::Finished => {
+            conflict(id, "recently finished (it is retained for its grace)")
         }
-    };
-    let pump = Pump {
-        stop,
-        outcome,
-        chat,
-        mergeable: chat && config.gate.policy == PolicyFlag::Coalesce,
-        idle: config.upstream_idle,
-        stall_at: config.stall_at,
-        stall: config.stall,
-    };
-    config
-        .gate
-        .gate(&config.resume)
-        .group(&proxy.group)
-        .on_release(on_release)
-        // The generator owns the upstream body: when the stream ends early (the client left
-        // and no grace holds it, a policy, a stop, shutdown) the gate drops it, hyper closes
-        // the upstream connection, and the upstream server cancels its own generation.
-        .spawn(move |_, tx| pump.run(body, recv, tx))
+        store::ClaimError::Exists => conflict(id, "is running or recently finished"),
+        store::ClaimError::Unavailable(why) => {
+            store::unavailable(&format!("the resume store is unavailable: {why}"))
+        }
+    }
+}
+
+/// What a stream's gate is started with.
+struct Start<'a> {
+    id: &'a str,
+    chat: bool,
+    model: Option<String>,
+    /// The id's claim (resumes on): its stop is `/cancel`'s; given back when the stream ends.
+    claim: Option<store::Claim>,
+}
+
+impl Start<'_> {
+    /// Starts the gate whose generator reads the upstream `body`.
+    fn spawn(
+        self,
+        proxy: &Arc<Proxy>,
+        body: Incoming,
+        recv: Recorder,
+    ) -> streamgate::Consumer<Relayed> {
+        let config = &proxy.config;
+        let stop = self
+            .claim
+            .as_ref()
+            .map_or_else(CancellationToken::new, |claim| claim.stop().clone());
+        let claim = self.claim;
+        proxy.stats.start();
+        let outcome = Arc::new(AtomicU8::new(Outcome::Gate as u8));
+        let on_release = {
+            let (proxy, outcome) = (proxy.clone(), outcome.clone());
+            move |reason: EndReason, _| {
+                if let Some(claim) = claim {
+                    proxy.store.release(claim);
+                }
+                proxy
+                    .stats
+                    .end(reason, Outcome::from_u8(outcome.load(Ordering::SeqCst)));
+            }
+        };
+        let pump = Pump {
+            stop,
+            outcome,
+            chat: self.chat,
+            id: self.id.to_owned(),
+            model: self.model,
+            mergeable: self.chat && config.gate.policy == PolicyFlag::Coalesce,
+            idle: config.upstream_idle,
+            stall_at: config.stall_at,
+            stall: config.stall,
+        };
+        config
+            .gate
+            .gate(&config.resume)
+            .group(&proxy.group)
+            .on_release(on_release)
+            // The generator owns the upstream body: when the stream ends early (the client left
+            // and no grace holds it, a policy, a stop, shutdown) the gate drops it, hyper closes
+            // the upstream connection, and the upstream server cancels its own generation.
+            .spawn(move |_, tx| pump.run(body, recv, tx))
+    }
 }
 
 impl Outcome {
@@ -153,6 +224,9 @@ struct Pump {
     stop: CancellationToken,
     outcome: Arc<AtomicU8>,
     chat: bool,
+    /// The request id and `model`: a final chunk made before the upstream sent any names them.
+    id: String,
+    model: Option<String>,
     mergeable: bool,
     /// `--upstream-idle-ms` (zero: none): the longest wait for the upstream's next event.
     idle: Duration,
@@ -278,9 +352,15 @@ impl Pump {
             End::Stopped => {
                 self.outcome.store(Outcome::Stopped as u8, Ordering::SeqCst);
                 recv.end("cancelled");
-                let finish = first
-                    .as_deref()
-                    .and_then(|first| final_chunk(first, self.chat));
+                // Stopped before the upstream's first chunk: a minimal one of the proxy's own.
+                let finish = match first.as_deref() {
+                    Some(first) => final_chunk(first, self.chat),
+                    None => Some(minimal_final_chunk(
+                        &self.id,
+                        self.model.as_deref(),
+                        self.chat,
+                    )),
+                };
                 for data in finish.into_iter().chain(Some("[DONE]".to_owned())) {
                     let event = SseEvent::data(data).with_id(next_id.to_string());
                     let event = event.expect("a number is a valid id");
@@ -323,6 +403,34 @@ fn final_chunk(first: &str, chat: bool) -> Option<String> {
     Some(Value::Object(chunk).to_string())
 }
 
+/// The last chunk of a stream stopped before the upstream sent any: its id is the request id,
+/// its `model` the request's (empty when it named none), and its one choice finishes with
+/// `stop`.
+fn minimal_final_chunk(id: &str, model: Option<&str>, chat: bool) -> String {
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    let (object, choice) = if chat {
+        (
+            "chat.completion.chunk",
+            json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}),
+        )
+    } else {
+        (
+            "text_completion",
+            json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"}),
+        )
+    };
+    json!({
+        "id": id,
+        "object": object,
+        "created": created,
+        "model": model.unwrap_or(""),
+        "choices": [choice],
+    })
+    .to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,5 +447,11 @@ mod tests {
         let chunk: Value = serde_json::from_str(&final_chunk(text, false).unwrap()).unwrap();
         assert_eq!(chunk["choices"][0]["text"], "");
         assert!(final_chunk("not json", true).is_none());
+        let chunk: Value =
+            serde_json::from_str(&minimal_final_chunk("r1", Some("m"), true)).unwrap();
+        assert_eq!(chunk["id"], "r1");
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(chunk["model"], "m");
+        assert_eq!(chunk["choices"][0]["finish_reason"], "stop");
     }
 }
