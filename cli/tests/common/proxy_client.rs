@@ -138,9 +138,14 @@ impl Response {
         self.ended
     }
 
-    /// The next SSE frame (up to and including its blank line) of a chunked body.
+    /// The next SSE frame (up to and including its blank line) of a chunked body. A heartbeat
+    /// (an empty comment line, `:\n`, which ends no event) is a frame of its own.
     pub async fn next_frame(&mut self) -> Option<String> {
         loop {
+            if self.body.starts_with(b":\n") {
+                self.body.drain(..2);
+                return Some(":\n".into());
+            }
             if let Some(at) = find(&self.body, b"\n\n") {
                 let frame = self.body.drain(..at + 2).collect::<Vec<_>>();
                 return Some(String::from_utf8(frame).unwrap());
