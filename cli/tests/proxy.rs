@@ -949,6 +949,53 @@ async fn an_upstream_without_headers_is_a_504_and_slow_headers_are_waited_for() 
     assert_eq!(text(&frames), "c0 c1 c2 ");
 }
 
+/// A server that queues the request (llama.cpp with every slot busy) sends its headers only
+/// when it starts on it: past one heartbeat interval the proxy commits the stream, and its
+/// client hears heartbeats while the proxy waits; a late error ends the stream with a frame
+/// that says it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_queues_the_request_gets_heartbeats_downstream_meanwhile() {
+    let flags = ["--heartbeat-ms", "100", "--upstream-headers-ms", "5000"];
+    let hostile = Hostile::start(Case::SlowHeaders(700)).await;
+    let proxy = start_proxy(&hostile.url(), &flags);
+    let mut response = stream(proxy, "", 3).await;
+    assert_eq!(
+        response.status(),
+        200,
+        "committed before the upstream answered"
+    );
+    let (frames, heartbeats) = events(&mut response).await;
+    assert!(
+        heartbeats >= 2,
+        "{heartbeats} heartbeats while the upstream queued"
+    );
+    assert_eq!(text(&frames), "c0 c1 c2 ");
+
+    let hostile = Hostile::start(Case::SlowError500(700)).await;
+    let proxy = start_proxy(&hostile.url(), &flags);
+    let mut response = stream(proxy, "", 3).await;
+    assert_eq!(response.status(), 200);
+    let (frames, heartbeats) = events(&mut response).await;
+    assert!(
+        heartbeats >= 2,
+        "{heartbeats} heartbeats while the upstream queued"
+    );
+    let last = frames.last().expect("a terminal frame");
+    assert_upstream_error(last, "500 Internal Server Error");
+    assert_upstream_error(last, "overloaded");
+
+    let hostile = Hostile::start(Case::NoHeaders).await;
+    let flags = ["--heartbeat-ms", "100", "--upstream-headers-ms", "600"];
+    let proxy = start_proxy(&hostile.url(), &flags);
+    let mut response = stream(proxy, "", 3).await;
+    assert_eq!(response.status(), 200);
+    let (frames, heartbeats) = events(&mut response).await;
+    assert!(heartbeats >= 2, "{heartbeats} heartbeats");
+    assert_upstream_error(frames.last().unwrap(), "no response headers within 600 ms");
+    let stats = stats(proxy).await;
+    assert_eq!(stats["upstream_failures"]["headers_timeout"], 1, "{stats}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_connection_is_a_502() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

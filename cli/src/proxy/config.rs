@@ -75,9 +75,11 @@ pub struct Config {
     /// How long connecting to the upstream may take, in ms (then 504).
     #[arg(long = "connect-timeout-ms", value_name = "MS", default_value = "5000", value_parser = flags::millis)]
     pub connect_timeout: Duration,
-    /// How long a streamed request waits for the upstream's response headers, in ms (then 504).
-    /// Other requests wait as long as the upstream takes (a non-streamed completion has its
-    /// headers only once it is done).
+    /// How long a streamed request waits for the upstream's response headers, in ms. Past one
+    /// heartbeat interval the stream is committed (200) and heartbeats flow meanwhile; at the
+    /// deadline it ends with an error frame (a 504 when the deadline comes first). Other
+    /// requests wait as long as the upstream takes (a non-streamed completion has its headers
+    /// only once it is done).
     #[arg(long = "upstream-headers-ms", value_name = "MS", default_value = "60000", value_parser = flags::millis)]
     pub upstream_headers: Duration,
     /// A stream whose upstream sends no event for this long (comments do not count) ends with

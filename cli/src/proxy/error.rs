@@ -12,8 +12,14 @@ use crate::serving;
 /// The answer when the upstream gave no response: 502 when it could not be reached or failed,
 /// 504 when it took too long, typed `upstream_error`.
 pub(super) fn upstream(upstream: &Upstream, error: &UpstreamError) -> Response {
+    let (status, message) = failure(upstream, error);
+    serving::json_error(status, &message, "upstream_error")
+}
+
+/// The status and the message for an upstream that gave no (usable) response.
+pub(super) fn failure(upstream: &Upstream, error: &UpstreamError) -> (StatusCode, String) {
     let url = upstream.url();
-    let (status, message) = match error {
+    match error {
         UpstreamError::Connect(why) => (
             StatusCode::BAD_GATEWAY,
             format!("upstream {url} unreachable: {why}"),
@@ -33,8 +39,7 @@ pub(super) fn upstream(upstream: &Upstream, error: &UpstreamError) -> Response {
             StatusCode::BAD_GATEWAY,
             format!("upstream {url} failed: {why}"),
         ),
-    };
-    serving::json_error(status, &message, "upstream_error")
+    }
 }
 
 /// The terminal frame of a stream whose upstream failed: `event: error` and an OpenAI error

@@ -30,7 +30,10 @@
 //!   upstream's other headers are not copied), and the upstream is asked without
 //!   `Accept-Encoding`, since the proxy reads its events. Only a body with `"stream": true`
 //!   gets the `--upstream-headers-ms` deadline (a non-streamed completion has its headers only
-//!   once it is done).
+//!   once it is done). A server that queues such a request (llama.cpp with every slot busy)
+//!   sends no headers until it starts on it: the proxy waits one heartbeat interval
+//!   (`--heartbeat-ms`) for them, then commits the stream (200) and heartbeats flow while it
+//!   waits on.
 //! - Everything else (other paths and methods, a completion the upstream answers with an error
 //!   or without SSE) passes through: method, path and query (after the upstream's prefix),
 //!   headers without the hop-by-hop ones (`Host` becomes the upstream's), bodies streamed both
@@ -80,8 +83,8 @@
 //! |---|---|
 //! | connection refused, unknown host | 502, OpenAI error body, `upstream_error` |
 //! | connect slower than `--connect-timeout-ms` | 504, OpenAI error body |
-//! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body |
-//! | error status (any content type) | that status and body |
+//! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body; or, when the deadline is past the first heartbeat interval, heartbeats, then the terminal frame "sent no response headers within N ms" |
+//! | error status (any content type) | that status and body; after the stream was committed (a queued request), the terminal frame quoting the status and the start of the body |
 //! | 2xx, not SSE, to a completion request | passed through as it is |
 //! | SSE cut mid-stream (short `Content-Length`, chunked without its end, a close before `[DONE]`) | the events so far, then `event: error` / `data: {"error":{"message":..,"type":"upstream_error",..}}`, end |
 //! | a line or event past the decoder's limits (256 KiB / 1 MiB) | the same terminal frame; memory stays within the limits |

@@ -76,32 +76,56 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     let parent = streamgate::otel::extract(&headers);
     // The events are decoded here: they must arrive as they are.
     headers.remove(header::ACCEPT_ENCODING);
-    let sent = proxy
-        .upstream
-        .send(Method::POST, &path_and_query, &headers, body.into_body());
+    let mut sent: Sent = {
+        let (proxy, body) = (proxy.clone(), body.into_body());
+        Box::pin(async move {
+            (proxy.upstream)
+                .send(Method::POST, &path_and_query, &headers, body)
+                .await
+        })
+    };
     let limit = proxy.config.upstream_headers;
-    let answer = if asked {
-        tokio::time::timeout(limit, sent).await
+    let mut answer = if asked {
+        // The client hears from the proxy within one heartbeat interval. A server that queues
+        // the request (llama.cpp with every slot busy) sends its headers only when it starts on
+        // it: past that interval the stream is committed (200) and heartbeats flow while the
+        // proxy waits, and an error status after it becomes the stream's terminal frame.
+        let commit = proxy.config.gate.heartbeat.min(limit);
+        match tokio::time::timeout(commit, &mut sent).await {
+            Ok(Ok(upstream)) => Answer::Now(upstream),
+            Ok(Err(failure)) => return proxy.upstream_failed(&failure),
+            Err(_) if commit == limit => {
+                return proxy.upstream_failed(&UpstreamError::HeadersTimeout(limit));
+            }
+            Err(_) => Answer::Awaited {
+                sent,
+                deadline: Instant::now() + (limit - commit),
+                limit,
+                proxy: proxy.clone(),
+            },
+        }
     } else {
         // A non-streamed completion has its headers only once it is done.
-        Ok(sent.await)
-    };
-    let upstream = match answer {
-        Ok(Ok(upstream)) => upstream,
-        Ok(Err(failure)) => return proxy.upstream_failed(&failure),
-        Err(_) => return proxy.upstream_failed(&UpstreamError::HeadersTimeout(limit)),
-    };
-    if !(upstream.status().is_success() && is_event_stream(upstream.headers())) {
-        // An error (`500` even when typed `text/event-stream`), or an answer that is no stream.
-        proxy.stats.passed_through();
-        return forward::pass_response(upstream);
-    }
-    if resumable && claim.is_none() {
-        match proxy.store.try_claim(&id).await {
-            Ok(held) => claim = Some(held),
-            // The upstream response is dropped: its connection closes, its work stops.
-            Err(refused) => return refused_claim(&id, &refused),
+        match sent.await {
+            Ok(upstream) => Answer::Now(upstream),
+            Err(failure) => return proxy.upstream_failed(&failure),
         }
+    };
+    if let Answer::Now(upstream) = answer {
+        if !(upstream.status().is_success() && is_event_stream(upstream.headers())) {
+            // An error (`500` even when typed `text/event-stream`), or an answer that is no
+            // stream.
+            proxy.stats.passed_through();
+            return forward::pass_response(upstream);
+        }
+        if resumable && claim.is_none() {
+            match proxy.store.try_claim(&id).await {
+                Ok(held) => claim = Some(held),
+                // The upstream response is dropped: its connection closes, its work stops.
+                Err(refused) => return refused_claim(&id, &refused),
+            }
+        }
+        answer = Answer::Now(upstream);
     }
     let recv = proxy.recv.recorder_in(id.as_str(), &parent);
     let start = Start {
@@ -110,7 +134,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         model,
         claim,
     };
-    let consumer = start.spawn(proxy, upstream.into_body(), recv);
+    let consumer = start.spawn(proxy, answer, recv);
     if !resumable {
         let frames: store::Frames = Box::pin(consumer.sse().with_ids());
         return proxy.sse_response(frames, &id);
@@ -149,6 +173,23 @@ fn refused_claim(id: &str, refused: &store::ClaimError) -> Response {
     }
 }
 
+/// The upstream's response, on its way.
+type Sent = Pin<Box<dyn Future<Output = Result<hyper::Response<Incoming>, UpstreamError>> + Send>>;
+
+/// The upstream's answer to a streamed request.
+pub(super) enum Answer {
+    /// Its headers came: a 2xx event stream.
+    Now(hyper::Response<Incoming>),
+    /// Not within a heartbeat interval: the stream is committed, and the generator waits for
+    /// the headers until `deadline` (`--upstream-headers-ms`, `limit`, from the request).
+    Awaited {
+        sent: Sent,
+        deadline: Instant,
+        limit: Duration,
+        proxy: Arc<Proxy>,
+    },
+}
+
 /// What a stream's gate is started with.
 struct Start<'a> {
     id: &'a str,
@@ -159,11 +200,11 @@ struct Start<'a> {
 }
 
 impl Start<'_> {
-    /// Starts the gate whose generator reads the upstream `body`.
+    /// Starts the gate whose generator reads the upstream's `answer`.
     fn spawn(
         self,
         proxy: &Arc<Proxy>,
-        body: Incoming,
+        answer: Answer,
         recv: Recorder,
     ) -> streamgate::Consumer<Relayed> {
         let config = &proxy.config;
@@ -204,7 +245,7 @@ impl Start<'_> {
             // The generator owns the upstream body: when the stream ends early (the client left
             // and no grace holds it, a policy, a stop, shutdown) the gate drops it, hyper closes
             // the upstream connection, and the upstream server cancels its own generation.
-            .spawn(move |_, tx| pump.run(body, recv, tx))
+            .spawn(move |_, tx| pump.run(answer, recv, tx))
     }
 }
 
@@ -252,10 +293,14 @@ type Events = Pin<Box<dyn futures_core::Stream<Item = Result<SseEvent, DecodeErr
 impl Pump {
     async fn run(
         self,
-        body: Incoming,
+        answer: Answer,
         mut recv: Recorder,
         mut tx: Sender<Relayed>,
     ) -> Result<(), &'static str> {
+        let body = match self.body(answer).await {
+            Ok(body) => body,
+            Err(end) => return self.finish(end, recv, tx, None, 0).await,
+        };
         let mut events: Events = Box::pin(BodyDataStream::new(body).sse_events());
         let gone = |_| "the stream ended";
         // The idle deadline: one timer, moved only when it fires (an event only reads the
@@ -334,6 +379,54 @@ impl Pump {
         };
         // Whatever the end, the upstream connection goes now (an unfinished body closes it).
         drop(events);
+        self.finish(end, recv, tx, first, next_id).await
+    }
+
+    /// The upstream's event stream: at once, or once its headers come (a committed stream).
+    async fn body(&self, answer: Answer) -> Result<Incoming, End> {
+        let (sent, deadline, limit, proxy) = match answer {
+            Answer::Now(upstream) => return Ok(upstream.into_body()),
+            Answer::Awaited {
+                sent,
+                deadline,
+                limit,
+                proxy,
+            } => (sent, deadline, limit, proxy),
+        };
+        let failed = |failure: &UpstreamError| {
+            proxy.stats.upstream_failed(failure.cause());
+            End::Failed(error::failure(&proxy.upstream, failure).1)
+        };
+        let answered = tokio::select! {
+            biased;
+            () = self.stop.cancelled() => return Err(End::Stopped),
+            () = tokio::time::sleep_until(deadline) => {
+                return Err(failed(&UpstreamError::HeadersTimeout(limit)));
+            }
+            answered = sent => answered,
+        };
+        let upstream = answered.map_err(|failure| failed(&failure))?;
+        if upstream.status().is_success() && is_event_stream(upstream.headers()) {
+            return Ok(upstream.into_body());
+        }
+        // Too late for its status: the stream's terminal frame says what it was.
+        let status = upstream.status();
+        let body = prefix(upstream.into_body(), ANSWER_PREFIX).await;
+        Err(End::Failed(format!(
+            "the upstream answered {status} after the stream had started: {body}"
+        )))
+    }
+
+    /// Ends the stream as `end` says, after `next_id` events (the first of them `first`).
+    async fn finish(
+        &self,
+        end: End,
+        mut recv: Recorder,
+        mut tx: Sender<Relayed>,
+        first: Option<String>,
+        mut next_id: u64,
+    ) -> Result<(), &'static str> {
+        let gone = |_| "the stream ended";
         match end {
             End::Done => recv.end("completed"),
             End::ErrorFrame => {
@@ -371,6 +464,33 @@ impl Pump {
         }
         Ok(())
     }
+}
+
+/// The most of a late error answer's body a terminal frame quotes.
+const ANSWER_PREFIX: usize = 4096;
+
+/// The first `limit` bytes of `body` as text, waiting at most a second for them.
+async fn prefix(body: Incoming, limit: usize) -> String {
+    use http_body_util::BodyExt;
+    let read = async {
+        let mut body = body;
+        let mut bytes = Vec::new();
+        while bytes.len() < limit {
+            match body.frame().await {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+                _ => break,
+            }
+        }
+        bytes.truncate(limit);
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    tokio::time::timeout(Duration::from_secs(1), read)
+        .await
+        .unwrap_or_default()
 }
 
 /// What the client is told when decoding the upstream failed.

@@ -38,6 +38,9 @@ pub enum Case {
     Error500Sse,
     /// 500 with a JSON error body.
     Error500Json,
+    /// [`Case::Error500Json`] after this many ms (a server that queued the request, then
+    /// failed it).
+    SlowError500(u64),
     /// 200 `application/json` (a fixed completion), whatever was asked.
     Json,
     /// Reads the request and never answers.
@@ -161,7 +164,11 @@ async fn serve(
         answer(&mut socket, case).await?;
         if !matches!(
             case,
-            Case::Json | Case::Error500Json | Case::Error500Sse | Case::Plain(_)
+            Case::Json
+                | Case::Error500Json
+                | Case::SlowError500(_)
+                | Case::Error500Sse
+                | Case::Plain(_)
         ) {
             return Ok(());
         }
@@ -287,6 +294,10 @@ async fn answer(socket: &mut TcpStream, case: Case) -> std::io::Result<()> {
             );
             socket.write_all(head.as_bytes()).await?;
             socket.write_all(ERROR_SSE_BODY.as_bytes()).await
+        }
+        Case::SlowError500(ms) => {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Box::pin(answer(socket, Case::Error500Json)).await
         }
         Case::Error500Json => {
             let head = format!(
