@@ -6,7 +6,8 @@
 //! ```
 //!
 //! INPUTs are hop-record files (JSON lines, any hops per file), directories (every file in
-//! them, oldest first, so a hop's rotated logs are read in the order they were written), or
+//! them whose name has `.json` or `.log` in it, oldest first, so a hop's rotated logs are read
+//! in the order they were written), or
 //! `-` for standard input. The input is streamed: memory holds a small state per request and
 //! hop, never the records.
 //!
@@ -74,7 +75,8 @@ pub struct Args {
     /// The most requests held at once (bounds memory on hostile input).
     #[arg(long, value_name = "N", value_parser = crate::flags::positive)]
     pub max_requests: Option<usize>,
-    /// Hop-record files (JSON lines), directories (every file, oldest first), or `-` for stdin.
+    /// Hop-record files (JSON lines), directories (every file named `*.json*` or `*.log*`,
+    /// oldest first), or `-` for stdin.
     #[arg(value_name = "INPUT", required = true)]
     pub inputs: Vec<String>,
 }
@@ -159,14 +161,22 @@ impl Input {
     }
 }
 
-/// The files of a directory, oldest first (then by name).
+/// Whether a file in a directory holds hop records by its name: `.json` or `.log` in it
+/// (`hops.jsonl`, `hops.jsonl.1`, `worker.log`), so the plot or a README beside them is not read.
+fn holds_records(path: &Path) -> bool {
+    path.file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.contains(".json") || name.contains(".log"))
+}
+
+/// The record files of a directory, oldest first (then by name).
 fn directory(dir: &Path) -> io::Result<Vec<PathBuf>> {
     let mut files = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let path = entry?.path();
         // Follows symlinks; subdirectories are not read.
         if let Ok(meta) = std::fs::metadata(&path) {
-            if meta.is_file() {
+            if meta.is_file() && holds_records(&path) {
                 let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
                 files.push((modified, path));
             }

@@ -130,7 +130,10 @@ async fn the_openai_sdk_streams_through_the_proxy_and_its_heartbeats() {
     }
     // A 1 s decode stall at token 40, bridged by heartbeats every 100 ms: the SDK reads them
     // among events that carry ids.
-    let proxy = start(&["--stall-at", "40", "--stall-ms", "1000"], &["--heartbeat-ms", "100"]);
+    let proxy = start(
+        &["--stall-at", "40", "--stall-ms", "1000"],
+        &["--heartbeat-ms", "100"],
+    );
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/openai_sdk.py");
     let args = vec![
         script.to_owned(),

@@ -106,11 +106,12 @@ fn the_command_says_in_its_status_whether_it_found_stalls() {
         );
     }
 
-    // A directory: every file in it.
+    // A directory: every record file in it (a rotated one too), not the plot beside them.
     let dir = std::env::temp_dir().join(format!("streamgate-diagnose-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("w.jsonl"), &stalled).unwrap();
-    std::fs::write(dir.join("g.jsonl"), records(G, 3000)).unwrap();
+    std::fs::write(dir.join("g.jsonl.1"), records(G, 3000)).unwrap();
+    std::fs::write(dir.join("gaps.svg"), "<svg>not records</svg>\n").unwrap();
     let path = format!("{W},{G}");
     let (status, out, _) = run(&["--path", &path, dir.to_str().unwrap()], "");
     let _ = std::fs::remove_dir_all(&dir);

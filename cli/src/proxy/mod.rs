@@ -227,6 +227,7 @@ pub fn app(
     let records = serving::record_sink(config.hop_records.as_deref())?;
     let listener = TunedListener::bind(config.addr, config.listen.options())
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
+    stats::describe();
     let proxy = Arc::new(Proxy {
         group: streamgate::Group::new(),
         upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),

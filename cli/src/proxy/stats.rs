@@ -87,6 +87,18 @@ impl Stats {
     }
 }
 
+/// Gives the proxy's own counters their help texts on `/metrics`.
+pub(super) fn describe() {
+    metrics::describe_counter!(
+        "streamgate_proxy_requests_total",
+        "Requests the proxy served, by kind: stream (a gated stream) or passthrough"
+    );
+    metrics::describe_counter!(
+        "streamgate_proxy_upstream_failures_total",
+        "Requests the upstream gave no usable response to, by cause"
+    );
+}
+
 /// `GET /stats`: `streams_started`, `streams_running`, `streams_completed`,
 /// `streams_cancelled` (client gone, stopped, shut down), `streams_ended_slow_consumer`,
 /// `streams_upstream_error`, `streams_ended` (by reason), `upstream_errors` (requests the
