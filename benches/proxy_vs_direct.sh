@@ -4,9 +4,9 @@
 # sim (and proxy) per run. Prints one JSON line per run with the client's gap p50/p99 and the
 # CPU seconds (utime+stime from /proc) of sim and of the proxy per million events, then the
 # medians and the differences. The client's gaps come from the probe's histogram (buckets 12.5%
-# wide: at 5 ms steps, ~0.6 ms), too coarse for tens of microseconds; so one more run per load
-# writes the proxy's hop records and measures each event's transit through the proxy
-# (`proxy.recv` -> `proxy.write`, one process, one clock), exactly.
+# wide: at 5 ms steps, ~0.6 ms), too coarse for tens of microseconds; so RUNS more runs per
+# load write the proxy's hop records and measure each event's transit through the proxy
+# (`proxy.recv` -> `proxy.write`, one process, one clock), exactly; medians of the runs.
 #   [RUNS=5] [STEP_MS=5] bash benches/proxy_vs_direct.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -84,12 +84,23 @@ q = lambda p: round(transit[min(len(transit) - 1, int(p * len(transit)))] / 1e3,
 print(json.dumps({"events": len(transit), "transit_p50_us": q(0.5), "transit_p99_us": q(0.99), "transit_max_us": round(transit[-1] / 1e3, 1)}))
 EOF
 }
-for load in "1 2000" "64 400" "256 200"; do
-  # shellcheck disable=SC2086 # streams and tokens are words
-  run proxy $load --hop-records "$out/transit.jsonl" > /dev/null
-  echo "{\"streams\": ${load%% *}, \"transit\": $(transit "$out/transit.jsonl")}"
-  rm -f "$out/transit.jsonl"
-done
+for i in $(seq "$runs"); do
+  for load in "1 2000" "64 400" "256 200"; do
+    # shellcheck disable=SC2086 # streams and tokens are words
+    run proxy $load --hop-records "$out/transit.jsonl" > /dev/null
+    echo "{\"streams\": ${load%% *}, \"transit\": $(transit "$out/transit.jsonl")}"
+    rm -f "$out/transit.jsonl"
+  done
+done | tee "$out/transit_runs.jsonl"
+python3 - "$out/transit_runs.jsonl" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print("\nstreams | transit p50 (us) | transit p99 (us) | max (us), medians of the runs")
+for streams in sorted({r["streams"] for r in rows}):
+    t = [r["transit"] for r in rows if r["streams"] == streams]
+    m = lambda k: statistics.median(x[k] for x in t)
+    print(f'{streams} | {m("transit_p50_us")} | {m("transit_p99_us")} | {m("transit_max_us")}')
+EOF
 
 python3 - "$out/runs.jsonl" <<'EOF'
 import json, statistics, sys
