@@ -6,64 +6,7 @@
 
 mod common;
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-/// A `redis-server` of this test's own, killed when dropped.
-struct RedisServer {
-    port: u16,
-    dir: std::path::PathBuf,
-    child: Child,
-}
-
-impl RedisServer {
-    /// Starts one on a free port, or `None` (having said so) when it is not installed.
-    fn start(test: &str) -> Option<RedisServer> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!("streamgate-redis-{test}-{port}"));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        match RedisServer::spawn(port, &dir) {
-            Some(child) => Some(RedisServer { port, dir, child }),
-            None => {
-                println!("SKIPPED: redis-server not installed");
-                None
-            }
-        }
-    }
-
-    fn spawn(port: u16, dir: &std::path::Path) -> Option<Child> {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .ok()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(child)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use common::redis_server::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_another_instance_probes_the_same_end_reason() {

@@ -5,66 +5,15 @@
 
 #[path = "common/proxy_client.rs"]
 mod client;
+#[allow(dead_code)] // killing and restarting Redis are the reference server's tests
+#[path = "../../tests/common/redis_server.rs"]
+mod redis_server;
 #[path = "common/proxy_setup.rs"]
 mod setup;
 
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
 use client::{HANG, Response, content, data, id, is_heartbeat, stats, wait_for};
+use redis_server::RedisServer;
 use setup::{start_proxy, start_sim, stream};
-
-/// A `redis-server` of this test's own, killed (by its child handle) when dropped.
-struct RedisServer {
-    port: u16,
-    dir: std::path::PathBuf,
-    child: Child,
-}
-
-impl RedisServer {
-    /// Starts one on a free port, or `None` (having said so) when it is not installed.
-    fn start(test: &str) -> Option<RedisServer> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!("streamgate-proxy-redis-{test}-{port}"));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn();
-        let Ok(child) = child else {
-            println!("SKIPPED: redis-server not installed");
-            return None;
-        };
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "redis-server never listened"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(RedisServer { port, dir, child })
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 /// Reads a stream's events to its end (heartbeats left out).
 async fn rest(response: &mut Response) -> Vec<String> {

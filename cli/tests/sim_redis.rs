@@ -7,87 +7,23 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use common::redis_server::RedisServer;
 use common::reference::start;
 use common::resume_client::{
     self, a_stop_reaches_both_clients, events, post_stream, rest, resume_path, salts,
 };
 use common::{LONG, RawResponse, stats, wait_for};
 
-/// A `redis-server` of this test's own, killed when dropped.
-struct RedisServer {
-    port: u16,
-    dir: std::path::PathBuf,
-    child: Child,
-}
-
-impl RedisServer {
-    /// Starts one on a free port, or `None` (having said so) when it is not installed.
-    fn start(test: &str) -> Option<RedisServer> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free port")
-            .port();
-        let dir = std::env::temp_dir().join(format!("streamgate-redis-{test}-{port}"));
-        std::fs::create_dir_all(&dir).expect("a temp dir");
-        match RedisServer::spawn(port, &dir) {
-            Some(child) => Some(RedisServer { port, dir, child }),
-            None => {
-                println!("SKIPPED: redis-server not installed");
-                None
-            }
-        }
-    }
-
-    fn spawn(port: u16, dir: &std::path::Path) -> Option<Child> {
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(Stdio::null())
-            .spawn()
-            .ok()?;
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Some(child)
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-
-    fn kill(&mut self) {
-        self.child.kill().expect("kill redis-server");
-        self.child.wait().expect("reap redis-server");
-    }
-
-    /// A new process on the same port (with nothing of the old one's data).
-    fn restart(&mut self) {
-        self.child = RedisServer::spawn(self.port, &self.dir).expect("redis-server restarts");
-    }
-
-    async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .expect("a connection to redis-server")
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A connection to `redis`, to look at the keys the instances share.
+async fn connection(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .expect("a connection to redis-server")
 }
 
 /// Two instances on `redis` with `flags`.
@@ -229,7 +165,7 @@ async fn keys_expire_after_the_ttl() {
         return;
     };
     let (a, _) = instances(&redis, &["--step-ms", "1", "--resume-grace-ms", "100"]);
-    let mut redis_connection = redis.connection().await;
+    let mut redis_connection = connection(&redis).await;
     let (mut first, name) = post_stream(a, 20).await;
     let keys: Vec<String> = ["log", "meta"]
         .iter()

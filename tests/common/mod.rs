@@ -1,10 +1,11 @@
 //! What the library's tests share: a raw HTTP/1.1 client over a real TCP socket (`raw`), the
-//! gate helpers, and a replayable pseudo-random generator.
+//! gate helpers, a `redis-server` of a test's own, and a replayable pseudo-random generator.
 
 #![allow(dead_code)] // each test binary uses a part
 
 pub mod gate;
 mod raw;
+pub mod redis_server;
 
 pub use raw::*;
 

@@ -10,6 +10,8 @@ pub mod resume_client;
 
 #[path = "../../../tests/common/raw.rs"]
 mod raw;
+#[path = "../../../tests/common/redis_server.rs"]
+pub mod redis_server;
 
 pub use raw::*;
 
