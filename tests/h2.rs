@@ -9,13 +9,13 @@ mod common;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::RawQuery;
 use axum::routing::get;
 use bytes::Bytes;
+use common::deaf::Deaf;
 use common::gate::Releases;
 use common::{HANG, RawResponse};
 use futures_util::StreamExt;
@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use streamgate::sse::SseEvent;
 use streamgate::transport::{ListenOptions, Server, SseResponse, TunedListener};
 use streamgate::{EndReason, GateExt, Policy};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
@@ -147,38 +147,6 @@ async fn next(events: &mut Events) -> String {
         .await
         .expect("an event in time");
     next.expect("an event before the end").0
-}
-
-/// A client socket whose reads never complete: its h2 connection sends requests but never sees
-/// a frame of the server's, like a client that stopped reading its socket.
-struct Deaf(TcpStream);
-
-impl AsyncRead for Deaf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        _: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Poll::Pending
-    }
-}
-
-impl AsyncWrite for Deaf {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
 }
 
 /// Two streams on one connection: one reader stops, so its stream's window closes, h2 stops

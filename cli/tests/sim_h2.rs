@@ -6,11 +6,11 @@ mod common;
 
 use std::net::{Shutdown, SocketAddr};
 use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::http;
 use bytes::Bytes;
+use common::deaf::Deaf;
 use common::reference;
 use common::{HANG, LONG, RawResponse, wait_for};
 use futures_util::StreamExt;
@@ -18,7 +18,7 @@ use http_body_util::{BodyDataStream, Full};
 use hyper::client::conn::http2::SendRequest;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use streamgate::GateExt;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout};
 
@@ -73,38 +73,6 @@ async fn next(events: &mut Events) -> String {
         .await
         .expect("an event in time");
     next.expect("an event before the end")
-}
-
-/// A client socket whose reads never complete: its h2 connection sends requests but never sees
-/// a frame of the server's, like a client that stopped reading its socket.
-struct Deaf(TcpStream);
-
-impl AsyncRead for Deaf {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        _: &mut Context<'_>,
-        _: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        Poll::Pending
-    }
-}
-
-impl AsyncWrite for Deaf {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
-    }
 }
 
 /// The reference server's flags for the bad clients: fast tokens, and a paused generator is

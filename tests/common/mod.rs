@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod deaf;
 pub mod gate;
 mod raw;
 pub mod redis_server;

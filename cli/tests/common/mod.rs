@@ -8,6 +8,8 @@
 pub mod reference;
 pub mod resume_client;
 
+#[path = "../../../tests/common/deaf.rs"]
+pub mod deaf;
 #[path = "../../../tests/common/raw.rs"]
 mod raw;
 #[path = "../../../tests/common/redis_server.rs"]
