@@ -105,8 +105,12 @@ fn from_upstream(
             None => return Verdict::Unknown(lost(up, up_name)),
         }
     }
-    // 6. Upstream was regular: it began here.
-    Verdict::Began(up.quiet_within(after, seq, judge.stall_ns))
+    // 6. Upstream was regular: it began here, with upstream's gap over the span as evidence.
+    // Without a progress record of upstream's within the span there is none to show.
+    match up.quiet_within(after, seq, judge.stall_ns) {
+        Some(gap) => Verdict::Began(Some(gap)),
+        None => Verdict::Unknown(format!("no progress of {up_name} recorded within the span")),
+    }
 }
 
 /// Whether a stall was back-pressure from the hop after it.
