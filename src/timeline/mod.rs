@@ -38,7 +38,9 @@
 //!      (a hop that froze during reasoning and was then abandoned did stall).
 //!   6. Otherwise it began at H, unless D shows it was back-pressure (below); U's longest
 //!      quiet spell over the span is reported as the upstream gap (exact from a tenth of the
-//!      threshold up; below that, possibly an upper bound, and said so).
+//!      threshold up; below that, possibly an upper bound, and said so). With no progress
+//!      record of U's within the span there is no such gap to show: **unknown** ("no progress
+//!      of U recorded within the span").
 //! - Then, for a stall that began at H or is unknown so far, **looking downstream**: a reader
 //!   that stops freezes every hop before it, each at a later event (the buffers between them
 //!   hold the difference). H's stall is **pushed back** (back-pressure; not reported at H:
