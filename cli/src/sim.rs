@@ -195,16 +195,17 @@ struct Meta {
     request: String,
 }
 
-/// What the worker hands the gate: a run of token text (merged under `Coalesce`), the final
-/// chunk, or the `[DONE]` marker.
+/// What the worker hands the gate: a run of tokens (merged under `Coalesce`), the final chunk,
+/// or the `[DONE]` marker.
 #[derive(Clone)]
 enum Delta {
-    /// Tokens up to and including `last`.
+    /// Tokens `from..=to`, whose text (`len` bytes) is written out only when the chunk is
+    /// encoded: the worker allocates nothing per token.
     Text {
         meta: Arc<Meta>,
-        first: bool,
-        last: u64,
-        text: String,
+        from: u64,
+        to: u64,
+        len: usize,
     },
     /// The final chunk: `finish_reason` `length`, or `stop` after an explicit stop.
     Finish {
@@ -225,7 +226,7 @@ impl Chunk for Delta {
     /// chunk repeats (a long `model` name is paid for per event, so the byte bound counts it).
     fn byte_len(&self) -> usize {
         match self {
-            Delta::Text { meta, text, .. } => meta.chunk_overhead() + text.len(),
+            Delta::Text { meta, len, .. } => meta.chunk_overhead() + len,
             Delta::Finish { meta, .. } => meta.chunk_overhead(),
             Delta::Done => "[DONE]".len(),
             Delta::Error { message, code } => 64 + message.len() + code.len(),
@@ -239,20 +240,20 @@ impl Chunk for Delta {
         }
     }
 
-    /// Text deltas concatenate before they are encoded as JSON: lossless for the client.
+    /// Runs of tokens join before they are encoded as JSON: lossless for the client.
     fn merge(&mut self, next: Self) -> Result<(), Self> {
         match (self, next) {
             (
-                Delta::Text { text, last, .. },
+                Delta::Text { to, len, .. },
                 Delta::Text {
-                    text: more,
-                    first: false,
-                    last: next,
+                    from,
+                    to: next,
+                    len: more,
                     ..
                 },
-            ) => {
-                text.push_str(&more);
-                *last = next;
+            ) if from == *to + 1 => {
+                *to = next;
+                *len += more;
                 Ok(())
             }
             (_, next) => Err(next),
@@ -261,8 +262,10 @@ impl Chunk for Delta {
 }
 
 impl From<Delta> for SseEvent {
+    /// The chunk's JSON, written straight into the buffer the frame is made in (with room for
+    /// the SSE fields around it).
     fn from(delta: Delta) -> SseEvent {
-        let (meta, delta, finish) = match delta {
+        let (meta, content, finish_reason) = match delta {
             Delta::Done => return SseEvent::data("[DONE]"),
             Delta::Error { message, code } => {
                 let error =
@@ -271,29 +274,84 @@ impl From<Delta> for SseEvent {
             }
             Delta::Text {
                 meta,
-                first: true,
-                text,
-                ..
-            } => (
-                meta,
-                json!({"role": "assistant", "content": text}),
-                Value::Null,
-            ),
-            Delta::Text {
-                meta,
-                first: false,
-                text,
-                ..
-            } => (meta, json!({"content": text}), Value::Null),
-            Delta::Finish { meta, reason } => (meta, json!({}), json!(reason)),
+                from,
+                to,
+                len,
+            } => (meta, Some((from, to, len)), None),
+            Delta::Finish { meta, reason } => (meta, None, Some(reason)),
         };
-        SseEvent::data(
-            json!({
-                "id": meta.id, "object": "chat.completion.chunk", "created": meta.created, "model": meta.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            })
-            .to_string(),
-        )
+        let text_len = content.map_or(0, |(.., len)| len);
+        let mut json = Vec::with_capacity(FRAME_ROOM + meta.chunk_overhead() + text_len);
+        let chunk = ChunkJson {
+            choices: [ChoiceJson {
+                delta: DeltaJson {
+                    content: content.map(|(from, to, _)| Tokens {
+                        meta: &meta,
+                        from,
+                        to,
+                    }),
+                    role: content
+                        .is_some_and(|(from, ..)| from == 0)
+                        .then_some("assistant"),
+                },
+                finish_reason,
+                index: 0,
+            }],
+            created: meta.created,
+            id: &meta.id,
+            model: &meta.model,
+            object: "chat.completion.chunk",
+        };
+        serde_json::to_writer(&mut json, &chunk).expect("a chunk serializes");
+        SseEvent::data(String::from_utf8(json).expect("serde_json writes UTF-8"))
+    }
+}
+
+/// Room for the SSE fields around a chunk's JSON (`id: N`, `data: `, the blank line) besides
+/// what [`Meta::chunk_overhead`] counts.
+const FRAME_ROOM: usize = 64;
+
+/// A `chat.completion.chunk`, as the contract spells it (keys in this order).
+#[derive(serde::Serialize)]
+struct ChunkJson<'a> {
+    choices: [ChoiceJson<'a>; 1],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+}
+
+#[derive(serde::Serialize)]
+struct ChoiceJson<'a> {
+    delta: DeltaJson<'a>,
+    finish_reason: Option<&'static str>,
+    index: u32,
+}
+
+#[derive(serde::Serialize)]
+struct DeltaJson<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<Tokens<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+}
+
+/// The text of tokens `from..=to`, written as a JSON string without being collected first.
+struct Tokens<'a> {
+    meta: &'a Meta,
+    from: u64,
+    to: u64,
+}
+
+impl std::fmt::Display for Tokens<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (self.from..=self.to).try_for_each(|i| self.meta.write_token(i, f))
+    }
+}
+
+impl serde::Serialize for Tokens<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
     }
 }
 
@@ -303,6 +361,21 @@ impl Meta {
     fn chunk_overhead(&self) -> usize {
         const ENVELOPE: usize = 128;
         ENVELOPE + self.id.len() + self.model.len()
+    }
+
+    /// Writes token `i`'s text: `t{i} `, or `t{i}.{salt} ` with `--token-salt`.
+    fn write_token(&self, i: u64, out: &mut impl std::fmt::Write) -> std::fmt::Result {
+        match self.salt {
+            Some(salt) => write!(out, "t{i}.{salt:x} "),
+            None => write!(out, "t{i} "),
+        }
+    }
+
+    /// The length of token `i`'s text.
+    fn token_len(&self, i: u64) -> usize {
+        let digits = |n: u64, base: u64| n.checked_ilog(base).map_or(1, |log| log as usize + 1);
+        let salt = self.salt.map_or(0, |salt| 1 + digits(salt, 16));
+        2 + digits(i, 10) + salt
     }
 }
 
@@ -407,17 +480,14 @@ impl Server {
                         .stats
                         .tokens_generated
                         .fetch_add(1, Ordering::Relaxed);
-                    let text = match meta.salt {
-                        Some(salt) => format!("t{i}.{salt:x} "),
-                        None => format!("t{i} "),
-                    };
-                    let observed = Observation::new(Some(i), text.len() as u64, Kind::Visible);
+                    let len = meta.token_len(i);
+                    let observed = Observation::new(Some(i), len as u64, Kind::Visible);
                     decode.observe(observed);
                     tx.send(Delta::Text {
                         meta: meta.clone(),
-                        first: i == 0,
-                        last: i,
-                        text,
+                        from: i,
+                        to: i,
+                        len,
                     })
                     .await
                     .map_err(|_| "the stream ended")?;
@@ -612,7 +682,14 @@ async fn chat_completions(
     {
         match item {
             Ok(event) => match event.into_chunk() {
-                Delta::Text { text: more, .. } => text.push_str(&more),
+                Delta::Text { meta, from, to, .. } => {
+                    let tokens = Tokens {
+                        meta: &meta,
+                        from,
+                        to,
+                    };
+                    text.push_str(&tokens.to_string());
+                }
                 Delta::Error { message, code } => failed = Some((message, code)),
                 _ => {}
             },
@@ -814,6 +891,30 @@ pub async fn run(config: Config) -> ExitCode {
         Err(error) => {
             eprintln!("sim: {error}");
             ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tokens_length_is_the_length_of_its_text() {
+        for salt in [None, Some(0), Some(0xf), Some(0x10), Some(u64::MAX)] {
+            let meta = Meta {
+                id: "chatcmpl-0".into(),
+                model: "m".into(),
+                created: 0,
+                stream: "chatcmpl-0".into(),
+                salt,
+                request: "chatcmpl-0".into(),
+            };
+            for i in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
+                let mut text = String::new();
+                meta.write_token(i, &mut text).unwrap();
+                assert_eq!(meta.token_len(i), text.len(), "token {i}, salt {salt:?}");
+            }
         }
     }
 }

@@ -84,10 +84,8 @@ where
                     .id()
                     .and_then(|id| id.parse::<u64>().ok())
                     .unwrap_or(gate_id);
-                if *this.ids && sse.id().is_none() {
-                    sse = sse.with_id(id.to_string()).expect("a number is a valid id");
-                }
-                Frame::new(sse.encode(), kind, Some(id))
+                let numbered = *this.ids && sse.id().is_none();
+                Frame::new(sse.into_frame(numbered.then_some(id)), kind, Some(id))
             }
             Some(Err(error)) => {
                 *this.done = true;

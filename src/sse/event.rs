@@ -209,6 +209,56 @@ impl SseEvent {
     /// assert_eq!(&SseEvent::data("[DONE]").control().encode()[..], b":control\ndata: [DONE]\n\n");
     /// ```
     pub fn encode(&self) -> Bytes {
+        self.encode_with_id(None)
+    }
+
+    /// Encodes the event as one frame, taking its data, with `id` as its `id:` when it has none
+    /// of its own. Plain data on one line (a JSON chunk) becomes the frame in its own buffer:
+    /// the frame's fields are put before it and the blank line after, so an event costs one
+    /// allocation, its data's (with room for the framing, none more).
+    pub(crate) fn into_frame(self, id: Option<u64>) -> Bytes {
+        let mut digits = Digits::default();
+        let own_id = self.id().is_some();
+        let framed_alone = self.fields.as_ref().is_none_or(|fields| {
+            fields.event.is_none() && fields.comment.is_none() && fields.retry.is_none()
+        });
+        let one_line = self
+            .data
+            .as_ref()
+            .is_some_and(|data| !data.contains(['\r', '\n']));
+        if !(framed_alone && one_line) {
+            let id = id.filter(|_| !own_id).map(|id| digits.format(id));
+            return self.encode_with_id(id);
+        }
+        let mark = self
+            .marked
+            .and_then(|kind| KIND_MARKS.iter().find(|(marked, _)| *marked == kind))
+            .map_or("", |(_, mark)| mark);
+        let SseEvent { data, fields, .. } = self;
+        let own_id = fields.and_then(|fields| fields.id);
+        let id = own_id.as_deref().or_else(|| id.map(|id| digits.format(id)));
+        let (id_field, id, id_end) = id.map_or(("", "", ""), |id| ("id: ", id, "\n"));
+        let mark_end = if mark.is_empty() { "" } else { "\n" };
+        let head = [mark, mark_end, id_field, id, id_end, "data: "];
+        let head_len: usize = head.iter().map(|piece| piece.len()).sum();
+        let mut frame = data.unwrap_or_default().into_bytes();
+        let len = frame.len();
+        frame.reserve_exact(head_len + 2);
+        frame.resize(len + head_len, 0);
+        frame.copy_within(..len, head_len);
+        let mut at = 0;
+        for piece in head {
+            frame[at..at + piece.len()].copy_from_slice(piece.as_bytes());
+            at += piece.len();
+        }
+        frame.extend_from_slice(b"\n\n");
+        // A boxed slice becomes `Bytes` without allocating; shrinking a buffer that was made
+        // with room to spare happens in place.
+        Bytes::from(frame.into_boxed_slice())
+    }
+
+    /// [`encode`](SseEvent::encode), with `id` as the event's `id:` when it has none of its own.
+    fn encode_with_id(&self, id: Option<&str>) -> Bytes {
         let mut frame = BytesMut::with_capacity(self.encoded_len_hint());
         if let (Some(kind), Some(_)) = (self.marked, &self.data) {
             // The kind, for a hop that decodes the stream (clients ignore comments).
@@ -230,7 +280,7 @@ impl SseEvent {
         if let Some(event) = self.event() {
             field(&mut frame, "event", event);
         }
-        if let Some(id) = self.id() {
+        if let Some(id) = self.id().or(id) {
             field(&mut frame, "id", id);
         }
         if let Some(retry) = self.retry_ms() {
@@ -263,6 +313,25 @@ impl SseEvent {
 
     fn fields_mut(&mut self) -> &mut Fields {
         self.fields.get_or_insert_with(Box::default)
+    }
+}
+
+/// A number's decimal digits, formatted without allocating.
+#[derive(Default)]
+struct Digits([u8; 20]);
+
+impl Digits {
+    fn format(&mut self, mut n: u64) -> &str {
+        let mut at = self.0.len();
+        loop {
+            at -= 1;
+            self.0[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        std::str::from_utf8(&self.0[at..]).expect("ASCII digits")
     }
 }
 
@@ -401,6 +470,34 @@ mod tests {
 
     fn encoded(event: &SseEvent) -> String {
         String::from_utf8(event.encode().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn an_owned_frame_is_the_same_bytes_as_the_encoding() {
+        let events = [
+            SseEvent::data(r#"{"content":"t1 "}"#),
+            SseEvent::data(String::with_capacity(256) + "roomy"),
+            SseEvent::data(""),
+            SseEvent::data("two\nlines"),
+            SseEvent::data("[DONE]").control(),
+            SseEvent::text("thinking").hidden(),
+            SseEvent::data("own id").with_id("abc").unwrap(),
+            SseEvent::data("typed").with_event("delta").unwrap(),
+            SseEvent::data("noted").with_comment("a\nb"),
+            SseEvent::data("later").with_retry(Duration::from_millis(1500)),
+            SseEvent::comment("only a comment"),
+            SseEvent::retry(Duration::from_secs(3)),
+            SseEvent::default(),
+        ];
+        for event in events {
+            for id in [None, Some(0), Some(7), Some(u64::MAX)] {
+                let expected = match (id, event.id()) {
+                    (Some(id), None) => event.clone().with_id(id.to_string()).unwrap().encode(),
+                    _ => event.encode(),
+                };
+                assert_eq!(event.clone().into_frame(id), expected, "{event:?} with id {id:?}");
+            }
+        }
     }
 
     #[test]

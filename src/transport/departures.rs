@@ -35,8 +35,9 @@ pin_project! {
     /// counted (an HTTP/1.1 response head, a few bytes of chunk framing per event), so a frame
     /// can be seen leaving up to that many bytes early. The connection's
     /// [`TunedStream`](super::TunedStream) asks the kernel after each write, which times most
-    /// departures exactly; while bytes stay unsent, this asks again after [`DEPARTURE_CHECK`],
-    /// backing off to [`DEPARTURE_CHECK_MAX`]. One connection carries one stream at a time for
+    /// departures exactly; while bytes stay unsent after a write, this asks again after
+    /// [`DEPARTURE_CHECK`], backing off to [`DEPARTURE_CHECK_MAX`] (a client that keeps up
+    /// costs no timer). One connection carries one stream at a time for
     /// the offsets to hold: HTTP/1.1, or a raw socket through
     /// [`FrameWriter`](super::FrameWriter). Over HTTP/2 (check the request's version) the
     /// connection interleaves streams: do not use it there.
@@ -211,11 +212,21 @@ where
                     this.recorder.end("consumer_gone");
                     return Poll::Ready(None);
                 }
-                this.queue.wake_after_write(cx.waker());
+                this.queue.wake_after_write(cx.waker(), false);
             }
             if this.unsent.is_empty() {
                 this.check.set(None);
                 *this.delay = DEPARTURE_CHECK;
+                return Poll::Pending;
+            }
+            if !*this.finishing
+                && this.check.is_none()
+                && this.unsent.front().is_some_and(|&(end, _)| end > this.queue.written())
+            {
+                // The transport writes these frames after this poll, and its write notes their
+                // departure: the check is needed only if that write leaves bytes unsent. (No
+                // timer per event while the client keeps up.)
+                this.queue.wake_after_write(cx.waker(), true);
                 return Poll::Pending;
             }
             if this.check.is_none() {

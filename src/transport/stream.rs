@@ -53,14 +53,21 @@ impl TunedStream {
         if shared.watchers.load(Ordering::Relaxed) > 0 {
             // Right after the write is when most bytes leave: note how far sending got, so
             // a frame's departure is timed by the write that sent it.
-            let _ = self.queue.refresh();
-            let waiting = shared
+            let all_sent = self
+                .queue
+                .refresh()
+                .is_ok_and(|(sent, _)| sent >= shared.written.load(Ordering::Relaxed));
+            let mut waiting = shared
                 .waiting
                 .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            if let Some(waker) = waiting {
-                waker.wake();
+                .unwrap_or_else(PoisonError::into_inner);
+            if waiting
+                .as_ref()
+                .is_some_and(|(_, only_unsent)| !(all_sent && *only_unsent))
+            {
+                if let Some((waker, _)) = waiting.take() {
+                    waker.wake();
+                }
             }
         }
     }
@@ -153,8 +160,9 @@ struct Shared {
     watchers: AtomicUsize,
     /// The last reading of how many written bytes had been sent, and when.
     sent: Mutex<Option<(u64, Instant)>>,
-    /// Who waits for the next write's reading.
-    waiting: Mutex<Option<Waker>>,
+    /// Who waits for the next write's reading, and whether only for one that leaves bytes
+    /// unsent.
+    waiting: Mutex<Option<(Waker, bool)>>,
 }
 
 impl SendQueue {
@@ -218,15 +226,17 @@ impl SendQueue {
         self.shared.watchers.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// Wakes `waker` after the next write has noted how far sending got.
-    pub(crate) fn wake_after_write(&self, waker: &Waker) {
+    /// Wakes `waker` after the next write has noted how far sending got (`only_unsent`: after
+    /// the next one that leaves some of the connection's bytes unsent).
+    pub(crate) fn wake_after_write(&self, waker: &Waker, only_unsent: bool) {
         let mut waiting = self
             .shared
             .waiting
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if !waiting.as_ref().is_some_and(|w| w.will_wake(waker)) {
-            *waiting = Some(waker.clone());
+        match &mut *waiting {
+            Some((held, only)) if held.will_wake(waker) => *only = only_unsent,
+            _ => *waiting = Some((waker.clone(), only_unsent)),
         }
     }
 
