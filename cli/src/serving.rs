@@ -2,6 +2,7 @@
 //! records, serving until SIGINT or SIGTERM with a visible shutdown of every open stream.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
@@ -231,13 +232,28 @@ impl StreamCounts {
     }
 }
 
+/// How often the Prometheus recorder's histograms are folded into their buckets.
+const METRICS_UPKEEP: Duration = Duration::from_secs(1);
+
 /// Installs the process's Prometheus recorder (once per process), with the crate's histogram
-/// buckets and help texts.
+/// buckets and help texts, and a thread that folds the histograms' samples into their buckets
+/// every second: the recorder keeps every sample until then, so without it memory would
+/// grow with every event until `/metrics` was scraped.
 pub fn prometheus() -> Result<PrometheusHandle, String> {
     let handle = PrometheusBuilder::new()
         .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)
         .and_then(PrometheusBuilder::install_recorder)
         .map_err(|error| format!("metrics: {error}"))?;
     describe_metrics();
+    let upkeep = handle.clone();
+    std::thread::Builder::new()
+        .name("metrics-upkeep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(METRICS_UPKEEP);
+                upkeep.run_upkeep();
+            }
+        })
+        .map_err(|error| format!("metrics: starting the upkeep thread: {error}"))?;
     Ok(handle)
 }
