@@ -6,6 +6,9 @@
 #                  offered load: C streams of T tokens at one token every STEP_MS ms each
 #                  (`streamgate loadgen`; CPU read just before it starts and just after it ends),
 #                  CPU_RUNS runs per server and load, alternating which goes first;
+#   throughput     events/s, client gap p99 and server CPU per event for each of SCENARIOS
+#                  (STREAMSxTOKENS@STEP_MS: as fast as each server goes at 1 and 64 streams, and 256
+#                  streams at a 5 ms decode pace), CPU_RUNS runs each, alternating which goes first;
 #   rss_per_stream (RSS with N streams open - RSS idle) / N, every stream's generator stalled
 #                  before its second token (`--stall-at 1 --stall-ms 600000`), its client
 #                  (loadgen, `--slow 1`) holding it open; read once `/stats` counts N generators
@@ -22,6 +25,7 @@
 # Every run's loadavg is in its JSON line: on a shared machine, read the CPU figures with it.
 #
 #   bash benches/capacity.sh
+#   SCENARIOS="1x200000@0 64x20000@0 256x400@5" \
 #   CPU_STREAMS="200 1000" CPU_TOKENS=250 STEP_MS=20 CPU_RUNS=3 MEM_STREAMS=10000 \
 #     RELEASE_RUNS=9 RELEASE_STEP_MS=5 bash benches/capacity.sh      # the defaults
 #
@@ -108,6 +112,30 @@ print(json.dumps({
     "ttfe_p99_ms": r["ttfe_p99_ms"], "loadavg": load,
 }))
 EOF
+)"
+}
+
+throughput() { # server scenario streams tokens step_ms
+  local server=$1 scenario=$2 streams=$3 tokens=$4 step=$5
+  start "$server" --step-ms "$step"
+  local before after result
+  before=$(cpu_ticks "$pid")
+  result=$("$bin/streamgate" loadgen --addr "$addr" --json --streams "$streams" --tokens "$tokens")
+  after=$(cpu_ticks "$pid")
+  stop
+  emit "$(python3 - "$server" "$scenario" "$streams" "$step" "$before" "$after" "$tick" "$result" "$(loadavg)" <<'EOF2'
+import json, sys
+server, scenario, streams, step, before, after, tick, result, load = sys.argv[1:]
+r = json.loads(result)
+cpu = (int(after) - int(before)) / int(tick)
+print(json.dumps({
+    "measure": "throughput", "scenario": scenario, "server": server, "streams": int(streams),
+    "step_ms": int(step), "events": r["events"], "completed": r["completed"], "failed": r["failed"],
+    "events_per_s": r["events_per_s"], "gap_p50_ms": r["gap_p50_ms"], "gap_p99_ms": r["gap_p99_ms"],
+    "gap_max_ms": r["gap_max_ms"], "cpu_s_per_million_events": round(cpu / r["events"] * 1e6, 2),
+    "loadavg": load,
+}))
+EOF2
 )"
 }
 
@@ -242,6 +270,16 @@ print(json.dumps({"released_ms": ms(time.perf_counter()), "not_before_ms": ms(no
 EOF
 echo "load average before: $(loadavg) ($(nproc) cores)" >&2
 alternate() { if [ $(($1 % 2)) = 1 ]; then echo sim baseline; else echo baseline sim; fi; }
+# label streams tokens step_ms: as fast as the server goes, and many streams at a decode pace.
+scenarios=${SCENARIOS:-"1x200000@0 64x20000@0 256x400@5"}
+for scenario in $scenarios; do
+  streams=${scenario%%x*}; rest=${scenario#*x}; tokens=${rest%@*}; step=${rest#*@}
+  for run in $(seq "$cpu_runs"); do
+    for server in $(alternate "$run"); do
+      throughput "$server" "$scenario" "$streams" "$tokens" "$step"
+    done
+  done
+done
 for streams in $cpu_streams; do
   for run in $(seq "$cpu_runs"); do
     for server in $(alternate "$run"); do cpu_per_event "$server" "$streams"; done
@@ -272,6 +310,14 @@ def line(label, measure, key, unit, ratio=True, **match):
             return "n/a"
         return f"{v:,.2f} {unit}" if unit and isinstance(v, float) else f"{round(v):,} {unit}".strip()
     lines.append(f"| {label} | {fmt(sim)} | {fmt(base)} | {ratio} |")
+for scenario in dict.fromkeys(r["scenario"] for r in rows if r["measure"] == "throughput"):
+    first = next(r for r in rows if r["measure"] == "throughput" and r["scenario"] == scenario)
+    runs = sum(1 for r in rows if r["measure"] == "throughput" and r["scenario"] == scenario and r["server"] == "sim")
+    pace = "as fast as possible" if first["step_ms"] == 0 else f"one token every {first['step_ms']} ms"
+    title = f"{first['streams']} stream{'s' if first['streams'] > 1 else ''}, {pace} (median of {runs})"
+    line(f"{title}: events/s", "throughput", "events_per_s", "", scenario=scenario)
+    line("  client gap p99", "throughput", "gap_p99_ms", "ms", scenario=scenario)
+    line("  server CPU per event", "throughput", "cpu_s_per_million_events", "s / 1M events", scenario=scenario)
 for streams in sorted({r["streams"] for r in rows if r["measure"] == "cpu_per_event"}):
     step = next(r["step_ms"] for r in rows if r["measure"] == "cpu_per_event")
     runs = sum(1 for r in rows if r["measure"] == "cpu_per_event" and r["server"] == "sim" and r["streams"] == streams)
