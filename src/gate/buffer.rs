@@ -153,7 +153,10 @@ impl<T: Chunk> Buffer<T> {
         };
         Buffer {
             state: Mutex::new(State {
-                queue: VecDeque::with_capacity(config.max_events.min(1024)),
+                // Grown on demand: a queue preallocated to `max_events` cost every stream
+                // max_events x size_of::<Entry<T>>() (5.6 KB for sim's chunks) for room that
+                // only a stream whose consumer falls behind ever uses.
+                queue: VecDeque::new(),
                 bytes: 0,
                 lent_until: (0, 0),
                 next_id: first_id,

@@ -37,8 +37,26 @@ struct Timers {
 ///
 /// Without a generator (an engine feeds the gate through its `Sender`), the work has stopped
 /// when the engine drops the sender; the task waits for that at most `stop_grace`.
-pub(crate) async fn drive<T, G, E>(
+///
+/// The generator is boxed before the task's future is built: an `async fn` keeps its arguments
+/// in its state for its whole life, so a generator passed by value would sit in the task
+/// (twice, beside a moved copy) as well as in its box.
+pub(crate) fn drive<T, G, E>(
     generator: Option<G>,
+    buffer: Arc<Buffer<T>>,
+    release: Release<T>,
+    stop_grace: Duration,
+) -> impl Future<Output = ()>
+where
+    T: Chunk,
+    G: Future<Output = Result<(), E>>,
+    E: Into<BoxError>,
+{
+    drive_boxed(generator.map(Box::pin), buffer, release, stop_grace)
+}
+
+async fn drive_boxed<T, G, E>(
+    generator: Option<Pin<Box<G>>>,
     buffer: Arc<Buffer<T>>,
     release: Release<T>,
     stop_grace: Duration,
@@ -49,7 +67,7 @@ pub(crate) async fn drive<T, G, E>(
 {
     let owns_generator = generator.is_some();
     let mut running = Running {
-        generator: generator.map(Box::pin),
+        generator,
         release: Some(release),
     };
     let mut timers = Timers::default();
