@@ -1,7 +1,7 @@
 //! `transport::Server`'s protections over real sockets on 127.0.0.1: a slowloris is closed
 //! after the header read timeout, idle connections after the idle timeout (HTTP/1.1 and h2c)
 //! while long responses are never cut, and at the connection cap new clients wait in the
-//! backlog until a slot frees. Timeouts are short (300 ms) and checked with wide margins.
+//! backlog until a slot frees; a client leaving mid-stream is not reported as an error. Timeouts are short (300 ms) and checked with wide margins.
 #![cfg(feature = "axum")]
 
 use std::convert::Infallible;
@@ -271,6 +271,38 @@ async fn streaming_response_and_slow_handler_are_not_cut_by_the_idle_timeout() {
         "{closed:?}"
     );
     assert_eq!(reports.count("head"), 0);
+}
+
+/// A client that leaves in the middle of a stream is not a server error: one that closes its
+/// socket with events still unread (which resets the connection, as a reader that gives up
+/// does) and one that had read everything (a plain close) are neither reported, while the
+/// server goes on to write to both.
+#[tokio::test]
+async fn a_client_that_leaves_mid_stream_is_not_reported() {
+    let (addr, reports) = serve(Server::new());
+    for unread in [true, false] {
+        let mut client = Client::connect(addr).await;
+        client.send("/stream?50").await;
+        let mut seen = Vec::new();
+        while !String::from_utf8_lossy(&seen).contains("data: 1\n") {
+            let mut buf = [0u8; 1024];
+            let n = timeout(LATE, client.stream.read(&mut buf))
+                .await
+                .expect("events flow")
+                .expect("read");
+            assert!(n > 0, "the stream ended early");
+            seen.extend_from_slice(&buf[..n]);
+        }
+        if unread {
+            // Two more events arrive and stay unread: the close resets the connection.
+            sleep(STEP * 2 + STEP / 2).await;
+        }
+        drop(client);
+    }
+    // The server's next writes (one every STEP) meet the closed connections.
+    sleep(STEP * 4).await;
+    let reports = reports.0.lock().unwrap().clone();
+    assert!(reports.is_empty(), "reported: {reports:?}");
 }
 
 #[tokio::test]

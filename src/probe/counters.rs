@@ -286,12 +286,6 @@ impl Batch {
         &self.age_buckets[..usize::from(self.ages)]
     }
 
-    /// The batch's longest gap and longest wait.
-    #[cfg(feature = "metrics")]
-    pub(crate) fn maxima(&self) -> (u64, u64) {
-        (self.scalars[MAX_GAP], self.scalars[MAX_AGE])
-    }
-
     /// Events, bytes (visible, hidden, control) and stalls in the batch, for exporters.
     #[cfg(feature = "metrics")]
     pub(crate) fn sums(&self) -> ([u64; 3], [u64; 3], u64) {

@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use metrics::{Counter, Histogram as MetricsHistogram, Unit, counter, histogram};
 
-use super::counters::{Batch, per_bucket};
-use super::histogram::{BUCKETS, lower_bound};
+use super::counters::Batch;
 use super::observe::END_REASONS;
 
 /// Bucket boundaries, in seconds, for the crate's histograms: from 100 µs to 10 minutes.
@@ -140,7 +139,8 @@ impl Handles {
         }
     }
 
-    /// Exports a stream's batch (before it is added to the hop and emptied).
+    /// Exports a stream's batch of counts (before it is added to the hop and emptied); its
+    /// gaps and waits went to the histograms as they were measured.
     pub(crate) fn export(&self, batch: &Batch) {
         let (events, bytes, stalls) = batch.sums();
         for (counter, delta) in self
@@ -156,9 +156,20 @@ impl Handles {
         if stalls > 0 {
             self.stalls.increment(stalls);
         }
-        let (max_gap, max_age) = batch.maxima();
-        record_buckets(&self.gaps, batch.gap_buckets(), max_gap);
-        record_buckets(&self.ages, batch.age_buckets(), max_age);
+    }
+
+    /// Records one gap as it is measured. A histogram takes one value per call (the facade's
+    /// `record_many` repeats `record`: Prometheus's reads the clock and pushes once per value),
+    /// so recording a batch's gaps at a flush costs as much as recording each here, but the
+    /// stream's last flush, at its end, would pay for up to 64 of them on the path that drops
+    /// the stream (a client's disconnect, before the generator's release).
+    pub(crate) fn gap(&self, ns: u64) {
+        self.gaps.record(ns as f64 / 1e9);
+    }
+
+    /// Records how long one event waited in the gate, as it is measured.
+    pub(crate) fn age(&self, ns: u64) {
+        self.ages.record(ns as f64 / 1e9);
     }
 
     pub(crate) fn first_event(&self, after: Duration) {
@@ -175,24 +186,6 @@ impl Handles {
 
 fn ended(hop: String, reason: &'static str, stalled: &'static str) -> Counter {
     counter!("streamgate_streams_ended_total", "hop" => hop, "reason" => reason, "stalled" => stalled)
-}
-
-/// Records each bucket's durations at the bucket's middle, one call per distinct bucket; the
-/// last bucket (from about 4.6 minutes, no upper bound) at `max`, the batch's largest value. A
-/// gap that long is a stall, which flushes the batch at once, so it is the batch's largest.
-fn record_buckets(histogram: &MetricsHistogram, buckets: &[u8], max: u64) {
-    per_bucket(buckets, |index, count| {
-        let ns = if index + 1 < BUCKETS {
-            let (low, high) = (lower_bound(index), lower_bound(index + 1));
-            low + (high - low) / 2
-        } else {
-            max
-        };
-        histogram.record_many(
-            ns as f64 / 1e9,
-            usize::try_from(count).unwrap_or(usize::MAX),
-        );
-    });
 }
 
 /// Exports hop-record counts, from the record writer's thread.

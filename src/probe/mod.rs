@@ -33,9 +33,8 @@
 //! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](END_REASONS), and whether they ended in a stall (`true`/`false`); all 16 series of a hop are registered when its first stream starts |
 //! | `streamgate_hop_records_total` | counter | records | `outcome` | hop records `written`, `dropped` (the writer's queue was full) or `failed` (the write failed) |
 //!
-//! Histogram values are reported at the middle of the crate's own log-linear bucket (within
-//! 6.25% of the true value); one past its last bucket (about 4.6 minutes) at its true value.
-//! A Prometheus exporter summarizes histograms over a short window
+//! Histogram values are reported as measured, each when it is measured (a stream's last gap at
+//! its end). A Prometheus exporter summarizes histograms over a short window
 //! unless it is given buckets: give it `METRIC_BUCKETS`, which reach from 100 µs to 10
 //! minutes, so that a 5 s stall shows as one.
 //!

@@ -81,9 +81,11 @@ fn bounded(request: Arc<str>) -> Arc<str> {
 /// decode loop); `observe` takes `&mut self`, one clock read, and touches only this recorder's
 /// own batch: no lock, no atomic, no allocation (a sampled stream also queues its hop record:
 /// a channel send, which never blocks). Every 64 events, at each stall and at the end, the
-/// batch is added to the hop's aggregate. A recorder is under 1 KiB; with `otel`, a stream's
-/// span adds its own (about 600 bytes with the SDK), and an exporter may allocate when a batch
-/// reaches it (Prometheus: about once per flush).
+/// batch is added to the hop's aggregate. With `metrics`, each gap and wait is also recorded
+/// into the exporter's histogram as it is measured (Prometheus: a clock read and a push into a
+/// lock-free bucket, which allocates a block every 64 values), so a stream's end leaves only
+/// counters to export. A recorder is under 1 KiB; with `otel`, a stream's span adds its own
+/// (about 600 bytes with the SDK).
 ///
 /// Its [`end`](Recorder::end) records why the stream ended and how long it had been quiet:
 /// a stream frozen for 40 s and then abandoned is a stall of this hop, in its counters, its
@@ -261,6 +263,8 @@ impl Recorder {
         if let Some(enqueued) = event.enqueued_at {
             let waited = nanos(at.saturating_duration_since(enqueued));
             self.batch.record_wait(waited, event.waiting);
+            #[cfg(feature = "metrics")]
+            self.metrics.age(waited);
         }
         if let Some(seq) = seq {
             self.record(seq, now, event.bytes, event.kind.into(), None);
@@ -379,6 +383,8 @@ impl Recorder {
 
     fn gap(&mut self, ns: u64) {
         self.batch.record_gap(ns, self.position);
+        #[cfg(feature = "metrics")]
+        self.metrics.gap(ns);
         let max = &mut self.summary.max_gap;
         *max = (*max).max(Duration::from_nanos(ns));
     }

@@ -485,6 +485,9 @@ where
     } else {
         shared.options.retain
     };
-    tokio::time::sleep(retain).await;
+    // A zero sleep would still wait for the timer's next millisecond tick.
+    if !retain.is_zero() {
+        tokio::time::sleep(retain).await;
+    }
     shared.remove(&entry);
 }

@@ -495,7 +495,11 @@ mod tests {
                     (Some(id), None) => event.clone().with_id(id.to_string()).unwrap().encode(),
                     _ => event.encode(),
                 };
-                assert_eq!(event.clone().into_frame(id), expected, "{event:?} with id {id:?}");
+                assert_eq!(
+                    event.clone().into_frame(id),
+                    expected,
+                    "{event:?} with id {id:?}"
+                );
             }
         }
     }

@@ -221,7 +221,10 @@ where
             }
             if !*this.finishing
                 && this.check.is_none()
-                && this.unsent.front().is_some_and(|&(end, _)| end > this.queue.written())
+                && this
+                    .unsent
+                    .front()
+                    .is_some_and(|&(end, _)| end > this.queue.written())
             {
                 // The transport writes these frames after this poll, and its write notes their
                 // departure: the check is needed only if that write leaves bytes unsent. (No

@@ -865,7 +865,8 @@ pub enum ServeError {
     /// accepts again after [`ACCEPT_BACKOFF`].
     Accept(io::Error),
     /// A connection ended with an error: a malformed request, an HTTP/2 protocol error, a
-    /// client that vanished while a response was being written.
+    /// client that vanished while a response was being written (the user timeout ran out; a
+    /// client that closed or reset its connection is not an error).
     Connection {
         /// The client's address.
         peer: SocketAddr,
@@ -918,11 +919,31 @@ impl std::error::Error for ServeError {
     }
 }
 
-/// Whether a connection's error only says that the client left before a response was complete.
+/// Whether a connection's error only says that the client left: before a response was
+/// complete (an end of file), or by resetting the connection, as a client that closes its
+/// socket with bytes it has not read does (an SSE reader that leaves mid-stream, most often):
+/// the next read or write meets a reset or a broken pipe. A client that vanished (the user
+/// timeout ran out) is still reported.
 fn is_client_gone(error: &(dyn std::error::Error + 'static)) -> bool {
-    error
-        .downcast_ref::<hyper::Error>()
-        .is_some_and(hyper::Error::is_incomplete_message)
+    let mut cause = Some(error);
+    while let Some(error) = cause {
+        if error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_incomplete_message)
+        {
+            return true;
+        }
+        if let Some(error) = error.downcast_ref::<io::Error>() {
+            return matches!(
+                error.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::BrokenPipe
+                    | io::ErrorKind::ConnectionAborted
+            );
+        }
+        cause = error.source();
+    }
+    false
 }
 
 #[cfg(test)]
