@@ -1,7 +1,8 @@
 //! `transport::Server`'s protections over real sockets on 127.0.0.1: a slowloris is closed
 //! after the header read timeout, idle connections after the idle timeout (HTTP/1.1 and h2c)
 //! while long responses are never cut, and at the connection cap new clients wait in the
-//! backlog until a slot frees; a client leaving mid-stream is not reported as an error. Timeouts are short (300 ms) and checked with wide margins.
+//! backlog until a slot frees; a client leaving mid-stream is not reported as an error.
+//! Timeouts are short (300 ms) and checked with wide margins.
 #![cfg(feature = "axum")]
 
 use std::convert::Infallible;
