@@ -91,12 +91,7 @@ impl GateHandle {
 
     /// Waits until the stream has been released.
     pub async fn released(&self) {
-        poll_fn(|cx| self.poll_released(cx)).await;
-    }
-
-    /// Ready once the stream has been released; `cx`'s waker is woken then.
-    pub(crate) fn poll_released(&self, cx: &mut Context<'_>) -> Poll<()> {
-        self.status.poll_released(cx)
+        poll_fn(|cx| self.status.poll_released(cx)).await;
     }
 }
 

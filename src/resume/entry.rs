@@ -1,20 +1,14 @@
 //! One registered stream: its replay log, its subscribers' positions, the pump that fills the
 //! log from the gate, and the grace that runs while nobody is attached.
-//!
-//! The pump is driven by whoever waits for it: a subscriber that has read everything in the log
-//! moves the gate's next events in itself, in its own task, so an event reaches a reader that
-//! keeps up with one wake-up (its own), not two. The stream's keeper task drives the pump when
-//! nobody waits: while the stream is detached, while its readers are busy writing what they
-//! read (a slow client), at a subscriber's lag limit, and to its end.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::pin::Pin;
-use std::task::Wake;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures_core::Stream;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 use super::log::{Lookup, ReplayLog};
 use super::registry::{AttachError, Shared};
@@ -34,116 +28,11 @@ enum Offer {
     Detached,
 }
 
-/// A registered stream, shared by its keeper, its subscribers and the registry.
+/// A registered stream, shared by its pump, its subscribers and the registry.
 pub(crate) struct Entry<C> {
     pub(crate) id: Arc<str>,
     pub(crate) state: Mutex<State<C>>,
     pub(crate) handle: GateHandle,
-    /// The pump, driven by whoever holds this lock (`None` once the stream has ended).
-    pump: Mutex<Option<Pump<C>>>,
-    /// Who to wake when the pump can move (the gate has an event, a lag limit ran out, the log
-    /// has room again): the waker the pump polls with.
-    drivers: Arc<Drivers>,
-    /// [`drivers`](Entry::drivers) as a waker.
-    waker: Waker,
-}
-
-/// Whoever waits for the pump to move: subscribers that have read everything (any of them
-/// moves the next events in), else the keeper.
-#[derive(Default)]
-struct Drivers {
-    waiting: Mutex<Vec<Waker>>,
-    keeper: Mutex<Option<Waker>>,
-}
-
-impl Drivers {
-    /// `waker` waits for the pump's next move.
-    fn wait(&self, waker: &Waker) {
-        let mut waiting = lock(&self.waiting);
-        if !waiting.iter().any(|waiting| waiting.will_wake(waker)) {
-            waiting.push(waker.clone());
-        }
-    }
-
-    /// The keeper's task, woken when no subscriber waits.
-    fn keep(&self, waker: &Waker) {
-        let mut keeper = lock(&self.keeper);
-        if !keeper
-            .as_ref()
-            .is_some_and(|keeper| keeper.will_wake(waker))
-        {
-            *keeper = Some(waker.clone());
-        }
-    }
-
-    /// `waker` no longer waits (its subscriber has an event to handle).
-    fn forget(&self, waker: &Waker) {
-        lock(&self.waiting).retain(|waiting| !waiting.will_wake(waker));
-    }
-
-    fn wake_keeper(&self) {
-        if let Some(keeper) = lock(&self.keeper).as_ref() {
-            keeper.wake_by_ref();
-        }
-    }
-}
-
-impl Wake for Drivers {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
-
-    /// Wakes every waiting subscriber (the first to run moves the events in, and the log wakes
-    /// the others), or the keeper when none waits. A subscriber waits only while it has read
-    /// everything, so it is polled again when woken: a transport stops polling its body only
-    /// with bytes of its own to write, which a waiting subscriber did not give it.
-    fn wake_by_ref(self: &Arc<Self>) {
-        let waiting = std::mem::take(&mut *lock(&self.waiting));
-        if waiting.is_empty() {
-            self.wake_keeper();
-        }
-        for waker in waiting {
-            waker.wake();
-        }
-    }
-}
-
-/// The gate's consumer and what the pump holds between two moves.
-pub(crate) struct Pump<C> {
-    /// The gate's consumer (boxed: a registry holds any chunk type, a consumer only a
-    /// [`Chunk`]'s).
-    consumer: Pin<Box<dyn Stream<Item = Result<Event<C>, GateError>> + Send>>,
-    /// An event the log has not taken yet.
-    slot: Option<Event<C>>,
-    /// A subscriber's lag limit, while one holds the log.
-    lag: Option<Pin<Box<Sleep>>>,
-    /// The gate was released while a full log held a detached stream.
-    gate_released: bool,
-}
-
-impl<C> Pump<C> {
-    pub(crate) fn new(consumer: Consumer<C>) -> Self
-    where
-        C: Chunk + Send + 'static,
-    {
-        Pump {
-            consumer: Box::pin(consumer),
-            slot: None,
-            lag: None,
-            gate_released: false,
-        }
-    }
-}
-
-/// What a drive of the pump did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Moved {
-    /// Nothing: the gate had no event, the log could not take one, or another task drives.
-    Nothing,
-    /// Events went into the log.
-    Events,
-    /// The stream's end went into the log: the pump is done.
-    End,
 }
 
 /// An attached subscriber, as the log sees it.
@@ -191,22 +80,18 @@ impl<C> State<C> {
     }
 }
 
-impl<C: Chunk + Clone + Send + 'static> Entry<C> {
+impl<C: Chunk + Clone> Entry<C> {
     pub(crate) fn new(
         id: Arc<str>,
-        consumer: Consumer<C>,
+        handle: GateHandle,
         max_events: usize,
         max_bytes: usize,
         read_ahead: usize,
         keep_read: bool,
     ) -> Self {
-        let drivers = Arc::new(Drivers::default());
         Entry {
             id,
-            handle: consumer.handle(),
-            pump: Mutex::new(Some(Pump::new(consumer))),
-            waker: Waker::from(drivers.clone()),
-            drivers,
+            handle,
             state: Mutex::new(State {
                 log: ReplayLog::new(max_events, max_bytes),
                 end: None,
@@ -232,12 +117,7 @@ impl<C: Chunk + Clone + Send + 'static> Entry<C> {
     /// attached (or all cut), the log takes events until it is full, evicting only what lies
     /// below the resume floor, then waits: the grace bounds that wait. Waiting, the gate behind
     /// fills and pauses the generator.
-    fn offer(
-        &self,
-        event: &mut Option<Event<C>>,
-        cx: &mut Context<'_>,
-        driver: Option<u64>,
-    ) -> Offer {
+    fn offer(&self, event: &mut Option<Event<C>>, cx: &mut Context<'_>) -> Offer {
         let mut state = lock(&self.state);
         let state = &mut *state;
         let Some(next) = event.take() else {
@@ -329,14 +209,7 @@ impl<C: Chunk + Clone + Send + 'static> Entry<C> {
         }
         state.log.push(next);
         state.full_since = None;
-        // The subscriber driving the pump reads on when the move is done.
-        for (key, reader) in &mut state.readers {
-            if Some(*key) != driver {
-                if let Some(waker) = reader.waker.take() {
-                    waker.wake();
-                }
-            }
-        }
+        wake_readers(state);
         Offer::Taken { cut_last: false }
     }
 
@@ -414,8 +287,6 @@ impl<C: Chunk + Clone + Send + 'static> Entry<C> {
         if let Some(pump) = state.pump.take() {
             pump.wake();
         }
-        // It may have been the one to drive the pump next: now the others or the keeper do.
-        self.drivers.wake_keeper();
         if !reader.cut && state.readers.values().all(|reader| reader.cut) {
             self.nobody_reads(state, shared, EndReason::ConsumerGone);
         }
@@ -553,122 +424,62 @@ fn wake_readers<C>(state: &mut State<C>) {
     }
 }
 
-impl<C> Entry<C>
+/// Moves the gate's events into the entry's log until the stream ends, then keeps the log for
+/// the registry's retention (none after an expiry) and removes the entry.
+pub(crate) async fn pump<C>(entry: Arc<Entry<C>>, mut consumer: Consumer<C>, shared: Arc<Shared<C>>)
 where
     C: Chunk + Clone + Send + Sync + 'static,
 {
-    /// Moves the gate's events into the log, as far as they can go now, for the subscriber
-    /// `driver` (whose own waker the log then leaves alone), or for the keeper (`None`). Does
-    /// nothing while another task drives: that one wakes the readers of what it moves.
-    pub(crate) fn drive(self: &Arc<Self>, driver: Option<u64>, shared: &Arc<Shared<C>>) -> Moved {
-        let mut pump = match self.pump.try_lock() {
-            Ok(pump) => pump,
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(std::sync::TryLockError::WouldBlock) => return Moved::Nothing,
-        };
-        let Some(running) = pump.as_mut() else {
-            return Moved::Nothing;
-        };
-        let mut cx = Context::from_waker(&self.waker);
-        let (moved, end) = self.pump_into_log(running, &mut cx, driver, shared);
-        let Poll::Ready(end) = end else {
-            return if moved { Moved::Events } else { Moved::Nothing };
-        };
-        self.finish(end);
-        // The gate's end and release are the consumer's drop away.
-        let done = pump.take();
-        drop(pump);
-        drop(done);
-        // The keeper keeps the finished log for its retention, then removes it.
-        self.drivers.wake_keeper();
-        Moved::End
-    }
-
-    /// The subscriber of `waker` has read everything and waits: it is woken to drive the pump
-    /// when the pump can move.
-    pub(crate) fn wait_for_pump(&self, waker: &Waker) {
-        self.drivers.wait(waker);
-    }
-
-    /// The subscriber of `waker` has an event to handle and no longer waits.
-    pub(crate) fn stop_waiting_for_pump(&self, waker: &Waker) {
-        self.drivers.forget(waker);
-    }
-
-    /// Moves events until the gate has none, the log can take none, or the stream ends (with
-    /// its end: `None` for a completed stream); whether any moved.
-    fn pump_into_log(
-        self: &Arc<Self>,
-        pump: &mut Pump<C>,
-        cx: &mut Context<'_>,
-        driver: Option<u64>,
-        shared: &Arc<Shared<C>>,
-    ) -> (bool, Poll<Option<GateError>>) {
-        let mut moved = false;
-        loop {
-            if pump.slot.is_none() {
-                match pump.consumer.as_mut().poll_next(cx) {
-                    Poll::Ready(Some(Ok(event))) => pump.slot = Some(event),
-                    Poll::Ready(Some(Err(error))) => return (moved, Poll::Ready(Some(error))),
-                    Poll::Ready(None) => return (moved, Poll::Ready(None)),
-                    Poll::Pending => return (moved, Poll::Pending),
-                }
-            }
-            // Until the log takes it; a subscriber's lag limit running out is a reason to look
-            // again.
-            match self.offer(&mut pump.slot, cx, driver) {
-                Offer::Taken { cut_last: false } => moved = true,
-                Offer::Taken { cut_last: true } => {
-                    let state = lock(&self.state);
-                    self.nobody_reads(state, shared, EndReason::SlowConsumer);
-                }
-                // Only a detached stream's wait can outlive its gate (an attached one's is
-                // bounded by its readers' lag limits): watching the gate there costs the hot
-                // path nothing.
-                Offer::Detached => {
-                    if pump.gate_released || self.handle.poll_released(cx).is_pending() {
-                        return (moved, Poll::Pending);
-                    }
-                    pump.gate_released = true;
-                    self.stop_waiting();
-                }
-                Offer::Wait(None) => return (moved, Poll::Pending),
-                Offer::Wait(Some(deadline)) => {
-                    let lag = match &mut pump.lag {
-                        Some(lag) => {
-                            lag.as_mut().reset(deadline);
-                            lag
+    let mut lag = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
+    // A gate ended from outside (a group's shutdown, a cancel) while a full log holds a
+    // detached stream's pump: its last events and its end then wait for nobody.
+    let handle = entry.handle.clone();
+    let mut released = std::pin::pin!(handle.released());
+    let mut gate_released = false;
+    let end = loop {
+        let item = std::future::poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)).await;
+        match item {
+            Some(Ok(event)) => {
+                let mut slot = Some(event);
+                // Until the log takes it; a subscriber's lag limit running out is a reason to
+                // look again.
+                std::future::poll_fn(|cx| {
+                    loop {
+                        match entry.offer(&mut slot, cx) {
+                            Offer::Taken { cut_last: false } => return Poll::Ready(()),
+                            Offer::Taken { cut_last: true } => {
+                                let state = lock(&entry.state);
+                                entry.nobody_reads(state, &shared, EndReason::SlowConsumer);
+                            }
+                            // Only a detached stream's wait can outlive its gate (an attached
+                            // one's is bounded by its readers' lag limits): watching the gate
+                            // there costs the hot path nothing.
+                            Offer::Detached => {
+                                if gate_released || released.as_mut().poll(cx).is_pending() {
+                                    return Poll::Pending;
+                                }
+                                gate_released = true;
+                                entry.stop_waiting();
+                            }
+                            Offer::Wait(None) => return Poll::Pending,
+                            Offer::Wait(Some(deadline)) => {
+                                lag.as_mut().reset(deadline);
+                                if lag.as_mut().poll(cx).is_pending() {
+                                    return Poll::Pending;
+                                }
+                            }
                         }
-                        None => pump
-                            .lag
-                            .insert(Box::pin(tokio::time::sleep_until(deadline))),
-                    };
-                    if lag.as_mut().poll(cx).is_pending() {
-                        return (moved, Poll::Pending);
                     }
-                }
+                })
+                .await;
             }
+            Some(Err(error)) => break Some(error),
+            None => break None,
         }
-    }
-}
-
-/// The stream's keeper: drives the pump whenever no subscriber waits to (see [`Drivers`]), then
-/// keeps the finished log for the registry's retention (none after an expiry) and removes the
-/// entry.
-pub(crate) async fn keep<C>(entry: Arc<Entry<C>>, shared: Arc<Shared<C>>)
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
-    std::future::poll_fn(|cx| {
-        entry.drivers.keep(cx.waker());
-        entry.drive(None, &shared);
-        if lock(&entry.pump).is_none() {
-            Poll::Ready(())
-        } else {
-            Poll::Pending
-        }
-    })
-    .await;
+    };
+    entry.finish(end);
+    // The gate's end and release are the consumer's drop away.
+    drop(consumer);
     let retain = if lock(&entry.state).expired {
         Duration::ZERO
     } else {

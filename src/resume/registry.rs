@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::entry::{Entry, keep};
+use super::entry::{Entry, pump};
 use super::subscriber::Subscriber;
 use crate::chunk::Chunk;
 use crate::gate::Consumer;
@@ -306,7 +306,7 @@ where
         let options = self.shared.options;
         let entry = Arc::new(Entry::new(
             id.clone(),
-            consumer,
+            consumer.handle(),
             options.log_events,
             options.log_bytes,
             options.read_ahead,
@@ -320,7 +320,7 @@ where
             streams.insert(id, entry.clone());
         }
         let subscriber = Subscriber::attached(entry.clone(), 0, self.shared.clone(), false);
-        tokio::spawn(keep(entry, self.shared.clone()));
+        tokio::spawn(pump(entry, consumer, self.shared.clone()));
         subscriber.map_err(|_| DuplicateId)
     }
 

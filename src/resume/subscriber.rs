@@ -2,13 +2,13 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use futures_core::{FusedStream, Stream};
 use tokio::task::coop;
 
-use super::entry::{Entry, Moved};
+use super::entry::Entry;
 use super::registry::{AttachError, Shared};
 use crate::chunk::Chunk;
 use crate::gate::{Event, GateError};
@@ -20,11 +20,6 @@ use crate::sync::Arc;
 ///
 /// Dropping it detaches it: the stream goes on (see [`Registry`](super::Registry)); the last
 /// subscriber to leave starts the grace.
-///
-/// A subscriber that has read everything moves the stream's next events into the log itself
-/// when polled, so poll it until it is pending (as every stream consumer does), or drop it: one
-/// left unpolled after a `Pending` holds the stream's next events in the gate until it is
-/// polled again or dropped (other subscribers move them on when they wait too).
 pub struct Subscriber<C>
 where
     C: Chunk + Clone + Send + Sync + 'static,
@@ -34,9 +29,6 @@ where
     /// This subscriber's key in the entry, which keeps its position.
     key: u64,
     done: bool,
-    /// While it waits for the pump (its last poll found nothing to read), the waker it
-    /// waits with.
-    waiting: Option<Waker>,
 }
 
 impl<C> Subscriber<C>
@@ -56,7 +48,6 @@ where
             shared,
             key,
             done: false,
-            waiting: None,
         })
     }
 
@@ -92,27 +83,7 @@ where
             return Poll::Ready(None);
         }
         let progress = ready!(coop::poll_proceed(cx));
-        let mut item = this.entry.read(this.key, cx);
-        // Nothing to read: move the gate's next events into the log from here.
-        if item.is_pending() && this.entry.drive(Some(this.key), &this.shared) != Moved::Nothing {
-            item = this.entry.read(this.key, cx);
-        }
-        let Poll::Ready(item) = item else {
-            if !this
-                .waiting
-                .as_ref()
-                .is_some_and(|w| w.will_wake(cx.waker()))
-            {
-                if let Some(before) = this.waiting.replace(cx.waker().clone()) {
-                    this.entry.stop_waiting_for_pump(&before);
-                }
-            }
-            this.entry.wait_for_pump(cx.waker());
-            return Poll::Pending;
-        };
-        if let Some(waker) = this.waiting.take() {
-            this.entry.stop_waiting_for_pump(&waker);
-        }
+        let item = ready!(this.entry.read(this.key, cx));
         progress.made_progress();
         if !matches!(item, Some(Ok(_))) {
             this.done = true;
@@ -135,9 +106,6 @@ where
     C: Chunk + Clone + Send + Sync + 'static,
 {
     fn drop(&mut self) {
-        if let Some(waker) = self.waiting.take() {
-            self.entry.stop_waiting_for_pump(&waker);
-        }
         self.entry.detach(self.key, &self.shared);
     }
 }
