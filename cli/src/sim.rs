@@ -120,6 +120,9 @@ struct Stats {
     kv_blocks_in_use: AtomicU64,
     tokens_generated: AtomicU64,
     tokens_after_cancel: AtomicU64,
+    /// The longest a stream took from its end (a disconnect, a stop) to its release, in µs:
+    /// the gate's own measure (`GateStats::end_to_release`), inside the server.
+    end_to_release_max_us: AtomicU64,
     /// Streams stopped mid-generation because the KV pool ran out (also `streams_failed`).
     kv_exhausted: AtomicU64,
     /// Requests refused with 503 because every KV block was held by other streams.
@@ -412,6 +415,12 @@ impl Server {
                 stats
                     .tokens_after_cancel
                     .fetch_add(gate.chunks_after_end, Ordering::Relaxed);
+                if let Some(took) = gate.end_to_release {
+                    let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+                    stats
+                        .end_to_release_max_us
+                        .fetch_max(micros, Ordering::Relaxed);
+                }
                 stats.streams.end(reason);
             }
         };
@@ -821,6 +830,10 @@ async fn stats(State(server): State<Arc<Server>>) -> Response {
                     (
                         "tokens_after_cancel".into(),
                         load(&s.tokens_after_cancel).into(),
+                    ),
+                    (
+                        "end_to_release_max_us".into(),
+                        load(&s.end_to_release_max_us).into(),
                     ),
                     ("streams_detached".into(), resumable.detached.into()),
                     ("streams_resumed".into(), resumable.resumed.into()),
