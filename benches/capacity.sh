@@ -130,11 +130,13 @@ import json, sys
 server, scenario, streams, step, before, after, tick, result, load = sys.argv[1:]
 r = json.loads(result)
 cpu = (int(after) - int(before)) / int(tick)
+events = r["events"]
 print(json.dumps({
     "measure": "throughput", "scenario": scenario, "server": server, "streams": int(streams),
     "step_ms": int(step), "events": r["events"], "completed": r["completed"], "failed": r["failed"],
     "events_per_s": r["events_per_s"], "gap_p50_ms": r["gap_p50_ms"], "gap_p99_ms": r["gap_p99_ms"],
-    "gap_max_ms": r["gap_max_ms"], "cpu_s_per_million_events": round(cpu / r["events"] * 1e6, 2),
+    "gap_max_ms": r["gap_max_ms"],
+    "cpu_s_per_million_events": round(cpu / events * 1e6, 2) if events else None,
     "loadavg": load,
 }))
 EOF2

@@ -30,6 +30,15 @@ async fn main() {
         .install_recorder()
         .expect("no other recorder is installed");
     describe_metrics();
+    // This exporter keeps every histogram sample until an upkeep (or a scrape) folds it into
+    // its bucket: run one every second, or memory grows with every event between scrapes.
+    let upkeep = prometheus.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            upkeep.run_upkeep();
+        }
+    });
     let hop = HopProbe::new("worker.write").stall_threshold(Duration::from_millis(100));
 
     let stream_hop = hop.clone();

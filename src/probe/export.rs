@@ -13,9 +13,16 @@ use super::observe::END_REASONS;
 /// Bucket boundaries, in seconds, for the crate's histograms: from 100 µs to 10 minutes.
 ///
 /// ```ignore
-/// PrometheusBuilder::new()
+/// let handle = PrometheusBuilder::new()
 ///     .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)?
 ///     .install_recorder()?;
+/// // That exporter keeps each histogram sample until an upkeep folds it into its bucket.
+/// tokio::spawn(async move {
+///     loop {
+///         tokio::time::sleep(Duration::from_secs(1)).await;
+///         handle.run_upkeep();
+///     }
+/// });
 /// ```
 pub const METRIC_BUCKETS: [f64; 22] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,

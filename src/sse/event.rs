@@ -214,8 +214,9 @@ impl SseEvent {
 
     /// Encodes the event as one frame, taking its data, with `id` as its `id:` when it has none
     /// of its own. Plain data on one line (a JSON chunk) becomes the frame in its own buffer:
-    /// the frame's fields are put before it and the blank line after, so an event costs one
-    /// allocation, its data's (with room for the framing, none more).
+    /// the frame's fields are put before it and the blank line after, so an event costs the
+    /// allocation its data made (made with room for the framing, nothing more; without room,
+    /// one reallocation).
     pub(crate) fn into_frame(self, id: Option<u64>) -> Bytes {
         let mut digits = Digits::default();
         let own_id = self.id().is_some();
@@ -252,8 +253,8 @@ impl SseEvent {
             at += piece.len();
         }
         frame.extend_from_slice(b"\n\n");
-        // A boxed slice becomes `Bytes` without allocating; shrinking a buffer that was made
-        // with room to spare happens in place.
+        // A boxed slice becomes `Bytes` without allocating (a buffer made with room to spare is
+        // shrunk first: with glibc, in place).
         Bytes::from(frame.into_boxed_slice())
     }
 

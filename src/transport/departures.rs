@@ -219,18 +219,22 @@ where
                 *this.delay = DEPARTURE_CHECK;
                 return Poll::Pending;
             }
-            if !*this.finishing
-                && this.check.is_none()
-                && this
-                    .unsent
-                    .front()
-                    .is_some_and(|&(end, _)| end > this.queue.written())
-            {
+            if !*this.finishing && this.check.is_none() {
                 // The transport writes these frames after this poll, and its write notes their
                 // departure: the check is needed only if that write leaves bytes unsent. (No
-                // timer per event while the client keeps up.)
-                this.queue.wake_after_write(cx.waker(), true);
-                return Poll::Pending;
+                // timer per event while the client keeps up.) Registered before looking, so a
+                // write from another task in between still wakes this one.
+                let unwritten = |queue: &SendQueue, unsent: &VecDeque<(u64, Observation)>| {
+                    unsent
+                        .front()
+                        .is_some_and(|&(end, _)| end > queue.written())
+                };
+                if unwritten(this.queue, this.unsent) {
+                    this.queue.wake_after_write(cx.waker(), true);
+                    if unwritten(this.queue, this.unsent) {
+                        return Poll::Pending;
+                    }
+                }
             }
             if this.check.is_none() {
                 this.check.set(Some(tokio::time::sleep(*this.delay)));
