@@ -23,6 +23,8 @@
 #                  poll that did not was sent (the release happened in between), and sim's own
 #                  measure (`/stats` end_to_release_max_us: the slowest stream's gate end to
 #                  release).
+# sim runs with all its instruments: probes at its four hops, stamps, the Prometheus recorder, and
+# hop records for 1% of requests (--hop-records-sample 0.01).
 # Prints one JSON line per measurement, then a table of medians with ratios (sim / baseline).
 # Every run's loadavg is in its JSON line: on a shared machine, read the CPU figures with it.
 #
@@ -62,6 +64,8 @@ start() { # sim|baseline [server flags] -> sets addr and pid
   local command=("$bin/streamgate" sim)
   [ "$name" = baseline ] && command=("$bin/examples/baseline_serve")
   rm -f "$work/$name.out" # not the last server's address: the shell truncates it after forking
+  # Every instrument on in sim: hop records for 1% of requests, besides its probes and metrics.
+  [ "$name" = sim ] && command+=(--hop-records "$work/records.jsonl" --hop-records-sample 0.01)
   "${command[@]}" --addr 127.0.0.1:0 --kv-blocks "$kv_blocks" "$@" > "$work/$name.out" 2>&1 &
   pid=$!
   for _ in $(seq 200); do

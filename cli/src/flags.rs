@@ -68,6 +68,23 @@ pub fn positive(value: &str) -> Result<usize, String> {
     }
 }
 
+/// Which share of requests `--hop-records` writes.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct RecordSample {
+    /// The share of requests (0 to 1) whose events `--hop-records` writes, chosen by request
+    /// id so that every hop writes the same requests' records (0.01: one in a hundred).
+    #[arg(long = "hop-records-sample", value_name = "SHARE", default_value_t = 1.0, value_parser = share)]
+    pub share: f64,
+}
+
+/// A share from 0 to 1.
+pub fn share(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(share) if (0.0..=1.0).contains(&share) => Ok(share),
+        _ => Err(format!("`{value}` is not a share from 0 to 1")),
+    }
+}
+
 /// A positive number of milliseconds.
 pub fn millis(value: &str) -> Result<Duration, String> {
     match value.parse::<u64>() {
@@ -256,6 +273,19 @@ mod tests {
         resume: ResumeFlags,
         #[command(flatten)]
         listen: ListenFlags,
+        #[command(flatten)]
+        sample: RecordSample,
+    }
+
+    #[test]
+    fn hop_records_are_written_for_every_request_unless_a_share_is_given() {
+        assert_eq!(Flags::parse_from(["test"]).sample.share, 1.0);
+        let flags = Flags::parse_from(["test", "--hop-records-sample", "0.01"]);
+        assert_eq!(flags.sample.share, 0.01);
+        for bad in ["1.5", "-0.1", "some"] {
+            let parsed = Flags::try_parse_from(["test", "--hop-records-sample", bad]);
+            assert!(parsed.is_err(), "{bad} was taken");
+        }
     }
 
     #[test]

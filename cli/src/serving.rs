@@ -12,6 +12,8 @@ use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, METRIC_BUCKETS, RecordSink, describe_metrics};
 use streamgate::transport::{Server, TunedListener};
 
+use crate::flags::RecordSample;
+
 /// A JSON body with `status`.
 pub fn json_response(status: StatusCode, body: Value) -> Response {
     (
@@ -43,10 +45,10 @@ pub fn record_sink(path: Option<&str>) -> Result<Option<RecordSink>, String> {
         .map_err(|error| format!("--hop-records: {error}"))
 }
 
-/// A hop probe that writes every request's records to `records`, if any.
-pub fn hop(records: &Option<RecordSink>, name: &str) -> HopProbe {
+/// A hop probe that writes the records of a `sample` of requests to `records`, if any.
+pub fn hop(records: &Option<RecordSink>, sample: RecordSample, name: &str) -> HopProbe {
     match records {
-        Some(sink) => HopProbe::new(name).records(sink.clone(), 1.0),
+        Some(sink) => HopProbe::new(name).records(sink.clone(), sample.share),
         None => HopProbe::new(name),
     }
 }

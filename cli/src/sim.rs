@@ -92,6 +92,8 @@ pub struct Config {
     /// per stream; flushed at exit.
     #[arg(long, value_name = "FILE")]
     pub hop_records: Option<String>,
+    #[command(flatten)]
+    pub hop_records_sample: flags::RecordSample,
 }
 
 impl Config {
@@ -856,6 +858,7 @@ pub fn app(
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Server>), String> {
     let sink = server::record_sink(config.hop_records.as_deref())?;
+    let sample = config.hop_records_sample;
     let listener = TunedListener::bind(config.addr, config.listen.options())
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
     let store = config.resume.open(&config.gate)?;
@@ -871,10 +874,10 @@ pub fn app(
         stats: Stats::default(),
         id_prefix,
         next_id: AtomicU64::new(0),
-        decode: server::hop(&sink, "worker.decode"),
-        publish: server::hop(&sink, "worker.publish"),
-        write: server::hop(&sink, "worker.write"),
-        sent: server::hop(&sink, "worker.sent"),
+        decode: server::hop(&sink, sample, "worker.decode"),
+        publish: server::hop(&sink, sample, "worker.publish"),
+        write: server::hop(&sink, sample, "worker.write"),
+        sent: server::hop(&sink, sample, "worker.sent"),
         prometheus,
         config,
         records: sink,

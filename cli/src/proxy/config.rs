@@ -117,6 +117,8 @@ pub struct Config {
     /// to the client's connection), and one of kind `end` per stream; flushed at exit.
     #[arg(long, value_name = "FILE")]
     pub hop_records: Option<String>,
+    #[command(flatten)]
+    pub hop_records_sample: flags::RecordSample,
 }
 
 impl Config {

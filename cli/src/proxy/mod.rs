@@ -231,8 +231,8 @@ pub fn app(
     let proxy = Arc::new(Proxy {
         group: streamgate::Group::new(),
         upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),
-        recv: serving::hop(&records, "proxy.recv"),
-        write: serving::hop(&records, "proxy.write"),
+        recv: serving::hop(&records, config.hop_records_sample, "proxy.recv"),
+        write: serving::hop(&records, config.hop_records_sample, "proxy.write"),
         records,
         stats: Stats::default(),
         store: config.resume.open(&config.gate)?,
