@@ -45,7 +45,8 @@ profile() { # name command... -> $work/name.stacks, $work/name.json
   perf script -i "$work/$name.data" -F ip,sym 2> /dev/null > "$work/$name.stacks"
 }
 
-profile sim "$bin/streamgate" sim
+# sim with every instrument, as benches/capacity.sh runs it (hop records for 1% of requests).
+profile sim "$bin/streamgate" sim --hop-records "$work/records.jsonl" --hop-records-sample 0.01
 profile baseline "$bin/examples/baseline_serve"
 
 python3 - "$work" <<'EOF'
