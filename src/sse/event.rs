@@ -219,7 +219,6 @@ impl SseEvent {
     /// one reallocation).
     pub(crate) fn into_frame(self, id: Option<u64>) -> Bytes {
         let mut digits = Digits::default();
-        let own_id = self.id().is_some();
         let framed_alone = self.fields.as_ref().is_none_or(|fields| {
             fields.event.is_none() && fields.comment.is_none() && fields.retry.is_none()
         });
@@ -228,8 +227,8 @@ impl SseEvent {
             .as_ref()
             .is_some_and(|data| !data.contains(['\r', '\n']));
         if !(framed_alone && one_line) {
-            let id = id.filter(|_| !own_id).map(|id| digits.format(id));
-            return self.encode_with_id(id);
+            // The event's own id, if it has one, comes first there too.
+            return self.encode_with_id(id.map(|id| digits.format(id)));
         }
         let mark = self
             .marked
