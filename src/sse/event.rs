@@ -215,8 +215,8 @@ impl SseEvent {
     /// Encodes the event as one frame, taking its data, with `id` as its `id:` when it has none
     /// of its own. Plain data on one line (a JSON chunk) becomes the frame in its own buffer:
     /// the frame's fields are put before it and the blank line after, so an event costs the
-    /// allocation its data made (made with room for the framing, nothing more; without room,
-    /// one reallocation).
+    /// allocation its data made and one reallocation to the frame's exact size (`encode` with
+    /// an id makes four allocations besides the data's).
     pub(crate) fn into_frame(self, id: Option<u64>) -> Bytes {
         let mut digits = Digits::default();
         let framed_alone = self.fields.as_ref().is_none_or(|fields| {
@@ -252,8 +252,8 @@ impl SseEvent {
             at += piece.len();
         }
         frame.extend_from_slice(b"\n\n");
-        // A boxed slice becomes `Bytes` without allocating (a buffer made with room to spare is
-        // shrunk first: with glibc, in place).
+        // A boxed slice (exact size: the one reallocation) becomes `Bytes` without allocating;
+        // a `Vec` with room to spare would cost a shared header.
         Bytes::from(frame.into_boxed_slice())
     }
 
