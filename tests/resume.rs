@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::Rng;
 use common::gate::Releases;
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use streamgate::resume::{AttachError, Registry, ResumeOptions, Subscriber};
 use streamgate::{Consumer, EndReason, GateError, Policy};
 use tokio::time::{sleep, timeout};
@@ -631,4 +631,58 @@ async fn a_shutdown_ends_a_detached_stream_paused_at_a_full_log() {
     let mut late = registry.attach("r", Some(oldest)).unwrap();
     let (_, end) = rest(&mut late).await;
     assert_eq!(end.expect("an end").reason(), EndReason::Shutdown);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subscriber_left_unpolled_after_a_pending_holds_nothing_back() {
+    // Polled once with nothing to read, the only subscriber routes the gate's next wake-up to
+    // its task, which then never polls it: the pump still moves every event into the log, and
+    // the stream completes and is released.
+    let Started {
+        registry,
+        releases,
+        generated,
+        first: mut reader,
+    } = started(ResumeOptions::default(), 10, Duration::from_millis(1));
+    assert!(
+        reader.next().now_or_never().is_none(),
+        "nothing to read yet"
+    );
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::Completed);
+    assert_eq!(generated.load(Ordering::SeqCst), 10);
+    // The log has it all, for another subscriber and for the one left waiting.
+    let mut other = registry.attach("r", None).unwrap();
+    for subscriber in [&mut other, &mut reader] {
+        let (events, end) = rest(subscriber).await;
+        assert_eq!(events, expected(0..10));
+        assert!(end.is_none(), "{end:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_moving_events_itself_races_the_pump_and_loses_nothing() {
+    // The only subscriber at the log's end moves the gate's events in itself; a second one
+    // attaching and leaving hands that to the pump and back, on two threads at once.
+    for _ in 0..20 {
+        let options = ResumeOptions::default().read_ahead(4);
+        let Started {
+            registry,
+            releases,
+            first: mut reader,
+            ..
+        } = started(options, 2_000, Duration::ZERO);
+        let mut events = take(&mut reader, 500).await;
+        let mut second = registry.attach("r", Some(499)).unwrap();
+        let (more, seen) = tokio::join!(take(&mut reader, 100), take(&mut second, 100));
+        assert_eq!(seen, more);
+        events.extend(more);
+        drop(second);
+        let (more, end) = rest(&mut reader).await;
+        events.extend(more);
+        assert_eq!(events, expected(0..2_000));
+        assert!(end.is_none(), "{end:?}");
+        releases.wait_for(1).await;
+        assert_eq!(releases.once().0, EndReason::Completed);
+    }
 }

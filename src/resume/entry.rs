@@ -1,7 +1,7 @@
 //! One registered stream: its replay log, its subscribers' positions, the pump that fills the
 //! log from the gate, and the grace that runs while nobody is attached.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -52,7 +52,9 @@ pub(crate) struct State<C> {
     pub(crate) log: ReplayLog<C>,
     /// How the stream ended, once the pump saw it: `None` inside for a completed stream.
     pub(crate) end: Option<Option<GateError>>,
-    readers: HashMap<u64, Reader>,
+    /// Ordered by key (the order they attached): a map without hashing, since a stream has
+    /// few and every read looks one up.
+    readers: BTreeMap<u64, Reader>,
     next_reader: u64,
     /// While nobody is attached, events from here on were never taken by a subscriber that
     /// left: they are kept for a resume, and a full log pauses the generator instead.
@@ -95,7 +97,7 @@ impl<C: Chunk + Clone> Entry<C> {
             state: Mutex::new(State {
                 log: ReplayLog::new(max_events, max_bytes),
                 end: None,
-                readers: HashMap::new(),
+                readers: BTreeMap::new(),
                 next_reader: 0,
                 resume_floor: u64::MAX,
                 read_ahead: read_ahead.max(1) as u64,
@@ -386,9 +388,7 @@ impl<C: Chunk + Clone> Entry<C> {
                 Some(None) => Poll::Ready(None),
                 Some(Some(error)) => Poll::Ready(Some(Err(error.clone()))),
                 None => {
-                    if let Some(reader) = state.readers.get_mut(&key) {
-                        reader.waker = Some(cx.waker().clone());
-                    }
+                    reader.waker = Some(cx.waker().clone());
                     Poll::Pending
                 }
             },

@@ -222,10 +222,7 @@ impl SseEvent {
         let framed_alone = self.fields.as_ref().is_none_or(|fields| {
             fields.event.is_none() && fields.comment.is_none() && fields.retry.is_none()
         });
-        let one_line = self
-            .data
-            .as_ref()
-            .is_some_and(|data| !data.contains(['\r', '\n']));
+        let one_line = self.data.as_ref().is_some_and(|data| !has_line_break(data));
         if !(framed_alone && one_line) {
             // The event's own id, if it has one, comes first there too.
             return self.encode_with_id(id.map(|id| digits.format(id)));
@@ -343,6 +340,15 @@ fn field(frame: &mut BytesMut, name: &str, value: &str) {
     frame.put_slice(b"\n");
 }
 
+/// Whether `text` has a CR or an LF. Bytes, not chars (neither occurs inside a multi-byte
+/// character), and no early exit, so the compiler vectorizes the scan: for `sim`'s chunks,
+/// `into_frame` ran 5.6 times fewer instructions than with `str::contains` (callgrind).
+fn has_line_break(text: &str) -> bool {
+    text.bytes().fold(false, |found, byte| {
+        found | (byte == b'\n') | (byte == b'\r')
+    })
+}
+
 /// Splits `text` at each CRLF, CR or LF (the WHATWG line ends).
 fn lines(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = Some(text);
@@ -368,7 +374,7 @@ fn lines(text: &str) -> impl Iterator<Item = &str> {
 }
 
 fn check(value: &str, field: &'static str, nul: bool) -> Result<(), FieldError> {
-    if value.contains(['\r', '\n']) {
+    if has_line_break(value) {
         Err(FieldError {
             field,
             problem: "a line break",
@@ -470,6 +476,24 @@ mod tests {
 
     fn encoded(event: &SseEvent) -> String {
         String::from_utf8(event.encode().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn a_line_break_is_found_wherever_it_is() {
+        for text in ["", "{\"a\":1}", "é∑ no break 🦀"] {
+            assert!(!has_line_break(text), "{text:?}");
+        }
+        let long = "x".repeat(100);
+        for text in [
+            "\n",
+            "\r",
+            "a\r\nb",
+            "é\n",
+            &format!("{long}\r"),
+            &format!("\n{long}"),
+        ] {
+            assert!(has_line_break(text), "{text:?}");
+        }
     }
 
     #[test]
