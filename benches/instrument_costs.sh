@@ -17,7 +17,9 @@
 # `worker.write` probe), `decode_publish` (the generator's two probes), `heartbeat`, `registry`
 # (the resume registry: its pump task, replay log and subscriber). To switch layers at run time
 # the patch boxes the response's frame stream twice, so "every instrument" is measured in both
-# builds.
+# builds. What stays on with every part left out: the buffer-age stamps, the hop-record sink,
+# the generator's recorders (made, never fed) and the `metrics` calls (into its no-op recorder).
+# The real build is of the working tree, the temporary one of HEAD: commit first.
 #
 #   bash benches/instrument_costs.sh
 #   STREAMS=200 TOKENS=50 CPU_TOKENS=250 STEP_MS=20 RUNS=5 bash benches/instrument_costs.sh
@@ -40,7 +42,11 @@ work=$(mktemp -d)
 tree=$work/tree
 pid=""
 trap 'kill -KILL $pid 2>/dev/null || true; git worktree remove --force "$tree" 2>/dev/null || true; rm -rf "$work"' EXIT
-git worktree add --detach "$tree" HEAD > /dev/null 2>&1
+if ! git diff --quiet HEAD -- src cli; then
+  echo "instrument_costs: uncommitted changes in src/ or cli/: the two builds would differ" >&2
+  exit 1
+fi
+git worktree add --detach "$tree" HEAD > /dev/null
 git -C "$tree" apply "$PWD/benches/instrument_costs.patch"
 (cd "$tree" && CARGO_TARGET_DIR=$target/instrument-costs cargo build --release --bin streamgate >&2)
 ablating=$target/instrument-costs/release/streamgate
@@ -117,7 +123,9 @@ for line in open(path):
         order.append(name)
     if kind == "callgrind":
         # Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw, each but a zero followed by its share
-        values = [int(v) for v in rest.split() if v.isdigit()][:9]
+        values = [int(v) for v in rest.split() if v.isdigit()]
+        if len(values) != 9:
+            sys.exit(f"instrument_costs: unexpected callgrind totals for {name}: {rest}")
         counts[name] = [values[0] / events, values[3] / events, values[4] / events, values[5] / events]
     else:
         before, after, tick = (int(v) for v in rest.split())

@@ -634,10 +634,11 @@ async fn a_shutdown_ends_a_detached_stream_paused_at_a_full_log() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_subscriber_left_unpolled_after_a_pending_holds_nothing_back() {
-    // Polled once with nothing to read, the only subscriber routes the gate's next wake-up to
-    // its task, which then never polls it: the pump still moves every event into the log, and
-    // the stream completes and is released.
+async fn a_subscriber_left_unpolled_does_not_stop_a_stream_within_its_read_ahead() {
+    // Polled once with nothing to read, then never again (a `Pending` a caller walked away
+    // from): within the read-ahead (64 events by default) the pump still moves every event into
+    // the log, and the stream completes and is released. Past it, the subscriber's lag limit
+    // cuts it off (`a_reader_cut_off_ends_behind_at_its_next_read`).
     let Started {
         registry,
         releases,
@@ -661,9 +662,10 @@ async fn a_subscriber_left_unpolled_after_a_pending_holds_nothing_back() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_subscriber_moving_events_itself_races_the_pump_and_loses_nothing() {
-    // The only subscriber at the log's end moves the gate's events in itself; a second one
-    // attaching and leaving hands that to the pump and back, on two threads at once.
+async fn a_second_subscriber_attaching_and_leaving_mid_stream_loses_nothing() {
+    // Twenty streams as fast as the generator goes, on two workers: a second subscriber
+    // attaches at event 500 and leaves at 600 while the generator and the pump run on the
+    // other worker; both read the same events, and the first reads every event once, in order.
     for _ in 0..20 {
         let options = ResumeOptions::default().read_ahead(4);
         let Started {

@@ -480,19 +480,29 @@ mod tests {
 
     #[test]
     fn a_line_break_is_found_wherever_it_is() {
-        for text in ["", "{\"a\":1}", "é∑ no break 🦀"] {
-            assert!(!has_line_break(text), "{text:?}");
-        }
         let long = "x".repeat(100);
-        for text in [
+        // NEL and U+2028 are not SSE line ends; U+010A and U+0D0D have continuation bytes whose
+        // low bits are those of LF and CR.
+        let none = [
+            "",
+            "{\"a\":1}",
+            "é∑ no break 🦀",
+            "\u{85}\u{2028}",
+            "\u{10a}\u{d0d}",
+            &long,
+        ];
+        let some = [
             "\n",
             "\r",
             "a\r\nb",
             "é\n",
             &format!("{long}\r"),
             &format!("\n{long}"),
-        ] {
-            assert!(has_line_break(text), "{text:?}");
+        ];
+        for text in none.iter().chain(&some) {
+            let expected = text.contains(['\r', '\n']);
+            assert_eq!(has_line_break(text), expected, "{text:?}");
+            assert_eq!(expected, some.contains(text), "{text:?}");
         }
     }
 
