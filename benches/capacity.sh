@@ -37,6 +37,7 @@
 # server and in loadgen). The KV pool is made large enough for every stream on both servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/common/listening.sh
 cpu_streams=${CPU_STREAMS:-200 1000}
 cpu_tokens=${CPU_TOKENS:-250}
 step_ms=${STEP_MS:-20}
@@ -68,11 +69,7 @@ start() { # sim|baseline [server flags] -> sets addr and pid
   [ "$name" = sim ] && command+=(--hop-records "$work/records.jsonl" --hop-records-sample 0.01)
   "${command[@]}" --addr 127.0.0.1:0 --kv-blocks "$kv_blocks" "$@" > "$work/$name.out" 2>&1 &
   pid=$!
-  for _ in $(seq 200); do
-    addr=$(grep -so 'listening on http://127\.0\.0\.1:[0-9]*' "$work/$name.out" | grep -o '127.*' || true)
-    [ -n "$addr" ] && return
-    sleep 0.05
-  done
+  addr=$(listening_addr "$work/$name.out") && return
   echo "capacity: $name did not start" >&2; cat "$work/$name.out" >&2; exit 1
 }
 

@@ -27,6 +27,7 @@
 # Needs valgrind (Debian's package) and about 10 minutes on 2 cores besides the builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/common/listening.sh
 streams=${STREAMS:-200}
 tokens=${TOKENS:-50}
 cpu_tokens=${CPU_TOKENS:-250}
@@ -66,12 +67,8 @@ start() { # binary ablate [valgrind...] -> pid, addr
   STREAMGATE_ABLATE=$ablate "$@" "${command[@]}" --addr 127.0.0.1:0 --step-ms "$step_ms" \
     --kv-blocks 1000000 > "$work/server.out" 2>&1 &
   pid=$!
-  addr=""
-  for _ in $(seq 600); do
-    addr=$(grep -so 'listening on http://127\.0\.0\.1:[0-9]*' "$work/server.out" | grep -o '127.*' || true)
-    [ -n "$addr" ] && return
-    sleep 0.05
-  done
+  # valgrind takes a while to start the server.
+  addr=$(listening_addr "$work/server.out" 600) && return
   echo "instrument_costs: the server did not start" >&2; cat "$work/server.out" >&2; exit 1
 }
 

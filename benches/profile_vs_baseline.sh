@@ -13,6 +13,7 @@
 # workspace, about 4 minutes on 2 cores the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. benches/common/listening.sh
 streams=${1:-200}
 tokens=${2:-250}
 step_ms=${3:-20}
@@ -28,13 +29,8 @@ profile() { # name command... -> $work/name.stacks, $work/name.json
   local name=$1; shift
   "$@" --addr 127.0.0.1:0 --step-ms "$step_ms" --kv-blocks 1000000 > "$work/$name.out" 2>&1 &
   server=$!
-  local addr=""
-  for _ in $(seq 100); do
-    addr=$(grep -so 'listening on http://127\.0\.0\.1:[0-9]*' "$work/$name.out" | grep -o '127.*' || true)
-    [ -n "$addr" ] && break
-    sleep 0.05
-  done
-  [ -n "$addr" ] || { echo "$name did not start" >&2; exit 1; }
+  local addr
+  addr=$(listening_addr "$work/$name.out") || { echo "$name did not start" >&2; exit 1; }
   perf record -g -F 4000 -p "$server" -o "$work/$name.data" > /dev/null 2>&1 &
   local recorder=$!
   sleep 0.3
