@@ -2,7 +2,7 @@
 //! (in process) and of a hostile upstream (`common/hostile.rs`): what a client sees, what
 //! reaches the upstream, and the proxy's memory where an upstream sends too much.
 
-#[path = "common/proxy_client.rs"]
+#[path = "../../tests/common/raw.rs"]
 mod client;
 #[path = "common/hostile.rs"]
 mod hostile;
@@ -12,7 +12,9 @@ mod setup;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use client::{BodyEnd, HANG, Response, content, data, id, is_heartbeat, rss, stats, wait_for};
+use client::{
+    BodyEnd, HANG, RawResponse, content, data, id, is_heartbeat, rss, stats, wait_for_within,
+};
 use hostile::{Case, Hostile};
 use serde_json::Value;
 use setup::{CHAT, chat, proxy_until, start_proxy, start_sim, stream};
@@ -49,7 +51,7 @@ fn assert_upstream_error(frame: &str, why: &str) {
 
 /// Reads a streamed response to its end: the frames that are not heartbeats, and how many
 /// heartbeats came.
-async fn events(response: &mut Response) -> (Vec<String>, usize) {
+async fn events(response: &mut RawResponse) -> (Vec<String>, usize) {
     let frames = response.rest().await;
     let heartbeats = frames.iter().filter(|frame| is_heartbeat(frame)).count();
     let events = frames
@@ -98,7 +100,7 @@ async fn tokens_pass_through_in_order_with_the_streaming_headers() {
     assert_eq!(data(&frames[11]), Some("[DONE]"));
 
     // The upstream's refusals pass through as they are.
-    let mut refused = Response::post(
+    let mut refused = RawResponse::post(
         proxy,
         CHAT,
         "",
@@ -131,7 +133,7 @@ async fn a_client_leaving_frees_the_upstreams_generator_and_kv() {
     let left = Instant::now();
     drop(response);
     // Within a second (it takes milliseconds): the generator would otherwise run for 50 s more.
-    let freed = wait_for(sim, "sim's generator stops", Duration::from_secs(1), |s| {
+    let freed = wait_for_within(sim, "sim's generator stops", Duration::from_secs(1), |s| {
         s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
     })
     .await;
@@ -144,7 +146,7 @@ async fn a_client_leaving_frees_the_upstreams_generator_and_kv() {
         freed["tokens_after_cancel"].as_u64().unwrap() <= 1,
         "{freed}"
     );
-    let proxy_stats = wait_for(proxy, "the proxy's stream ends", HANG, |s| {
+    let proxy_stats = wait_for_within(proxy, "the proxy's stream ends", HANG, |s| {
         s["streams_running"] == 0
     })
     .await;
@@ -189,7 +191,7 @@ async fn a_resumed_stream_continues_the_same_generation() {
     assert_eq!(id(&seen[4]), Some(4));
     drop(first);
     sleep(Duration::from_millis(50)).await;
-    let mut resumed = Response::get(
+    let mut resumed = RawResponse::get(
         proxy,
         "/v1/chat/completions/resumable/stream",
         "Last-Event-ID: 4\r\n",
@@ -215,12 +217,12 @@ async fn a_resumed_stream_continues_the_same_generation() {
     );
     // The finished stream stays replayable for the grace, from any position (`?after=n` too).
     let path = "/v1/chat/completions/resumable/stream?after=195";
-    let mut replayed = Response::get(proxy, path, "").await;
+    let mut replayed = RawResponse::get(proxy, path, "").await;
     let (again, _) = events(&mut replayed).await;
     assert_eq!(id(&again[0]), Some(196), "{}", again[0]);
     assert_eq!(content(&again[0]), content(&seen[196]));
     // An unknown stream is a 404 with an OpenAI error body.
-    let mut unknown = Response::get(proxy, "/v1/chat/completions/nope/stream", "").await;
+    let mut unknown = RawResponse::get(proxy, "/v1/chat/completions/nope/stream", "").await;
     assert_eq!(unknown.status(), 404);
     assert!(unknown.text().await.contains("not_found_error"));
 }
@@ -235,23 +237,23 @@ async fn a_grace_keeps_the_upstream_then_running_out_drops_it() {
     }
     drop(response);
     // Detached, not cancelled: the upstream goes on into the replay log.
-    let detached = wait_for(proxy, "the stream detaches", HANG, |s| {
+    let detached = wait_for_within(proxy, "the stream detaches", HANG, |s| {
         s["streams_detached"] == 1
     })
     .await;
     assert_eq!(detached["streams_running"], 1, "{detached}");
     assert_eq!(stats(sim).await["generators_running"], 1);
     // Then the grace runs out, and the upstream is dropped.
-    let expired = wait_for(proxy, "the grace runs out", HANG, |s| {
+    let expired = wait_for_within(proxy, "the grace runs out", HANG, |s| {
         s["streams_expired"] == 1
     })
     .await;
     assert_eq!(expired["streams_detached"], 0, "{expired}");
-    wait_for(sim, "sim's generator stops", HANG, |s| {
+    wait_for_within(sim, "sim's generator stops", HANG, |s| {
         s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
     })
     .await;
-    let ended = wait_for(proxy, "the stream ends", HANG, |s| {
+    let ended = wait_for_within(proxy, "the stream ends", HANG, |s| {
         s["streams_running"] == 0
     })
     .await;
@@ -266,7 +268,7 @@ async fn a_cancel_stops_the_upstream_and_ends_with_a_final_chunk() {
     for _ in 0..5 {
         response.expect_event().await;
     }
-    let mut cancel = Response::post(proxy, "/v1/chat/completions/stop-me/cancel", "", "").await;
+    let mut cancel = RawResponse::post(proxy, "/v1/chat/completions/stop-me/cancel", "", "").await;
     assert_eq!(cancel.status(), 200);
     let answer: Value = serde_json::from_str(&cancel.text().await).unwrap();
     assert_eq!(answer["cancelled"], true);
@@ -275,16 +277,16 @@ async fn a_cancel_stops_the_upstream_and_ends_with_a_final_chunk() {
     assert!(finish.contains(r#""finish_reason":"stop""#), "{finish}");
     assert!(finish.contains(r#""model":"sim""#), "{finish}");
     assert_eq!(data(rest.last().unwrap()), Some("[DONE]"));
-    wait_for(sim, "sim's generator stops", HANG, |s| {
+    wait_for_within(sim, "sim's generator stops", HANG, |s| {
         s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
     })
     .await;
-    let stats = wait_for(proxy, "the stream ends", HANG, |s| {
+    let stats = wait_for_within(proxy, "the stream ends", HANG, |s| {
         s["streams_running"] == 0
     })
     .await;
     assert_eq!(stats["streams_ended"]["cancelled"], 1, "{stats}");
-    let mut again = Response::post(proxy, "/v1/chat/completions/unknown/cancel", "", "").await;
+    let mut again = RawResponse::post(proxy, "/v1/chat/completions/unknown/cancel", "", "").await;
     assert_eq!(again.status(), 404);
     let _ = again.text().await;
 }
@@ -305,7 +307,7 @@ async fn coalescing_for_a_slow_client_loses_no_token() {
         ],
     );
     let request = client::post_request(proxy, CHAT, "", &chat(tokens));
-    let mut response = Response::send_small(proxy, &request, 4096).await;
+    let mut response = RawResponse::send_small(proxy, &request, 4096).await;
     let first = response.expect_event().await;
     // The client stops reading while the upstream sends everything.
     sleep(Duration::from_millis(1500)).await;
@@ -340,7 +342,7 @@ async fn a_slow_client_is_no_idle_upstream() {
     ];
     let proxy = start_proxy(&format!("http://{sim}"), &flags);
     let request = client::post_request(proxy, CHAT, "", &chat(tokens));
-    let mut response = Response::send_small(proxy, &request, 4096).await;
+    let mut response = RawResponse::send_small(proxy, &request, 4096).await;
     let first = response.expect_event().await;
     // The proxy waits for its client far longer than the upstream may keep it waiting.
     sleep(Duration::from_millis(1000)).await;
@@ -361,7 +363,7 @@ async fn a_non_streamed_completion_passes_through() {
     let (sim, _) = start_sim(&["--step-ms", "0"]);
     let proxy = start_proxy(&format!("http://{sim}"), &[]);
     let body = r#"{"model":"sim","messages":[{"role":"user","content":"hi"}],"max_tokens":5}"#;
-    let mut response = Response::post(proxy, CHAT, "x-request-id: plain\r\n", body).await;
+    let mut response = RawResponse::post(proxy, CHAT, "x-request-id: plain\r\n", body).await;
     assert_eq!(response.status(), 200);
     assert_eq!(
         response.header("content-type").as_deref(),
@@ -395,7 +397,7 @@ async fn graceful_shutdown_gives_every_stream_a_terminal_frame() {
         .await
         .expect("the proxy stops")
         .unwrap();
-    wait_for(sim, "the upstream's generators stop", HANG, |s| {
+    wait_for_within(sim, "the upstream's generators stop", HANG, |s| {
         s["generators_running"] == 0
     })
     .await;
@@ -407,7 +409,7 @@ async fn metrics_and_stats_describe_the_proxy() {
     let proxy = start_proxy(&format!("http://{sim}"), &[]);
     let mut response = stream(proxy, "x-request-id: measured\r\n", 5).await;
     events(&mut response).await;
-    let mut metrics = Response::get(proxy, "/metrics", "").await;
+    let mut metrics = RawResponse::get(proxy, "/metrics", "").await;
     let metrics = metrics.text().await;
     for series in [
         r#"streamgate_gap_seconds_bucket{hop="proxy.recv""#,
@@ -444,12 +446,12 @@ async fn a_request_body_past_the_limit_is_refused() {
         r#"{{"stream":true,"messages":[],"pad":"{}"}}"#,
         "x".repeat(2000)
     );
-    let mut response = Response::post(proxy, CHAT, "", &body).await;
+    let mut response = RawResponse::post(proxy, CHAT, "", &body).await;
     assert_eq!(response.status(), 413);
     assert!(response.text().await.contains("invalid_request_error"));
     assert!(hostile.requests().is_empty());
     // Other paths stream their bodies through unread, whatever their size.
-    let mut other = Response::post(proxy, "/v1/embeddings", "", &body).await;
+    let mut other = RawResponse::post(proxy, "/v1/embeddings", "", &body).await;
     assert_eq!(other.status(), 200);
     let _ = other.text().await;
     assert_eq!(hostile.requests()[0].1, body.as_bytes());
@@ -462,7 +464,7 @@ async fn other_requests_pass_through_byte_for_byte() {
     let hostile = Hostile::start(Case::Json).await;
     let proxy = start_proxy(&hostile.url(), &[]);
     // A GET with a query, a hop-by-hop header the upstream must not see.
-    let mut models = Response::get(
+    let mut models = RawResponse::get(
         proxy,
         "/v1/models?limit=2&x=%20",
         "Connection: x-private\r\nx-private: 1\r\nAuthorization: Bearer k\r\n",
@@ -484,13 +486,13 @@ async fn other_requests_pass_through_byte_for_byte() {
     assert_eq!(hostile.header(0, "host"), Some(hostile.addr.to_string()));
     // A non-streamed chat completion: the body reaches the upstream as sent, and comes back so.
     let body = r#"{"model":"m", "messages":[{"role":"user","content":"hi"}],  "stream":false}"#;
-    let mut chat = Response::post(proxy, CHAT, "", body).await;
+    let mut chat = RawResponse::post(proxy, CHAT, "", body).await;
     assert_eq!(chat.text().await, hostile::JSON_BODY);
     assert_eq!(hostile.requests()[1].1, body.as_bytes());
     // Any method.
     let request =
         format!("DELETE /v1/files/f1 HTTP/1.1\r\nHost: {proxy}\r\nContent-Length: 0\r\n\r\n");
-    let mut deleted = Response::send(proxy, request.as_bytes()).await;
+    let mut deleted = RawResponse::send(proxy, request.as_bytes()).await;
     assert_eq!(deleted.status(), 200);
     let _ = deleted.text().await;
     assert!(hostile.requests()[2].0.starts_with("DELETE /v1/files/f1 "));
@@ -576,10 +578,10 @@ async fn without_a_grace_requests_sharing_an_id_are_both_served() {
 async fn without_a_grace_resume_and_cancel_pass_through_to_the_upstream() {
     let hostile = Hostile::start(Case::Json).await;
     let proxy = start_proxy(&hostile.url(), &[]);
-    let mut resume = Response::get(proxy, "/v1/chat/completions/x1/stream", "").await;
+    let mut resume = RawResponse::get(proxy, "/v1/chat/completions/x1/stream", "").await;
     assert_eq!(resume.status(), 200);
     assert_eq!(resume.text().await, hostile::JSON_BODY);
-    let mut cancel = Response::post(proxy, "/v1/chat/completions/x1/cancel", "", "").await;
+    let mut cancel = RawResponse::post(proxy, "/v1/chat/completions/x1/cancel", "", "").await;
     assert_eq!(cancel.status(), 200);
     assert_eq!(cancel.text().await, hostile::JSON_BODY);
     let requests = hostile.requests();
@@ -636,7 +638,7 @@ async fn a_stream_the_body_did_not_ask_for_is_gated_when_the_upstream_streams() 
         r#"{"model":"m","messages":[],"stream":1}"#,
         r#"{"model":"m","messages":[],"stream":false,"stream":true}"#,
     ] {
-        let mut response = Response::post(proxy, CHAT, "", body).await;
+        let mut response = RawResponse::post(proxy, CHAT, "", body).await;
         assert_eq!(response.status(), 200, "{body}");
         assert_eq!(
             response.header("x-accel-buffering").as_deref(),
@@ -655,7 +657,7 @@ async fn a_cancel_before_the_first_chunk_still_sends_a_final_chunk() {
     let proxy = start_proxy(&format!("http://{sim}"), &["--resume-grace-ms", "10000"]);
     let mut response = stream(proxy, "x-request-id: early\r\n", 5).await;
     assert_eq!(response.status(), 200);
-    let mut cancel = Response::post(proxy, "/v1/chat/completions/early/cancel", "", "").await;
+    let mut cancel = RawResponse::post(proxy, "/v1/chat/completions/early/cancel", "", "").await;
     assert_eq!(cancel.status(), 200);
     let _ = cancel.text().await;
     let (frames, _) = tokio::time::timeout(HANG, events(&mut response))
@@ -679,7 +681,7 @@ async fn a_trickling_request_body_gets_a_408_in_time() {
          Content-Length: 1000\r\n\r\n{{\"stream\":"
     );
     let started = Instant::now();
-    let mut response = Response::send(proxy, head.as_bytes()).await;
+    let mut response = RawResponse::send(proxy, head.as_bytes()).await;
     let waited = started.elapsed();
     assert_eq!(response.status(), 408);
     assert!(response.text().await.contains("invalid_request_error"));
@@ -817,7 +819,7 @@ async fn endless_comments_get_heartbeats_then_an_upstream_stalled_frame() {
         );
         sleep(Duration::from_millis(20)).await;
     }
-    let stats = wait_for(proxy, "the stream ends", HANG, |s| {
+    let stats = wait_for_within(proxy, "the stream ends", HANG, |s| {
         s["streams_running"] == 0
     })
     .await;
@@ -889,7 +891,7 @@ async fn upstream_errors_keep_their_status_and_body() {
     assert_eq!(response.status(), 500);
     assert_eq!(response.text().await, hostile::ERROR_JSON_BODY);
     // Non-streamed too.
-    let mut response = Response::get(proxy, "/v1/models", "").await;
+    let mut response = RawResponse::get(proxy, "/v1/models", "").await;
     assert_eq!(response.status(), 500);
     assert_eq!(response.text().await, hostile::ERROR_JSON_BODY);
 }
@@ -1002,7 +1004,7 @@ async fn a_refused_connection_is_a_502() {
     let addr = closed.local_addr().unwrap();
     drop(closed);
     let proxy = start_proxy(&format!("http://{addr}"), &[]);
-    let models = Response::get(proxy, "/v1/models", "").await;
+    let models = RawResponse::get(proxy, "/v1/models", "").await;
     let streamed = stream(proxy, "", 3).await;
     for mut response in [models, streamed] {
         assert_eq!(response.status(), 502);
@@ -1036,7 +1038,7 @@ async fn a_connect_timeout_is_a_504() {
     }
     sleep(Duration::from_millis(200)).await;
     let proxy = start_proxy(&format!("http://{addr}"), &["--connect-timeout-ms", "300"]);
-    let mut response = Response::get(proxy, "/v1/models", "").await;
+    let mut response = RawResponse::get(proxy, "/v1/models", "").await;
     assert_eq!(response.status(), 504);
     let error: Value = serde_json::from_str(&response.text().await).unwrap();
     assert!(
@@ -1061,7 +1063,7 @@ async fn a_streamed_text_completion_is_gated_too() {
     .await;
     let proxy = start_proxy(&hostile.url(), &["--policy", "coalesce"]);
     let body = r#"{"model":"m","prompt":"hi","stream":true}"#;
-    let mut response = Response::post(proxy, "/v1/completions", "", body).await;
+    let mut response = RawResponse::post(proxy, "/v1/completions", "", body).await;
     assert_eq!(response.header("x-accel-buffering").as_deref(), Some("no"));
     let (frames, _) = events(&mut response).await;
     assert_eq!(
@@ -1079,7 +1081,7 @@ async fn a_1_gib_body_streams_through_in_bounded_memory() {
     let hostile = Hostile::start(Case::Plain(GIB)).await;
     let proxy = start_proxy(&hostile.url(), &[]);
     let before = rss();
-    let mut response = Response::get(proxy, "/big", "").await;
+    let mut response = RawResponse::get(proxy, "/big", "").await;
     assert_eq!(response.header("content-length"), Some(GIB.to_string()));
     // Read in pieces, watching the memory as it goes.
     let (mut read, mut peak) = (0, 0);
@@ -1100,7 +1102,7 @@ async fn a_1_gib_body_streams_through_in_bounded_memory() {
 async fn an_endless_body_is_dropped_upstream_when_the_client_goes() {
     let hostile = Hostile::start(Case::Endless).await;
     let proxy = start_proxy(&hostile.url(), &[]);
-    let mut response = Response::get(proxy, "/forever", "").await;
+    let mut response = RawResponse::get(proxy, "/forever", "").await;
     assert!(response.drain(16 * 1024 * 1024).await >= 16 * 1024 * 1024);
     drop(response);
     let deadline = Instant::now() + HANG;

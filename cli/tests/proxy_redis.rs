@@ -3,7 +3,7 @@
 //! a client resumes through the other instance and gets the same generation, and a stop asked
 //! through the other instance ends the stream where it runs with a final chunk.
 
-#[path = "common/proxy_client.rs"]
+#[path = "../../tests/common/raw.rs"]
 mod client;
 #[allow(dead_code)] // killing and restarting Redis are the reference server's tests
 #[path = "../../tests/common/redis_server.rs"]
@@ -11,12 +11,12 @@ mod redis_server;
 #[path = "common/proxy_setup.rs"]
 mod setup;
 
-use client::{HANG, Response, content, data, id, is_heartbeat, stats, wait_for};
+use client::{HANG, RawResponse, content, data, id, is_heartbeat, stats, wait_for_within};
 use redis_server::RedisServer;
 use setup::{start_proxy, start_sim, stream};
 
 /// Reads a stream's events to its end (heartbeats left out).
-async fn rest(response: &mut Response) -> Vec<String> {
+async fn rest(response: &mut RawResponse) -> Vec<String> {
     let frames = response.rest().await;
     frames
         .into_iter()
@@ -55,7 +55,7 @@ async fn a_stream_resumes_through_another_proxy_instance() {
         "{text}"
     );
     drop(first);
-    let mut resumed = Response::get(
+    let mut resumed = RawResponse::get(
         b,
         "/v1/chat/completions/shared-1/stream",
         "Last-Event-ID: 4\r\n",
@@ -92,7 +92,7 @@ async fn a_stop_through_another_instance_ends_the_stream_with_a_final_chunk() {
     for _ in 0..3 {
         running.expect_event().await;
     }
-    let mut cancel = Response::post(b, "/v1/chat/completions/shared-2/cancel", "", "").await;
+    let mut cancel = RawResponse::post(b, "/v1/chat/completions/shared-2/cancel", "", "").await;
     assert_eq!(cancel.status(), 200);
     let answer: serde_json::Value = serde_json::from_str(&cancel.text().await).unwrap();
     assert_eq!(answer["cancelled"], true);
@@ -102,7 +102,7 @@ async fn a_stop_through_another_instance_ends_the_stream_with_a_final_chunk() {
     let finish = &rest[rest.len() - 2];
     assert!(finish.contains(r#""finish_reason":"stop""#), "{finish}");
     assert_eq!(data(rest.last().unwrap()), Some("[DONE]"));
-    wait_for(sim, "the upstream's generator stops", HANG, |s| {
+    wait_for_within(sim, "the upstream's generator stops", HANG, |s| {
         s["generators_running"] == 0
     })
     .await;

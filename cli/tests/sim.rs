@@ -76,7 +76,7 @@ async fn answers_without_streaming_and_refuses_bad_requests() {
     let addr = start(&["--step-ms", "0"]);
     let mut response = RawResponse::post_json(addr, "/v1/chat/completions", &chat(3, false)).await;
     assert_eq!(response.status(), 200);
-    let body: Value = serde_json::from_str(&response.body_text().await).unwrap();
+    let body: Value = serde_json::from_str(&response.text().await).unwrap();
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["choices"][0]["message"]["content"], "t0 t1 t2 ");
     for bad in [
@@ -88,7 +88,7 @@ async fn answers_without_streaming_and_refuses_bad_requests() {
     ] {
         let mut response = RawResponse::post_json(addr, "/v1/chat/completions", bad).await;
         assert_eq!(response.status(), 400, "{bad}");
-        let body: Value = serde_json::from_str(&response.body_text().await).unwrap();
+        let body: Value = serde_json::from_str(&response.text().await).unwrap();
         assert_eq!(body["error"]["type"], "invalid_request_error", "{bad}");
         assert!(body["error"]["message"].is_string());
     }
@@ -96,7 +96,7 @@ async fn answers_without_streaming_and_refuses_bad_requests() {
 
 /// The JSON body of a response with a length.
 async fn json_body(response: &mut RawResponse) -> Value {
-    serde_json::from_str(&response.body_text().await).expect("a JSON body")
+    serde_json::from_str(&response.text().await).expect("a JSON body")
 }
 
 /// A `max_tokens` whose blocks the whole KV pool could never hold (one block per 16 tokens) is
@@ -457,7 +457,7 @@ async fn exports_gap_histograms_and_hop_records() {
     })
     .await;
     let mut metrics = RawResponse::get(addr, "/metrics", "").await;
-    let page = metrics.body_text().await;
+    let page = metrics.text().await;
     for hop in ["worker.decode", "worker.publish", "worker.write"] {
         let series = format!("streamgate_gap_seconds_count{{hop=\"{hop}\"}}");
         assert!(page.contains(&series), "{series} in\n{page}");

@@ -105,7 +105,7 @@ async fn positions_the_log_no_longer_holds_and_unknown_ids_are_refused() {
     assert_eq!(rest(&mut first).await.len(), 502);
     let mut gone = RawResponse::get(addr, &resume_path(&name), "Last-Event-ID: 3\r\n").await;
     assert_eq!(gone.status(), 409);
-    assert!(gone.body_text().await.contains("\"error\""));
+    assert!(gone.text().await.contains("\"error\""));
     let mut recent = RawResponse::get(addr, &format!("{}?after=499", resume_path(&name)), "").await;
     assert_eq!(
         rest(&mut recent)
@@ -168,7 +168,7 @@ async fn a_cancel_stops_a_detached_stream_paused_at_a_full_log() {
     assert!(stats(addr).await["kv_blocks_in_use"].as_u64() > Some(0));
     let path = format!("/v1/chat/completions/{name}/cancel");
     let mut stopped = RawResponse::post_json(addr, &path, "").await;
-    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
+    assert!(stopped.text().await.contains("\"cancelled\":true"));
     let stats = wait_for(addr, "the generator stops", |s| {
         s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
     })

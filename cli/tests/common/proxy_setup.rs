@@ -10,7 +10,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate_cli::{proxy, serving, sim};
 use tokio::sync::oneshot;
 
-use crate::client::Response;
+use crate::client::RawResponse;
 
 /// The chat completions path.
 pub const CHAT: &str = "/v1/chat/completions";
@@ -87,6 +87,6 @@ pub fn chat(max_tokens: u64) -> String {
 }
 
 /// `POST /v1/chat/completions` streamed, with extra header lines.
-pub async fn stream(addr: SocketAddr, headers: &str, max_tokens: u64) -> Response {
-    Response::post(addr, CHAT, headers, &chat(max_tokens)).await
+pub async fn stream(addr: SocketAddr, headers: &str, max_tokens: u64) -> RawResponse {
+    RawResponse::post(addr, CHAT, headers, &chat(max_tokens)).await
 }

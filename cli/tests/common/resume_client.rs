@@ -83,7 +83,7 @@ pub async fn a_stop_reaches_both_clients(generating: SocketAddr, other: SocketAd
     let path = format!("/v1/chat/completions/{name}/cancel");
     let mut stopped = RawResponse::post_json(other, &path, "").await;
     assert_eq!(stopped.status(), 200);
-    assert!(stopped.body_text().await.contains("\"cancelled\":true"));
+    assert!(stopped.text().await.contains("\"cancelled\":true"));
     for client in [&mut first, &mut second] {
         let tail = rest(client).await;
         let n = tail.len();
