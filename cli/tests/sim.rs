@@ -332,8 +332,9 @@ async fn a_disconnect_stops_the_generator_and_frees_its_kv_blocks() {
         stats["tokens_after_cancel"].as_u64().unwrap() <= 1,
         "{stats}"
     );
-    // The gate's own measure of the release, from the end it recorded.
-    assert!(stats["end_to_release_max_us"].is_u64(), "{stats}");
+    // The gate measured this stream's end to its release (set before the release hook lowers
+    // `generators_running`, so it is in by now).
+    assert!(stats["end_to_release_max_us"].as_u64() > Some(0), "{stats}");
 }
 
 /// Starts a stream whose client reads the first event and then stops reading; returns the
