@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::gate::BoxError;
 use crate::probe::{HopProbe, Observed, Probed};
-use crate::sse::{DecodeSse, EncodeSse, Frame, Heartbeat, SseDecoder};
+use crate::sse::{DecodeSse, EncodeSse, Heartbeat, SseDecoder, SseFrame};
 
 /// Combinators for the streams along the data path, as methods on any [`Stream`].
 ///
@@ -58,7 +58,7 @@ pub trait GateExt: Stream {
     /// If `interval` is zero.
     fn heartbeat(self, interval: Duration) -> Heartbeat<Self>
     where
-        Self: Stream<Item = Frame> + Sized,
+        Self: Stream<Item = SseFrame> + Sized,
     {
         Heartbeat::new(self, interval)
     }

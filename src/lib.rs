@@ -125,6 +125,7 @@
 pub struct ReadmeDoctests;
 
 mod chunk;
+mod end;
 mod ext;
 mod gate;
 #[cfg(feature = "openai")]
@@ -143,11 +144,12 @@ pub mod timeline;
 pub mod transport;
 
 pub use chunk::{Chunk, Kind};
+pub use end::{EndCounters, EndCounts, EndReason, UnknownEndReason};
 pub use ext::GateExt;
 pub use gate::{
     BoxError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_MAX_PAUSE,
-    DEFAULT_RELEASE_TIMEOUT, EndReason, Event, Gate, GateError, GateHandle, GateStats, Group,
-    GroupStats, Policy, SendError, Sender, ShutdownReport, TrySendError,
+    DEFAULT_RELEASE_TIMEOUT, Event, Gate, GateError, GateHandle, GateStats, Group, GroupStats,
+    Policy, SendError, Sender, ShutdownReport, TrySendError,
 };
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]

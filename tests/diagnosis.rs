@@ -19,6 +19,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use http_body_util::{BodyDataStream, Full};
 use hyper_util::rt::TokioIo;
+use streamgate::EndReason;
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::sse::SseEvent;
 use streamgate::timeline::{Blame, Diagnosis, Timeline};
@@ -124,7 +125,7 @@ impl Hops {
         let deadline = tokio::time::Instant::now() + common::HANG;
         loop {
             let snapshot = self.probes[hop].snapshot();
-            let ended: u64 = snapshot.streams_ended.iter().map(|(_, n)| n).sum();
+            let ended = snapshot.streams_ended.total();
             if ended >= streams {
                 return;
             }
@@ -183,9 +184,9 @@ async fn worker_stream(
                 publish.observe(Observation::new(Some(n as u64), script.bytes as u64, *kind));
             }
             match script.then {
-                Then::Completes => publish.end("completed"),
+                Then::Completes => publish.end(EndReason::Completed),
                 Then::Fails => {
-                    publish.end("generator_error");
+                    publish.end(EndReason::GeneratorError);
                     return Err("the decode loop failed".into());
                 }
                 Then::Hangs => std::future::pending().await,
@@ -374,7 +375,10 @@ async fn a_freeze_that_ends_with_the_client_leaving_is_named_where_it_began() {
     );
     // The client's own end says it left in a stall.
     let client = hops.probes[CLIENT].snapshot();
-    assert_eq!(client.streams_ended, [("consumer_gone", 1)]);
+    assert_eq!(
+        client.streams_ended.occurred(),
+        [(EndReason::ConsumerGone, 1)]
+    );
     assert_eq!(client.counters.stalls_at_end(), 1);
 }
 
@@ -566,8 +570,8 @@ async fn a_generator_frozen_for_good_is_named_by_the_end_records_alone() {
         let snapshot = hop.snapshot();
         assert_eq!(snapshot.counters.stalls_at_end(), 1, "{}", hop.name());
         assert_eq!(
-            snapshot.streams_ended,
-            [("consumer_gone", 1)],
+            snapshot.streams_ended.occurred(),
+            [(EndReason::ConsumerGone, 1)],
             "{}",
             hop.name()
         );
@@ -582,8 +586,8 @@ async fn a_generator_frozen_for_good_is_named_by_the_end_records_alone() {
     );
     let stall = &diagnosis.stalls[0];
     assert_eq!(
-        (stall.after, stall.end_reason.as_deref()),
-        (Some(4), Some("consumer_gone"))
+        (stall.after, stall.end_reason),
+        (Some(4), Some(EndReason::ConsumerGone))
     );
 }
 
@@ -601,16 +605,16 @@ async fn an_upstream_error_ends_the_stream_at_every_hop_never_completed() {
     let ends: Vec<_> = hops
         .probes
         .iter()
-        .map(|hop| hop.snapshot().streams_ended)
+        .map(|hop| hop.snapshot().streams_ended.occurred())
         .collect();
     assert_eq!(
         ends,
         [
-            vec![("generator_error", 1)],
-            vec![("generator_error", 1)],
-            vec![("upstream_error", 1)],
-            vec![("upstream_error", 1)],
-            vec![("upstream_error", 1)],
+            [(EndReason::GeneratorError, 1)],
+            [(EndReason::GeneratorError, 1)],
+            [(EndReason::UpstreamError, 1)],
+            [(EndReason::UpstreamError, 1)],
+            [(EndReason::UpstreamError, 1)],
         ]
     );
     // The end frames carry no event id of their own: nothing is recorded twice.

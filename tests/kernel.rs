@@ -445,7 +445,10 @@ async fn departures_name_the_kernel_when_events_sit_in_it() {
         EVENTS,
         "every event's departure is recorded once the client drained them"
     );
-    assert_eq!(snapshot.streams_ended, [("completed", 1)]);
+    assert_eq!(
+        snapshot.streams_ended.occurred(),
+        [(EndReason::Completed, 1)]
+    );
     sink.sync();
     let records = String::from_utf8(lines.lock().unwrap().clone()).unwrap();
     let mut timeline = Timeline::new(["worker.write", "worker.sent"], Duration::from_millis(500));
@@ -556,8 +559,8 @@ async fn departures_end_when_the_connection_can_no_longer_send() {
     let snapshot = sent.snapshot();
     assert!(snapshot.counters.visible_events() < EVENTS);
     assert_eq!(
-        snapshot.streams_ended,
-        [("consumer_gone", 1)],
+        snapshot.streams_ended.occurred(),
+        [(EndReason::ConsumerGone, 1)],
         "bytes that never left are not a completed stream"
     );
 }

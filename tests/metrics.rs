@@ -3,8 +3,8 @@
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-use streamgate::Kind;
 use streamgate::probe::{HopProbe, METRIC_BUCKETS, Observation, describe_metrics};
+use streamgate::{EndReason, Kind};
 
 /// The value of the sample line that starts with `prefix`.
 fn sample(page: &str, prefix: &str) -> f64 {
@@ -35,17 +35,17 @@ fn a_hop_made_before_the_recorder_exports_every_metric_with_the_crates_buckets()
             let at = start + Duration::from_secs(s);
             stream.observe_at(Observation::new(Some(seq as u64), 3, Kind::Visible), at);
         }
-        stream.end_at("completed", start + Duration::from_secs(15));
+        stream.end_at(EndReason::Completed, start + Duration::from_secs(15));
         // A stream abandoned in a freeze.
         let mut frozen = hop.recorder("req-2");
         frozen.observe_at(Observation::new(Some(0), 3, Kind::Visible), start);
-        frozen.end_at("consumer_gone", start + Duration::from_secs(40));
+        frozen.end_at(EndReason::ConsumerGone, start + Duration::from_secs(40));
         // One ten minutes long: past the crate's last bucket, exported at its true value.
         let mut long = hop.recorder("req-3");
         long.observe_at(Observation::new(Some(0), 3, Kind::Visible), start);
         let later = start + Duration::from_secs(600);
         long.observe_at(Observation::new(Some(1), 3, Kind::Visible), later);
-        long.end_at("completed", later);
+        long.end_at(EndReason::Completed, later);
     });
     let page = handle.render();
     let hop = r#"hop="worker.write""#;

@@ -401,7 +401,7 @@ impl Worker {
         request: &Request<Incoming>,
         hop: &HopProbe,
         dropped: mpsc::UnboundedSender<String>,
-    ) -> Response<SseBody<impl Stream<Item = streamgate::sse::Frame> + use<>>> {
+    ) -> Response<SseBody<impl Stream<Item = streamgate::sse::SseFrame> + use<>>> {
         let parent = otel::extract(request.headers());
         let id = request.headers()["x-request-id"]
             .to_str()

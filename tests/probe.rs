@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use streamgate::probe::{HopProbe, Observation, POSITION_CLASSES, RecordSink};
-use streamgate::{Gate, GateExt, Kind};
+use streamgate::{EndReason, Gate, GateExt, Kind};
 
 /// Counts the allocations a thread makes while its `COUNTING` flag is set: other tests run
 /// on other threads meanwhile and are not counted.
@@ -117,7 +117,7 @@ fn counters_agree_with_brute_force() {
                 0 => 900_000 + rng.below(2_000_000),
                 _ => rng.below(20_000),
             });
-            recorder.end_at("consumer_gone", now);
+            recorder.end_at(EndReason::ConsumerGone, now);
             let idle = (now - last_alive).as_nanos() as u64;
             expected.quiet.push((position, idle, true));
             if last_visible == last_alive {
@@ -134,7 +134,7 @@ fn counters_agree_with_brute_force() {
             assert_eq!(end.idle, Duration::from_nanos(idle), "seed {seed}");
             assert_eq!(
                 (end.reason, end.stalled),
-                ("consumer_gone", idle >= stall_ns)
+                (EndReason::ConsumerGone, idle >= stall_ns)
             );
             let max_gap = expected.gaps.iter().map(|g| g.1).max().unwrap_or(0);
             assert_eq!(
@@ -204,7 +204,10 @@ fn counters_agree_with_brute_force() {
             "seed {seed}: {p50} vs {median}"
         );
         assert!(p50 as f64 <= median.max(1024) as f64 * 1.125 + 1.0);
-        assert_eq!(hop.snapshot().streams_ended, vec![("consumer_gone", 3)]);
+        assert_eq!(
+            hop.snapshot().streams_ended.occurred(),
+            [(EndReason::ConsumerGone, 3)]
+        );
     }
 }
 
@@ -221,7 +224,7 @@ fn hidden_events_keep_a_stream_alive_and_a_reasoning_phase_is_no_stall() {
     }
     let end = start + Duration::from_millis(5500);
     recorder.observe_at(Observation::new(None, 3, Kind::Visible), end);
-    recorder.end_at("completed", end);
+    recorder.end_at(EndReason::Completed, end);
     let summary = *recorder.summary();
     assert_eq!(
         summary.max_gap,
@@ -250,11 +253,14 @@ fn a_freeze_that_ends_the_stream_is_a_stall_of_its_hop() {
         );
     }
     // Forty seconds of nothing, then the user leaves.
-    recorder.end_at("consumer_gone", start + Duration::from_millis(40_020));
+    recorder.end_at(
+        EndReason::ConsumerGone,
+        start + Duration::from_millis(40_020),
+    );
     let end = recorder.summary().end.unwrap();
     assert_eq!(
         (end.reason, end.idle, end.stalled),
-        ("consumer_gone", Duration::from_secs(40), true)
+        (EndReason::ConsumerGone, Duration::from_secs(40), true)
     );
     let snapshot = hop.snapshot();
     assert_eq!(snapshot.counters.stalls(), 1);
@@ -265,7 +271,10 @@ fn a_freeze_that_ends_the_stream_is_a_stall_of_its_hop() {
         Some(Duration::from_secs(40)),
         "the last gap is in the histogram"
     );
-    assert_eq!(snapshot.streams_ended, [("consumer_gone", 1)]);
+    assert_eq!(
+        snapshot.streams_ended.occurred(),
+        [(EndReason::ConsumerGone, 1)]
+    );
 
     // A stream that never produced anything and was abandoned ends in a stall too.
     let hop = HopProbe::new("client.recv").stall_threshold(Duration::from_millis(1));
@@ -274,7 +283,11 @@ fn a_freeze_that_ends_the_stream_is_a_stall_of_its_hop() {
     drop(recorder);
     let snapshot = hop.snapshot();
     assert_eq!(snapshot.counters.stalls_at_end(), 1);
-    assert_eq!(snapshot.streams_ended, [("consumer_gone", 1)], "dropped");
+    assert_eq!(
+        snapshot.streams_ended.occurred(),
+        [(EndReason::ConsumerGone, 1)],
+        "dropped"
+    );
 }
 
 /// A writer the test can read back.
@@ -339,7 +352,10 @@ async fn a_probed_gate_writes_hop_records_and_buffer_ages() {
         .collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]));
     let snapshot = hop.snapshot();
-    assert_eq!(snapshot.streams_ended, vec![("completed", 1)]);
+    assert_eq!(
+        snapshot.streams_ended.occurred(),
+        [(EndReason::Completed, 1)]
+    );
     assert_eq!(
         snapshot.counters.buffer_age().count(),
         5,
@@ -411,7 +427,7 @@ fn records_the_writer_fails_to_write_are_counted() {
     for _ in 0..10 {
         recorder.observe(Observation::new(None, 1, Kind::Visible));
     }
-    recorder.end("completed");
+    recorder.end(EndReason::Completed);
     sink.sync();
     assert_eq!(sink.written(), 0);
     assert!(sink.failed() >= 1, "{sink:?}");
@@ -459,7 +475,7 @@ fn a_long_request_id_is_cut_before_it_is_copied() {
     for _ in 0..1000 {
         recorder.observe(Observation::new(None, 1, Kind::Visible));
     }
-    recorder.end("completed");
+    recorder.end(EndReason::Completed);
     sink.sync();
     let written = out.0.lock().unwrap().len();
     assert!(written < 1001 * 300, "{written} bytes for 1,001 records");

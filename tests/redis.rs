@@ -14,7 +14,7 @@ async fn a_reader_on_another_instance_probes_the_same_end_reason() {
     use streamgate::probe::HopProbe;
     use streamgate::resume::{RedisRegistry, ResumeOptions};
     use streamgate::sse::SseEvent;
-    use streamgate::{Gate, GateExt};
+    use streamgate::{EndReason, Gate, GateExt};
 
     let Some(redis) = RedisServer::start("end-reason") else {
         return;
@@ -35,7 +35,10 @@ async fn a_reader_on_another_instance_probes_the_same_end_reason() {
         .await
         .expect("the stream ends");
     assert_eq!(frames.len(), 2, "{frames:?}");
-    assert_eq!(frames[1].end_reason(), Some("generator_error"));
-    assert_eq!(hop.snapshot().streams_ended, [("generator_error", 1)]);
+    assert_eq!(frames[1].end_reason(), Some(EndReason::GeneratorError));
+    assert_eq!(
+        hop.snapshot().streams_ended.occurred(),
+        [(EndReason::GeneratorError, 1)]
+    );
     drop(first);
 }

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use streamgate::Kind;
 use streamgate::probe::{HopProbe, Observation};
+use streamgate::{EndReason, Kind};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
@@ -62,7 +62,7 @@ fn a_span_per_stream_and_events_for_stalls_and_the_end() {
             recorder.observe_at(Observation::new(Some(seq), 3, Kind::Visible), at);
         }
         // Then 600 ms of nothing, and the policy ends the stream: a stall it ended in.
-        recorder.end_at("slow_consumer", start + Duration::from_millis(1510));
+        recorder.end_at(EndReason::SlowConsumer, start + Duration::from_millis(1510));
     });
     let lines = collect.0.lock().unwrap().clone();
     assert_eq!(lines.len(), 4, "{lines:#?}");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::routing::get;
 use common::{HANG, RawResponse};
-use streamgate::sse::{Frame, SseEvent};
+use streamgate::sse::{SseEvent, SseFrame};
 use streamgate::transport::{ListenOptions, SseBody, SseResponse, TunedListener, unsent_bytes};
 use streamgate::{Consumer, EndReason, Gate, GateExt};
 use tokio::sync::{mpsc, oneshot};
@@ -223,7 +223,7 @@ async fn unsent_bytes_tell_a_stopped_reader_from_a_reading_one() {
     let (server, _) = listener.accept().await.unwrap();
     let mut writer = streamgate::transport::FrameWriter::new(server);
     // The client reads nothing: frames pile up in the kernel until writes would block.
-    let frame = Frame::new(
+    let frame = SseFrame::new(
         SseEvent::data("x".repeat(1000)).encode(),
         streamgate::Kind::Visible,
         None,

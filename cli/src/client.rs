@@ -8,6 +8,7 @@ use http_body_util::{BodyDataStream, BodyExt, Full};
 use hyper::Response;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
+use streamgate::EndReason;
 
 /// Any error of the client.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -200,14 +201,14 @@ pub async fn stream_chat(
     if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
         outcome.error = Some("the stream ended without data: [DONE]".into());
     }
-    // The crate's end reasons (`streamgate::probe::END_REASONS`): the user leaving is the
-    // consumer going; anything else cut the stream upstream of the client.
+    // The user leaving is the consumer going; anything else cut the stream upstream of the
+    // client.
     recorder.end(if outcome.completed {
-        "completed"
+        EndReason::Completed
     } else if outcome.disconnected {
-        "consumer_gone"
+        EndReason::ConsumerGone
     } else {
-        "upstream_error"
+        EndReason::UpstreamError
     });
     outcome
 }

@@ -2,15 +2,17 @@
 //! records, serving until SIGINT or SIGTERM with a visible shutdown of every open stream.
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use streamgate::probe::{HopProbe, METRIC_BUCKETS, RecordSink, describe_metrics};
 use streamgate::transport::{Server, TunedListener};
+use streamgate::{EndCounters, EndCounts, EndReason};
 
 use crate::flags::RecordSample;
 
@@ -175,62 +177,78 @@ async fn signal() {
     }
 }
 
-/// How a server's streams went, for its `/stats`.
+/// How a server's streams went, for its `/stats`: started, running, and ended by
+/// [`EndReason`], counted from each stream's release hook. Both servers count their ends here,
+/// by the same rules.
 #[derive(Debug, Default)]
 pub struct StreamCounts {
-    started: std::sync::atomic::AtomicU64,
-    completed: std::sync::atomic::AtomicU64,
-    cancelled: std::sync::atomic::AtomicU64,
-    slow_consumer: std::sync::atomic::AtomicU64,
-    failed: std::sync::atomic::AtomicU64,
-    running: std::sync::atomic::AtomicU64,
+    started: AtomicU64,
+    running: AtomicU64,
+    ended: EndCounters,
 }
+
+/// The ends `/stats` counts as `streams_cancelled`: the client left, the stream was stopped,
+/// or the server shut down.
+pub const CANCELLED: [EndReason; 3] = [
+    EndReason::ConsumerGone,
+    EndReason::Cancelled,
+    EndReason::Shutdown,
+];
+
+/// The ends `/stats` counts as `streams_failed`: the generator failed or panicked, or the
+/// upstream did.
+pub const FAILED: [EndReason; 3] = [
+    EndReason::GeneratorError,
+    EndReason::GeneratorPanic,
+    EndReason::UpstreamError,
+];
 
 impl StreamCounts {
     /// A stream (and its generator) started.
     pub fn start(&self) {
-        use std::sync::atomic::Ordering::SeqCst;
-        self.started.fetch_add(1, SeqCst);
-        self.running.fetch_add(1, SeqCst);
+        self.started.fetch_add(1, Ordering::SeqCst);
+        self.running.fetch_add(1, Ordering::SeqCst);
     }
 
     /// A stream ended, for `reason` (from its gate's release hook).
-    pub fn end(&self, reason: streamgate::EndReason) {
-        use std::sync::atomic::Ordering::SeqCst;
-        use streamgate::EndReason;
-        let counter = match reason {
-            EndReason::Completed => &self.completed,
-            EndReason::SlowConsumer => &self.slow_consumer,
-            EndReason::GeneratorError | EndReason::GeneratorPanic => &self.failed,
-            _ => &self.cancelled,
-        };
-        counter.fetch_add(1, SeqCst);
-        self.running.fetch_sub(1, SeqCst);
+    pub fn end(&self, reason: EndReason) {
+        self.ended.add(reason);
+        self.running.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// The counts as `/stats` fields: `streams_started`, `streams_completed`,
-    /// `streams_cancelled` (failed streams included unless `failed` names a field of their
-    /// own), `streams_ended_slow_consumer`, and `running` named as the server calls it.
-    pub fn fields(&self, running: &str, failed: Option<&str>) -> serde_json::Map<String, Value> {
-        use std::sync::atomic::Ordering::SeqCst;
-        let load = |n: &std::sync::atomic::AtomicU64| n.load(SeqCst);
-        let mut fields = serde_json::Map::new();
-        let mut cancelled = load(&self.cancelled);
-        match failed {
-            Some(name) => {
-                fields.insert(name.into(), load(&self.failed).into());
-            }
-            None => cancelled += load(&self.failed),
-        }
-        fields.insert("streams_started".into(), load(&self.started).into());
-        fields.insert("streams_completed".into(), load(&self.completed).into());
-        fields.insert("streams_cancelled".into(), cancelled.into());
-        fields.insert(
-            "streams_ended_slow_consumer".into(),
-            load(&self.slow_consumer).into(),
-        );
-        fields.insert(running.into(), load(&self.running).into());
-        fields
+    /// The ends so far.
+    pub fn ended(&self) -> EndCounts {
+        self.ended.snapshot()
+    }
+
+    /// The counts as `/stats` fields: `streams_started`, the streams running under the name
+    /// the server gives them (`running`), `streams_completed`, `streams_cancelled` (see
+    /// [`CANCELLED`]), `streams_ended_slow_consumer`, `streams_failed` (see [`FAILED`]), and
+    /// `streams_ended`, an object with every end reason's count (zeros included).
+    pub fn fields(&self, running: &str) -> Map<String, Value> {
+        let ended = self.ended();
+        let by_reason: Map<String, Value> = ended
+            .iter()
+            .map(|(reason, n)| (reason.as_str().to_owned(), n.into()))
+            .collect();
+        [
+            (
+                "streams_started",
+                self.started.load(Ordering::SeqCst).into(),
+            ),
+            (running, self.running.load(Ordering::SeqCst).into()),
+            ("streams_completed", ended[EndReason::Completed].into()),
+            ("streams_cancelled", ended.sum(&CANCELLED).into()),
+            (
+                "streams_ended_slow_consumer",
+                ended[EndReason::SlowConsumer].into(),
+            ),
+            ("streams_failed", ended.sum(&FAILED).into()),
+            ("streams_ended", Value::Object(by_reason)),
+        ]
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), value))
+        .collect()
     }
 }
 

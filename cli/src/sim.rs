@@ -463,8 +463,8 @@ impl Server {
                     // The first block was taken before the generation started.
                     if i > from && (i - from) % BLOCK_TOKENS == 0 {
                         if let Err(full) = worker.take_block() {
-                            decode.end("generator_error");
-                            publish.end("generator_error");
+                            decode.end(EndReason::GeneratorError);
+                            publish.end(EndReason::GeneratorError);
                             // Other streams hold the rest of the pool: this one stops, gives
                             // its blocks back at once, and says why before the gate's end.
                             let blocks = held.swap(0, Ordering::SeqCst);
@@ -507,9 +507,9 @@ impl Server {
                 // A stop asked for is the stream cancelled; a recorder dropped on the way out
                 // (the gate ended first) is its consumer gone.
                 let ended = if finish == "stop" {
-                    "cancelled"
+                    EndReason::Cancelled
                 } else {
-                    "completed"
+                    EndReason::Completed
                 };
                 decode.end(ended);
                 publish.end(ended);
@@ -819,7 +819,7 @@ async fn stats(State(server): State<Arc<Server>>) -> Response {
         StatusCode::OK,
         Value::Object(
             s.streams
-                .fields("generators_running", Some("streams_failed"))
+                .fields("generators_running")
                 .into_iter()
                 .chain([
                     ("streams_kv_exhausted".into(), load(&s.kv_exhausted).into()),

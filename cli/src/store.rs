@@ -16,7 +16,7 @@ use futures_core::Stream;
 use streamgate::resume::{
     AttachError, RedisRegistry, RegisterError, Registry, RegistryStats, ResumeOptions,
 };
-use streamgate::sse::{Frame, SseEvent};
+use streamgate::sse::{SseEvent, SseFrame};
 use streamgate::{Chunk, Consumer, GateExt};
 use tokio_util::sync::CancellationToken;
 
@@ -24,7 +24,7 @@ use crate::flags::ResumeStore;
 use crate::serving;
 
 /// A stream's encoded frames, from either store.
-pub type Frames = Pin<Box<dyn Stream<Item = Frame> + Send>>;
+pub type Frames = Pin<Box<dyn Stream<Item = SseFrame> + Send>>;
 
 /// Every resumable stream by name, with chunks of type `C`: several readers at once, and an
 /// explicit stop.

@@ -5,6 +5,7 @@
 use std::io::{self, Write};
 use std::process::{Command, Stdio};
 
+use streamgate::Kind;
 use streamgate::probe::{HopRecord, RecordKind};
 use streamgate_cli::diagnose;
 
@@ -23,9 +24,7 @@ fn records(hop: &str, pause_ms: u64) -> String {
             seq,
             t_ns: (10 * seq + extra) * 1_000_000,
             bytes: 5,
-            kind: RecordKind::Visible,
-            reason: None,
-            idle_ns: None,
+            kind: RecordKind::Event(Kind::Visible),
         };
         lines.push_str(&record.to_json_line());
         lines.push('\n');

@@ -19,9 +19,9 @@ use client::{
 use hostile::{Case, Hostile};
 use serde_json::Value;
 use setup::{CHAT, chat, proxy_until, start_proxy, start_sim, stream};
-use streamgate::Kind;
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::timeline::Timeline;
+use streamgate::{EndReason, Kind};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep};
 
@@ -1155,7 +1155,7 @@ async fn diagnose(
         };
         recorder.observe(Observation::new(id(&frame), frame.len() as u64, kind));
     }
-    recorder.end("completed");
+    recorder.end(EndReason::Completed);
     sink.sync();
     // The servers' writers flush as soon as they are idle: wait for every hop's records.
     let deadline = Instant::now() + HANG;

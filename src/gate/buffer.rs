@@ -23,11 +23,12 @@ use std::time::Instant;
 use tokio::time::Instant as Clock;
 use tokio_util::sync::CancellationToken;
 
-use super::end::{BoxError, EndReason, GateError};
+use super::end::{BoxError, GateError};
 use super::group::Budget;
 use super::policy::Policy;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
+use crate::end::EndReason;
 use crate::sync::{AtomicBool, AtomicU64, Mutex, Ordering, lock};
 
 /// Why [`Buffer::try_push`] handed a chunk back.

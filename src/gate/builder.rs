@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Buffer, Config};
 use super::consumer::Consumer;
-use super::end::{BoxError, EndReason};
+use super::end::BoxError;
 use super::group::Group;
 use super::handle::GateHandle;
 use super::policy::Policy;
@@ -20,6 +20,7 @@ use super::run::drive;
 use super::sender::Sender;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
+use crate::end::EndReason;
 use crate::sync::Arc;
 
 /// The default event bound: 64 events.

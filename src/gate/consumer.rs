@@ -83,7 +83,7 @@ impl<T: Chunk> Observed for Result<Event<T>, GateError> {
                 }
                 Seen::Event(seen)
             }
-            Err(error) => Seen::End(error.reason().as_str()),
+            Err(error) => Seen::End(error.reason()),
         }
     }
 }

@@ -1,59 +1,13 @@
-//! Why a stream ended, and the error a consumer sees when it did not complete.
+//! The error a consumer sees when its stream did not complete.
 
 use std::error::Error;
 use std::fmt;
 use std::sync::Arc;
 
+use crate::end::EndReason;
+
 /// A boxed error, as a generator may return it.
 pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
-
-/// Why a gated stream ended.
-///
-/// Exactly one end reason is recorded per stream: the first thing that ended it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EndReason {
-    /// The generator finished and the consumer took every event it sent.
-    Completed,
-    /// The consumer went away (dropped: the client disconnected) before it had taken every
-    /// event; [`GateStats::events_undelivered`](crate::GateStats::events_undelivered) says how
-    /// many it missed.
-    ConsumerGone,
-    /// The stream was stopped on purpose through its [`GateHandle`](crate::GateHandle) (a user
-    /// pressing Stop).
-    Cancelled,
-    /// The slow-consumer policy ended the stream: the consumer did not drain it in time.
-    SlowConsumer,
-    /// The generator returned an error.
-    GeneratorError,
-    /// The generator panicked; the panic was caught and did not reach the consumer.
-    GeneratorPanic,
-    /// The process is shutting down: its [`Group`](crate::Group) was shut down, or the runtime
-    /// shut down (dropping the gate's task) before the generator finished.
-    Shutdown,
-}
-
-impl EndReason {
-    /// A short snake-case name for labels and wire frames: `completed`, `consumer_gone`,
-    /// `cancelled`, `slow_consumer`, `generator_error`, `generator_panic`, `shutdown`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EndReason::Completed => "completed",
-            EndReason::ConsumerGone => "consumer_gone",
-            EndReason::Cancelled => "cancelled",
-            EndReason::SlowConsumer => "slow_consumer",
-            EndReason::GeneratorError => "generator_error",
-            EndReason::GeneratorPanic => "generator_panic",
-            EndReason::Shutdown => "shutdown",
-        }
-    }
-}
-
-impl fmt::Display for EndReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// The last item of a stream that did not complete: why it ended, and the generator's error or
 /// panic message where there was one.
@@ -101,6 +55,7 @@ impl fmt::Display for GateError {
             EndReason::GeneratorError => "stream ended: generator failed",
             EndReason::GeneratorPanic => "stream ended: generator panicked",
             EndReason::Shutdown => "stream ended: shutting down",
+            EndReason::UpstreamError => "stream ended: upstream failed",
         })
     }
 }

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
-use super::end::EndReason;
 use super::handle::GateHandle;
+use crate::end::EndReason;
 
 /// The gates of one process or tenant: [`shutdown`](Group::shutdown) ends them all with a
 /// visible reason, and an optional byte budget bounds what all their buffers hold together.

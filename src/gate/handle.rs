@@ -5,9 +5,9 @@ use std::future::poll_fn;
 use std::task::{Context, Poll};
 
 use super::buffer::Buffer;
-use super::end::EndReason;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
+use crate::end::EndReason;
 use crate::sync::Arc;
 
 /// The parts of a stream's shared state a handle reads, erased of the chunk type.

@@ -27,7 +27,7 @@ mod tests;
 
 pub use self::builder::{DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_RELEASE_TIMEOUT, Gate};
 pub use self::consumer::{Consumer, Event};
-pub use self::end::{BoxError, EndReason, GateError};
+pub use self::end::{BoxError, GateError};
 pub use self::group::{Group, GroupStats, ShutdownReport};
 pub use self::handle::GateHandle;
 pub use self::policy::{DEFAULT_MAX_PAUSE, Policy};

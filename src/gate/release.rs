@@ -9,10 +9,10 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use super::buffer::Buffer;
-use super::end::EndReason;
 use super::group::Membership;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
+use crate::end::EndReason;
 use crate::sync::Arc;
 
 /// A boxed, sendable future of an async release hook.

@@ -11,9 +11,10 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::buffer::Buffer;
-use super::end::{BoxError, EndReason};
+use super::end::BoxError;
 use super::release::Release;
 use crate::chunk::Chunk;
+use crate::end::EndReason;
 use crate::sync::Arc;
 
 /// What the task owns.

@@ -9,8 +9,9 @@ use tokio::task::coop;
 use tokio_util::sync::{WaitForCancellationFuture, WaitForCancellationFutureOwned};
 
 use super::buffer::{Buffer, Refused};
-use super::end::{BoxError, EndReason};
+use super::end::BoxError;
 use crate::chunk::Chunk;
+use crate::end::EndReason;
 use crate::sync::Arc;
 
 /// The generator's half of a gate: given to the generator closure of

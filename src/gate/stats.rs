@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::end::EndReason;
+use crate::end::EndReason;
 
 /// A snapshot of one gated stream's counters.
 ///

@@ -8,7 +8,7 @@ use std::time::Duration;
 use metrics::{Counter, Histogram as MetricsHistogram, Unit, counter, histogram};
 
 use super::counters::Batch;
-use super::observe::END_REASONS;
+use crate::end::EndReason;
 
 /// Bucket boundaries, in seconds, for the crate's histograms: from 100 µs to 10 minutes.
 ///
@@ -115,15 +115,14 @@ fn recorder_address() -> usize {
 
 /// The handles of one hop's metrics, registered with one recorder.
 pub(crate) struct Handles {
-    hop: Arc<str>,
     gaps: MetricsHistogram,
     ages: MetricsHistogram,
     first_event: MetricsHistogram,
     events: [Counter; 3],
     bytes: [Counter; 3],
     stalls: Counter,
-    /// By [`END_REASONS`] index, then not stalled / stalled.
-    ended: [[Counter; 2]; END_REASONS.len()],
+    /// By [`EndReason::index`], then not stalled / stalled.
+    ended: [[Counter; 2]; EndReason::ALL.len()],
 }
 
 const KINDS: [&str; 3] = ["visible", "hidden", "control"];
@@ -141,8 +140,8 @@ impl Handles {
             bytes: KINDS
                 .map(|kind| counter!("streamgate_bytes_total", "hop" => label(), "kind" => kind)),
             stalls: counter!("streamgate_stalls_total", "hop" => label()),
-            ended: END_REASONS.map(|reason| STALLED.map(|stalled| ended(label(), reason, stalled))),
-            hop: hop.clone(),
+            ended: EndReason::ALL
+                .map(|reason| STALLED.map(|stalled| ended(label(), reason, stalled))),
         }
     }
 
@@ -183,16 +182,13 @@ impl Handles {
         self.first_event.record(after.as_secs_f64());
     }
 
-    pub(crate) fn ended(&self, reason: &'static str, stalled: bool) {
-        match END_REASONS.iter().position(|known| *known == reason) {
-            Some(index) => self.ended[index][usize::from(stalled)].increment(1),
-            None => ended(self.hop.to_string(), reason, STALLED[usize::from(stalled)]).increment(1),
-        }
+    pub(crate) fn ended(&self, reason: EndReason, stalled: bool) {
+        self.ended[reason.index()][usize::from(stalled)].increment(1);
     }
 }
 
-fn ended(hop: String, reason: &'static str, stalled: &'static str) -> Counter {
-    counter!("streamgate_streams_ended_total", "hop" => hop, "reason" => reason, "stalled" => stalled)
+fn ended(hop: String, reason: EndReason, stalled: &'static str) -> Counter {
+    counter!("streamgate_streams_ended_total", "hop" => hop, "reason" => reason.as_str(), "stalled" => stalled)
 }
 
 /// Exports hop-record counts, from the record writer's thread.

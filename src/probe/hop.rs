@@ -1,14 +1,14 @@
 //! A named hop: the aggregate counters of every stream observed there.
 
-use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::counters::{GapCounters, SharedCounters};
 use super::histogram::{AtomicHistogram, Histogram};
 use super::record::RecordSink;
+use crate::end::{EndCounters, EndCounts};
 
 /// The default stall threshold: a visible gap of one second.
 pub const DEFAULT_STALL: Duration = Duration::from_secs(1);
@@ -26,19 +26,20 @@ pub const DEFAULT_STALL: Duration = Duration::from_secs(1);
 ///
 /// ```
 /// use streamgate::probe::HopProbe;
-/// use streamgate::{Kind, probe::Observation};
+/// use streamgate::{EndReason, Kind, probe::Observation};
 ///
 /// let hop = HopProbe::new("worker.publish");
 /// let mut recorder = hop.recorder("req-1");
 /// for seq in 0..3 {
 ///     recorder.observe(Observation::new(Some(seq), 4, Kind::Visible));
 /// }
-/// recorder.end("completed");
+/// recorder.end(EndReason::Completed);
 /// let snapshot = hop.snapshot();
 /// assert_eq!(snapshot.counters.visible_events(), 3);
 /// // Two gaps between the events, and the last one: from the third event to the end.
 /// assert_eq!(snapshot.counters.gaps().count(), 3);
-/// assert_eq!(snapshot.streams_ended, [("completed", 1)]);
+/// assert_eq!(snapshot.streams_ended[EndReason::Completed], 1);
+/// assert_eq!(snapshot.streams_ended.total(), 1);
 /// ```
 #[derive(Clone)]
 pub struct HopProbe {
@@ -51,7 +52,7 @@ pub(crate) struct Hop {
     pub(crate) counters: SharedCounters,
     pub(crate) first_event: AtomicHistogram,
     pub(crate) started: AtomicU64,
-    pub(crate) ended: Mutex<BTreeMap<&'static str, u64>>,
+    pub(crate) ended: EndCounters,
     pub(crate) records: Option<(RecordSink, u64)>,
     #[cfg(feature = "metrics")]
     pub(crate) metrics: super::export::HopMetrics,
@@ -76,7 +77,7 @@ impl HopProbe {
                 counters: SharedCounters::new(),
                 first_event: AtomicHistogram::new(),
                 started: AtomicU64::new(0),
-                ended: Mutex::new(BTreeMap::new()),
+                ended: EndCounters::new(),
                 records,
                 #[cfg(feature = "otel")]
                 otel: None,
@@ -109,7 +110,7 @@ impl HopProbe {
     /// let otel = OtelHop::new(tracers.tracer("streamgate"), &meters.meter("streamgate"));
     /// let hop = HopProbe::new("worker.publish").otel(otel);
     /// let mut recorder = hop.recorder("req-1"); // its span starts here
-    /// recorder.end("completed"); // and ends here
+    /// recorder.end(streamgate::EndReason::Completed); // and ends here
     /// ```
     #[cfg(feature = "otel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
@@ -169,13 +170,7 @@ impl HopProbe {
         HopSnapshot {
             hop: hop.name.to_string(),
             streams_started: hop.started.load(Ordering::Relaxed),
-            streams_ended: hop
-                .ended
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .map(|(reason, count)| (*reason, *count))
-                .collect(),
+            streams_ended: hop.ended.snapshot(),
             counters: hop.counters.snapshot(),
             time_to_first_event: hop.first_event.snapshot(),
         }
@@ -221,8 +216,8 @@ pub struct HopSnapshot {
     pub hop: String,
     /// Streams that got a recorder here.
     pub streams_started: u64,
-    /// Streams that ended, by end reason (see [`END_REASONS`](super::END_REASONS)).
-    pub streams_ended: Vec<(&'static str, u64)>,
+    /// Streams that ended, by end reason.
+    pub streams_ended: EndCounts,
     /// Events, gaps, stalls (and streams that ended in one), positions, buffer ages.
     pub counters: GapCounters,
     /// Time from a stream's start at this hop to its first visible event.

@@ -30,7 +30,7 @@
 //! | `streamgate_events_total` | counter | events | `hop`, `kind` | events by kind: `visible`, `hidden`, `control` |
 //! | `streamgate_bytes_total` | counter | bytes | `hop`, `kind` | their bytes |
 //! | `streamgate_stalls_total` | counter | stalls | `hop` | quiet spells at or above the hop's stall threshold, the ones streams ended in included |
-//! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](END_REASONS), and whether they ended in a stall (`true`/`false`); all 16 series of a hop are registered when its first stream starts |
+//! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](crate::EndReason), and whether they ended in a stall (`true`/`false`); all 16 series of a hop are registered when its first stream starts |
 //! | `streamgate_hop_records_total` | counter | records | `outcome` | hop records `written`, `dropped` (the writer's queue was full) or `failed` (the write failed) |
 //!
 //! Histogram values are reported as measured, each when it is measured (a stream's last gap at
@@ -70,7 +70,7 @@ pub use self::counters::{GapCounters, POSITION_CLASSES, PositionGaps};
 pub use self::export::{METRIC_BUCKETS, describe_metrics};
 pub use self::histogram::Histogram;
 pub use self::hop::{DEFAULT_STALL, HopProbe, HopSnapshot};
-pub use self::observe::{END_REASONS, Observation, Observed, Seen};
+pub use self::observe::{Observation, Observed, Seen};
 pub use self::probed::Probed;
 pub(crate) use self::record::json_string;
 pub use self::record::{

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use crate::chunk::Kind;
+use crate::end::EndReason;
 
 /// One event as a probe sees it. No payload: only its number, size, kind and how long it
 /// waited in a gate.
@@ -42,32 +43,15 @@ impl Observation {
     }
 }
 
-/// Every end reason the crate's probes record, in one vocabulary wherever the probe sits: the
-/// gate's [`EndReason`](crate::EndReason) names (`completed`, `consumer_gone`, `cancelled`,
-/// `slow_consumer`, `generator_error`, `generator_panic`, `shutdown`), and `upstream_error` for
-/// a decoded upstream that failed or sent an error frame. A stream whose recorder is dropped
-/// before its end was seen (a response body dropped because the client left) ends
-/// `consumer_gone`.
-pub const END_REASONS: [&str; 8] = [
-    "completed",
-    "consumer_gone",
-    "cancelled",
-    "slow_consumer",
-    "generator_error",
-    "generator_panic",
-    "shutdown",
-    "upstream_error",
-];
-
 /// What an item of an observed stream means to a probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Seen {
     /// An event.
     Event(Observation),
     /// The stream's last event (a terminal error frame), and why the stream ended.
-    Last(Observation, &'static str),
-    /// The stream ended early, for this reason (one of [`END_REASONS`]).
-    End(&'static str),
+    Last(Observation, EndReason),
+    /// The stream ended early, for this reason.
+    End(EndReason),
     /// Nothing to record (an error the stream continues after).
     Nothing,
 }

@@ -8,6 +8,7 @@ use pin_project_lite::pin_project;
 
 use super::observe::{Observed, Seen};
 use super::recorder::Recorder;
+use crate::end::EndReason;
 
 pin_project! {
     /// Records each item of a stream at a hop as it passes, unchanged; built by
@@ -55,7 +56,7 @@ where
                 Seen::End(reason) => this.recorder.end(reason),
                 Seen::Nothing => {}
             },
-            None => this.recorder.end("completed"),
+            None => this.recorder.end(EndReason::Completed),
         }
         Poll::Ready(item)
     }

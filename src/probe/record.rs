@@ -7,50 +7,44 @@ use std::sync::{Arc, OnceLock, mpsc};
 use std::time::Instant;
 
 use crate::chunk::Kind;
+use crate::end::EndReason;
 
 /// What a hop record marks: an event of some kind, or the stream's end at that hop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecordKind {
-    /// An event the user sees.
-    Visible,
-    /// Output the user does not see (hidden reasoning): alive, not progress.
-    Hidden,
-    /// Housekeeping (a `[DONE]`, an end frame).
-    Control,
-    /// The stream's end at this hop; [`HopRecord::reason`] says why.
-    End,
+    /// An event, with how it counts for progress.
+    Event(Kind),
+    /// The stream's end at this hop.
+    End {
+        /// Why it ended.
+        reason: EndReason,
+        /// Nanoseconds since the hop's last visible or hidden event, or since the stream began
+        /// at the hop when it saw none.
+        idle_ns: u64,
+    },
 }
 
 impl RecordKind {
     /// The name in a record's `kind` field: `visible`, `hidden`, `control`, `end`.
     pub fn as_str(self) -> &'static str {
         match self {
-            RecordKind::Visible => "visible",
-            RecordKind::Hidden => "hidden",
-            RecordKind::Control => "control",
-            RecordKind::End => "end",
+            RecordKind::Event(kind) => kind.as_str(),
+            RecordKind::End { .. } => "end",
         }
     }
 
-    /// The kind named `name` in a record's `kind` field.
-    pub fn from_name(name: &str) -> Option<RecordKind> {
-        Some(match name {
-            "visible" => RecordKind::Visible,
-            "hidden" => RecordKind::Hidden,
-            "control" => RecordKind::Control,
-            "end" => RecordKind::End,
-            _ => return None,
-        })
+    /// The end's reason and idle time, for an end record.
+    pub fn end(self) -> Option<(EndReason, u64)> {
+        match self {
+            RecordKind::End { reason, idle_ns } => Some((reason, idle_ns)),
+            RecordKind::Event(_) => None,
+        }
     }
 }
 
 impl From<Kind> for RecordKind {
     fn from(kind: Kind) -> Self {
-        match kind {
-            Kind::Visible => RecordKind::Visible,
-            Kind::Hidden => RecordKind::Hidden,
-            Kind::Control => RecordKind::Control,
-        }
+        RecordKind::Event(kind)
     }
 }
 
@@ -79,8 +73,8 @@ pub const MAX_RECORD_REQUEST: usize = 128;
 /// event is recorded under its last id. The kind travels in a `:hidden` or `:control`
 /// comment line before a non-visible event's fields.
 ///
-/// An end record's `seq` is one past the last event the hop numbered, its `reason` is one of
-/// [`END_REASONS`](super::END_REASONS), and its `idle_ns` is how long the hop had then been
+/// An end record's `seq` is one past the last event the hop numbered, its `reason` is an
+/// [`EndReason`]'s name, and its `idle_ns` is how long the hop had then been
 /// without a visible or hidden event (since the stream began at the hop, when it saw none),
 /// so a freeze that ended the stream is visible even when no event followed it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,13 +90,8 @@ pub struct HopRecord {
     /// Its size in bytes, as the hop saw it: a frame's encoded bytes at a probe on frames, a
     /// decoded event's data at a probe on decoded events.
     pub bytes: u64,
-    /// How it counts for progress, or that the stream ended here.
+    /// How it counts for progress, or that (and why) the stream ended here.
     pub kind: RecordKind,
-    /// Why the stream ended, for an end record.
-    pub reason: Option<String>,
-    /// For an end record: nanoseconds since the hop's last visible or hidden event, or since
-    /// the stream began at the hop when it saw none.
-    pub idle_ns: Option<u64>,
 }
 
 impl HopRecord {
@@ -117,7 +106,6 @@ impl HopRecord {
             self.t_ns,
             self.bytes,
             self.kind,
-            self.reason.as_deref().zip(self.idle_ns),
         );
         line
     }
@@ -130,7 +118,6 @@ pub(crate) fn monotonic_ns(at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
-#[allow(clippy::too_many_arguments)] // the record's fields, written without building one
 fn write_line(
     out: &mut String,
     request: &str,
@@ -139,7 +126,6 @@ fn write_line(
     t_ns: u64,
     bytes: u64,
     kind: RecordKind,
-    end: Option<(&str, u64)>,
 ) {
     out.push_str("{\"request\":");
     json_string(out, request);
@@ -150,10 +136,8 @@ fn write_line(
         ",\"seq\":{seq},\"t_ns\":{t_ns},\"bytes\":{bytes},\"kind\":\"{}\"",
         kind.as_str()
     );
-    if let Some((reason, idle_ns)) = end {
-        out.push_str(",\"reason\":");
-        json_string(out, reason);
-        let _ = write!(out, ",\"idle_ns\":{idle_ns}");
+    if let Some((reason, idle_ns)) = kind.end() {
+        let _ = write!(out, ",\"reason\":\"{reason}\",\"idle_ns\":{idle_ns}");
     }
     out.push('}');
 }
@@ -185,8 +169,6 @@ pub(crate) struct Pending {
     pub(crate) t_ns: u64,
     pub(crate) bytes: u64,
     pub(crate) kind: RecordKind,
-    /// For an end record: the reason and the idle time.
-    pub(crate) end: Option<(&'static str, u64)>,
 }
 
 enum Message {
@@ -293,9 +275,7 @@ fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts
             match message {
                 Message::Record(r) => {
                     let text = &mut batch.text;
-                    write_line(
-                        text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind, r.end,
-                    );
+                    write_line(text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind);
                     text.push('\n');
                     batch.records += 1;
                     if batch.text.len() >= WRITE_BATCH {
@@ -375,9 +355,10 @@ mod tests {
             seq: 42,
             t_ns: u64::MAX,
             bytes: 0,
-            kind: RecordKind::End,
-            reason: Some("consumer_gone".into()),
-            idle_ns: Some(40_000_000_000),
+            kind: RecordKind::End {
+                reason: EndReason::ConsumerGone,
+                idle_ns: 40_000_000_000,
+            },
         };
         assert_eq!(
             record.to_json_line(),

@@ -1,8 +1,8 @@
 //! One stream's recorder at one hop.
 
 use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::counters::Batch;
@@ -10,6 +10,7 @@ use super::hop::HopProbe;
 use super::observe::Observation;
 use super::record::{MAX_RECORD_REQUEST, Pending, RecordKind, monotonic_ns};
 use crate::chunk::Kind;
+use crate::end::EndReason;
 
 impl HopProbe {
     /// A recorder for one stream of request `request` through this hop. An id longer than
@@ -46,7 +47,7 @@ impl HopProbe {
     /// let mut upstream = HeaderMap::new();
     /// streamgate::otel::inject(&recorder.otel_context(), &mut upstream);
     /// // ... send it, then probe the upstream's events with this recorder:
-    /// let events = futures_util::stream::empty::<streamgate::sse::Frame>();
+    /// let events = futures_util::stream::empty::<streamgate::sse::SseFrame>();
     /// let probed = recorder.probe(events);
     /// # drop(probed);
     /// ```
@@ -144,8 +145,8 @@ pub struct StreamSummary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct StreamEnd {
-    /// Why (one of [`END_REASONS`](super::END_REASONS), or a reason of your own).
-    pub reason: &'static str,
+    /// Why.
+    pub reason: EndReason,
     /// How long the stream had been without a visible or hidden event (since it began at this
     /// hop, when it saw none).
     pub idle: Duration,
@@ -267,23 +268,22 @@ impl Recorder {
             self.metrics.age(waited);
         }
         if let Some(seq) = seq {
-            self.record(seq, now, event.bytes, event.kind.into(), None);
+            self.record(seq, now, event.bytes, event.kind.into());
         }
         if stall || full {
             self.flush();
         }
     }
 
-    /// Records the stream's end (`completed`, or why it ended early: see
-    /// [`END_REASONS`](super::END_REASONS); a reason of your own should be short snake_case,
-    /// as the timeline reads at most 64 bytes of it), with how long it had been quiet, and
-    /// adds its last counts to the hop. Later calls, and events after it, record nothing.
-    pub fn end(&mut self, reason: &'static str) {
+    /// Records the stream's end ([`EndReason::Completed`], or why it ended early), with how
+    /// long it had been quiet, and adds its last counts to the hop. Later calls, and events
+    /// after it, record nothing.
+    pub fn end(&mut self, reason: EndReason) {
         self.end_at(reason, Instant::now());
     }
 
     /// Records the stream's end as seen at `at` (for ends whose time was taken elsewhere).
-    pub fn end_at(&mut self, reason: &'static str, at: Instant) {
+    pub fn end_at(&mut self, reason: EndReason, at: Instant) {
         if std::mem::replace(&mut self.ended, true) {
             return;
         }
@@ -301,26 +301,27 @@ impl Recorder {
             idle: Duration::from_nanos(idle),
             stalled,
         });
-        self.record(self.next_seq, now, 0, RecordKind::End, Some((reason, idle)));
+        self.record(
+            self.next_seq,
+            now,
+            0,
+            RecordKind::End {
+                reason,
+                idle_ns: idle,
+            },
+        );
         self.flush();
-        *self
-            .hop
-            .inner
-            .ended
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .entry(reason)
-            .or_default() += 1;
+        self.hop.inner.ended.add(reason);
         #[cfg(feature = "metrics")]
         self.metrics.ended(reason, stalled);
         #[cfg(feature = "tracing")]
         {
             if stalled {
-                tracing::warn!(parent: &self.span, reason, position = self.position,
+                tracing::warn!(parent: &self.span, reason = reason.as_str(), position = self.position,
                     idle_ms = idle / 1_000_000, "stream ended in a stall");
             }
             let summary = &self.summary;
-            tracing::info!(parent: &self.span, reason,
+            tracing::info!(parent: &self.span, reason = reason.as_str(),
                 visible_events = summary.visible_events,
                 hidden_events = summary.hidden_events,
                 max_gap_ms = summary.max_gap.as_millis() as u64,
@@ -389,14 +390,7 @@ impl Recorder {
         *max = (*max).max(Duration::from_nanos(ns));
     }
 
-    fn record(
-        &self,
-        seq: u64,
-        t_ns: u64,
-        bytes: u64,
-        kind: RecordKind,
-        end: Option<(&'static str, u64)>,
-    ) {
+    fn record(&self, seq: u64, t_ns: u64, bytes: u64, kind: RecordKind) {
         if !self.sampled {
             return;
         }
@@ -408,7 +402,6 @@ impl Recorder {
                 t_ns,
                 bytes,
                 kind,
-                end,
             });
         }
     }
@@ -425,7 +418,7 @@ impl Recorder {
 
 impl Drop for Recorder {
     fn drop(&mut self) {
-        self.end("consumer_gone");
+        self.end(EndReason::ConsumerGone);
     }
 }
 

@@ -1,11 +1,13 @@
 //! `serde::Serialize` for the probe snapshots (feature `serde`): plain numbers, durations in
-//! nanoseconds, histograms as their non-empty buckets plus p50/p99.
+//! nanoseconds, histograms as their non-empty buckets plus p50/p99, end counts as an object of
+//! the reasons that occurred.
 
 use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 
 use super::counters::GapCounters;
 use super::histogram::Histogram;
 use super::hop::HopSnapshot;
+use crate::end::EndCounts;
 
 fn nanos(duration: std::time::Duration) -> u64 {
     u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
@@ -61,6 +63,18 @@ impl Serialize for GapCounters {
         out.serialize_field("buffer_age", self.buffer_age())?;
         out.serialize_field("max_buffer_age_ns", &nanos(self.max_buffer_age()))?;
         out.serialize_field("peak_waiting", &self.peak_waiting())?;
+        out.end()
+    }
+}
+
+impl Serialize for EndCounts {
+    /// `{"completed": 3, "consumer_gone": 1}`: the reasons with a count above zero.
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let occurred = self.occurred();
+        let mut out = serializer.serialize_map(Some(occurred.len()))?;
+        for (reason, n) in occurred {
+            out.serialize_entry(reason.as_str(), &n)?;
+        }
         out.end()
     }
 }

@@ -13,7 +13,8 @@ use tokio::time::Instant;
 use super::log::{Lookup, ReplayLog};
 use super::registry::{AttachError, Shared};
 use crate::chunk::Chunk;
-use crate::gate::{Consumer, EndReason, Event, GateError, GateHandle};
+use crate::end::EndReason;
+use crate::gate::{Consumer, Event, GateError, GateHandle};
 use crate::sync::{Arc, Mutex, lock};
 
 /// What became of an event offered to the log.

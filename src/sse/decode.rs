@@ -11,6 +11,7 @@ use tokio_util::codec::Decoder;
 use super::decoder::{DecodeError, SseDecoder};
 use super::event::SseEvent;
 use crate::chunk::Chunk;
+use crate::end::EndReason;
 use crate::gate::BoxError;
 use crate::probe::{Observation, Observed, Seen};
 
@@ -119,13 +120,15 @@ impl Observed for Result<SseEvent, DecodeError> {
             Ok(event) if event.event() == Some("error") => {
                 // An end frame carries no event id of its own (one it shows is inherited).
                 let seen = Observation::new(None, event.byte_len() as u64, event.kind());
-                Seen::Last(seen, "upstream_error")
+                Seen::Last(seen, EndReason::UpstreamError)
             }
             Ok(event) => {
                 let seq = event.id().and_then(|id| id.parse().ok());
                 Seen::Event(Observation::new(seq, event.byte_len() as u64, event.kind()))
             }
-            Err(DecodeError::Upstream(_) | DecodeError::Io(_)) => Seen::End("upstream_error"),
+            Err(DecodeError::Upstream(_) | DecodeError::Io(_)) => {
+                Seen::End(EndReason::UpstreamError)
+            }
             Err(_) => Seen::Nothing,
         }
     }

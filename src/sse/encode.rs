@@ -8,13 +8,14 @@ use futures_core::{FusedStream, Stream};
 use pin_project_lite::pin_project;
 
 use super::event::SseEvent;
-use super::frame::Frame;
+use super::frame::SseFrame;
 use crate::chunk::{Chunk, Kind};
-use crate::gate::{EndReason, Event, GateError};
+use crate::end::EndReason;
+use crate::gate::{Event, GateError};
 use crate::probe::json_string;
 
 pin_project! {
-    /// Encodes each event of a gated stream as one SSE [`Frame`], and an early end as a
+    /// Encodes each event of a gated stream as one SSE [`SseFrame`], and an early end as a
     /// terminal `event: error` frame; built by [`GateExt::sse`](crate::GateExt::sse).
     ///
     /// The terminal frame is `event: error` with data
@@ -56,9 +57,9 @@ where
     S: Stream<Item = Result<Event<T>, GateError>>,
     T: Into<SseEvent> + Chunk,
 {
-    type Item = Frame;
+    type Item = SseFrame;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SseFrame>> {
         let this = self.project();
         if *this.done {
             return Poll::Ready(None);
@@ -77,15 +78,15 @@ where
                 if sse.event() == Some("error") {
                     // An upstream's end frame, passed on (by a gateway): the end of this
                     // stream, not an event with an id (one it shows is inherited).
-                    let frame = Frame::new(sse.encode(), kind, None);
-                    return Poll::Ready(Some(frame.ending("upstream_error")));
+                    let frame = SseFrame::new(sse.encode(), kind, None);
+                    return Poll::Ready(Some(frame.ending(EndReason::UpstreamError)));
                 }
                 let id = sse
                     .id()
                     .and_then(|id| id.parse::<u64>().ok())
                     .unwrap_or(gate_id);
                 let numbered = *this.ids && sse.id().is_none();
-                Frame::new(sse.into_frame(numbered.then_some(id)), kind, Some(id))
+                SseFrame::new(sse.into_frame(numbered.then_some(id)), kind, Some(id))
             }
             Some(Err(error)) => {
                 *this.done = true;
@@ -122,7 +123,7 @@ where
 /// The terminal frame of a stream that did not complete. A slow consumer's end says why when
 /// the crate knows more (a subscriber that fell behind a replay log: "behind: ..."); a
 /// generator's own error text never reaches the client.
-pub(crate) fn end_frame(error: &GateError) -> Frame {
+pub(crate) fn end_frame(error: &GateError) -> SseFrame {
     let reason = error.reason();
     debug_assert_ne!(reason, EndReason::Completed);
     let detail = std::error::Error::source(error)
@@ -132,19 +133,19 @@ pub(crate) fn end_frame(error: &GateError) -> Frame {
         Some(detail) => error_frame(reason.as_str(), &format!("{error}: {detail}")),
         None => error_frame(reason.as_str(), &error.to_string()),
     };
-    frame.ending(reason.as_str())
+    frame.ending(reason)
 }
 
 /// A terminal `event: error` frame of type `kind` saying `message`, both written as JSON
 /// strings.
-pub(crate) fn error_frame(kind: &str, message: &str) -> Frame {
+pub(crate) fn error_frame(kind: &str, message: &str) -> SseFrame {
     let mut frame = String::with_capacity(64 + kind.len() + message.len());
     frame.push_str("event: error\ndata: {\"error\":{\"type\":");
     json_string(&mut frame, kind);
     frame.push_str(",\"message\":");
     json_string(&mut frame, message);
     frame.push_str("}}\n\n");
-    Frame::new(Bytes::from(frame), Kind::Control, None)
+    SseFrame::new(Bytes::from(frame), Kind::Control, None)
 }
 
 #[cfg(test)]
@@ -160,7 +161,7 @@ mod tests {
             tx.send(SseEvent::data("a")).await.ok();
             Err(std::io::Error::other("boom"))
         });
-        let frames: Vec<Frame> = consumer.sse().with_ids().collect().await;
+        let frames: Vec<SseFrame> = consumer.sse().with_ids().collect().await;
         assert_eq!(frames.len(), 2);
         assert_eq!(&frames[0].bytes()[..], b"id: 0\ndata: a\n\n");
         assert_eq!((frames[0].kind(), frames[0].id()), (Kind::Visible, Some(0)));

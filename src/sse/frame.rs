@@ -3,17 +3,18 @@
 use bytes::Bytes;
 
 use crate::chunk::{Chunk, Kind};
+use crate::end::EndReason;
 use crate::probe::{Observation, Observed, Seen};
 
 /// One encoded SSE frame: the bytes a transport writes in one go, with what the probes need to
 /// know about it (its kind, the event id when it carries an event, and the end reason when it
 /// is a stream's terminal frame).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Frame {
+pub struct SseFrame {
     bytes: Bytes,
     kind: Kind,
     id: Option<u64>,
-    end: Option<&'static str>,
+    end: Option<EndReason>,
 }
 
 /// The frame of a heartbeat: one empty comment line, without the blank line that would end an
@@ -23,10 +24,10 @@ pub struct Frame {
 /// and the next event's lines follow it.
 const HEARTBEAT: &[u8] = b":\n";
 
-impl Frame {
+impl SseFrame {
     /// A frame of already encoded bytes.
     pub fn new(bytes: Bytes, kind: Kind, id: Option<u64>) -> Self {
-        Frame {
+        SseFrame {
             bytes,
             kind,
             id,
@@ -34,22 +35,22 @@ impl Frame {
         }
     }
 
-    /// The same frame, as the terminal frame of a stream that ended for `reason` (one of
-    /// [`END_REASONS`](crate::probe::END_REASONS)): a probe records the end with it.
-    pub fn ending(mut self, reason: &'static str) -> Self {
+    /// The same frame, as the terminal frame of a stream that ended for `reason`: a probe
+    /// records the end with it.
+    pub fn ending(mut self, reason: EndReason) -> Self {
         self.end = Some(reason);
         self
     }
 
     /// Why the stream ended, when this is its terminal frame.
-    pub fn end_reason(&self) -> Option<&'static str> {
+    pub fn end_reason(&self) -> Option<EndReason> {
         self.end
     }
 
     /// A heartbeat: an empty SSE comment line (`:` and a newline, no blank line after it), a
     /// control frame.
     pub fn heartbeat() -> Self {
-        Frame::new(Bytes::from_static(HEARTBEAT), Kind::Control, None)
+        SseFrame::new(Bytes::from_static(HEARTBEAT), Kind::Control, None)
     }
 
     /// The encoded bytes.
@@ -75,7 +76,7 @@ impl Frame {
     }
 }
 
-impl Chunk for Frame {
+impl Chunk for SseFrame {
     fn byte_len(&self) -> usize {
         self.bytes.len()
     }
@@ -85,7 +86,7 @@ impl Chunk for Frame {
     }
 }
 
-impl Observed for Frame {
+impl Observed for SseFrame {
     /// Every frame is an event for the probe; a terminal frame also ends the stream, with its
     /// reason, so a probe on the frames names the same end as one on the gate's events.
     fn observed(&self) -> Seen {

@@ -8,10 +8,10 @@ use futures_core::{FusedStream, Stream};
 use pin_project_lite::pin_project;
 use tokio::time::{Instant, Sleep, sleep_until};
 
-use super::frame::Frame;
+use super::frame::SseFrame;
 
 pin_project! {
-    /// Inserts a heartbeat [`Frame`] (an SSE comment) whenever no frame has passed for the
+    /// Inserts a heartbeat [`SseFrame`] (an SSE comment) whenever no frame has passed for the
     /// interval, before the first one too; built by
     /// [`GateExt::heartbeat`](crate::GateExt::heartbeat).
     ///
@@ -53,10 +53,10 @@ impl<S> Heartbeat<S> {
     }
 }
 
-impl<S: Stream<Item = Frame>> Stream for Heartbeat<S> {
-    type Item = Frame;
+impl<S: Stream<Item = SseFrame>> Stream for Heartbeat<S> {
+    type Item = SseFrame;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SseFrame>> {
         let this = self.project();
         if *this.done {
             return Poll::Ready(None);
@@ -84,7 +84,7 @@ impl<S: Stream<Item = Frame>> Stream for Heartbeat<S> {
             let now = Instant::now();
             *this.quiet_since = now;
             this.timer.as_mut().reset(now + *this.interval);
-            return Poll::Ready(Some(Frame::heartbeat()));
+            return Poll::Ready(Some(SseFrame::heartbeat()));
         }
     }
 
@@ -94,7 +94,7 @@ impl<S: Stream<Item = Frame>> Stream for Heartbeat<S> {
     }
 }
 
-impl<S: Stream<Item = Frame>> FusedStream for Heartbeat<S> {
+impl<S: Stream<Item = SseFrame>> FusedStream for Heartbeat<S> {
     fn is_terminated(&self) -> bool {
         self.done
     }
@@ -110,8 +110,8 @@ mod tests {
 
     /// A stream of frames the test pushes by hand.
     fn frames() -> (
-        mpsc::UnboundedSender<Frame>,
-        impl Stream<Item = Frame> + Unpin,
+        mpsc::UnboundedSender<SseFrame>,
+        impl Stream<Item = SseFrame> + Unpin,
     ) {
         let (tx, mut rx) = mpsc::unbounded_channel();
         (
@@ -133,7 +133,7 @@ mod tests {
         );
         // An event at 15 s moves the next heartbeat to 25 s.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        let event = Frame::new(
+        let event = SseFrame::new(
             bytes::Bytes::from_static(b"data: x\n\n"),
             Kind::Visible,
             Some(0),

@@ -1,7 +1,7 @@
 //! Server-sent events: an injection-safe encoder, an incremental WHATWG decoder, heartbeats.
 //!
 //! ```text
-//! Consumer<T: Into<SseEvent>> --.sse()--> Frame stream --.heartbeat(d)--> transport
+//! Consumer<T: Into<SseEvent>> --.sse()--> SseFrame stream --.heartbeat(d)--> transport
 //! upstream bytes --.sse_events()--> SseEvent stream --> a gate at the next hop
 //! ```
 //!
@@ -20,5 +20,5 @@ pub use self::encode::EncodeSse;
 #[cfg(feature = "redis")]
 pub(crate) use self::encode::{end_frame, error_frame};
 pub use self::event::{FieldError, SseEvent};
-pub use self::frame::Frame;
+pub use self::frame::SseFrame;
 pub use self::heartbeat::Heartbeat;

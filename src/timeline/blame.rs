@@ -3,6 +3,7 @@
 //! cannot be told.
 
 use super::stream::{CATCH_UP_STEPS, Spell, Stream, catch_up_step};
+use crate::end::EndReason;
 
 /// What a stall seen at a hop turned out to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,10 +26,6 @@ pub(super) enum Verdict {
 pub(super) struct Judge<'a> {
     pub(super) path: &'a [Box<str>],
     pub(super) stall_ns: u64,
-    /// Whether an end reason (interned) is one a stream ends with when its end came from
-    /// upstream (`completed`, a generator's or an upstream's error): that hop's end record
-    /// is then no earlier than the hop before it.
-    pub(super) from_upstream: &'a dyn Fn(u16) -> bool,
 }
 
 /// Judges `spell`, seen at `stream` (hop `path[stream.hop]`), with `upstream` and
@@ -152,7 +149,12 @@ fn pushed_back(judge: &Judge<'_>, down: &Stream, spell: &Spell) -> Push {
                     .find(|&k| catch_up_step(judge.stall_ns, k) <= spell.quiet_ns)
                     .is_some_and(|k| match spell.seq {
                         Some(s) => catch_up.seq_within(k) >= s,
-                        None => catch_up.ended_within(k) && (judge.from_upstream)(catch_up.reason),
+                        // An end that came from upstream (`completed`, a generator's or an upstream's
+                        // error): that hop's end record is no earlier than the hop before it.
+                        None => {
+                            catch_up.ended_within(k)
+                                && catch_up.reason.is_some_and(EndReason::is_from_generator)
+                        }
                     });
                 if caught_up {
                     return unless_waited(down, down_name, spell);

@@ -136,13 +136,13 @@ use std::fmt;
 use std::io::{self, BufReader, Read};
 use std::time::Duration;
 
-use crate::probe::{HopRecord, RecordKind};
+use crate::probe::HopRecord;
 
 use self::blame::{Judge, Verdict};
 use self::lines::{Line, each_line};
 use self::parse::Parsed;
 use self::problems::ProblemLog;
-use self::stream::{Budget, Ctx, NO_REASON, Rec, Stream};
+use self::stream::{Budget, Ctx, Rec, Stream};
 use self::table::HopTable;
 
 pub use self::parse::RecordError;
@@ -168,8 +168,6 @@ pub const DEFAULT_MAX_POSITIONS: usize = 4096;
 
 /// The most hops a path may have.
 pub const MAX_PATH: usize = 64;
-/// Distinct end reasons kept; later ones are reported as `other`.
-const MAX_REASONS: usize = 255;
 /// Distinct sources told apart (for resumes); later ones share one.
 const MAX_SOURCES: usize = u16::MAX as usize;
 
@@ -211,7 +209,7 @@ const MAX_SOURCES: usize = u16::MAX as usize;
 /// let stall = &diagnosis.stalls[0];
 /// assert_eq!(stall.hop, "client.recv");
 /// assert_eq!((stall.after, stall.seq), (Some(9), None));
-/// assert_eq!(stall.end_reason.as_deref(), Some("consumer_gone"));
+/// assert_eq!(stall.end_reason, Some(streamgate::EndReason::ConsumerGone));
 /// assert_eq!(stall.gap, Duration::from_secs(40));
 /// assert_eq!(stall.blame, Blame::Began);
 /// assert!(stall.upstream_gap < Some(Duration::from_millis(20)));
@@ -229,7 +227,6 @@ pub struct Timeline {
     /// (source, hop) -> the latest time seen by `scan`.
     latest: HashMap<(u16, u8), u64>,
     sources: Vec<Box<str>>,
-    reasons: Vec<Box<str>>,
     requests: HashMap<Box<str>, Vec<Stream>>,
     tables: Vec<HopTable>,
     problems: ProblemLog,
@@ -275,7 +272,6 @@ impl Timeline {
             window_ns: None,
             latest: HashMap::new(),
             sources: Vec::new(),
-            reasons: Vec::new(),
             requests: HashMap::new(),
             tables: path
                 .iter()
@@ -423,12 +419,7 @@ impl Timeline {
     /// Adds one record.
     pub fn add_record(&mut self, source: &str, record: &HopRecord) {
         let id = self.source(source);
-        if let Err(error) = parse::check(
-            &record.request,
-            record.kind,
-            record.reason.as_deref(),
-            record.idle_ns,
-        ) {
+        if let Err(error) = parse::check(&record.request) {
             self.problems
                 .add(ProblemKind::BadRecord, source, None, || error.to_string());
             return;
@@ -440,7 +431,6 @@ impl Timeline {
             t_ns: record.t_ns,
             bytes: record.bytes,
             kind: record.kind,
-            end: record.reason.clone().zip(record.idle_ns),
         };
         self.take(id, None, &parsed);
     }
@@ -458,17 +448,6 @@ impl Timeline {
             self.sources.push(name.into());
         }
         (self.sources.len() - 1) as u16
-    }
-
-    fn reason(&mut self, reason: &str) -> u16 {
-        if let Some(id) = self.reasons.iter().position(|r| **r == *reason) {
-            return id as u16;
-        }
-        if self.reasons.len() < MAX_REASONS {
-            self.reasons.push(reason.into());
-            return (self.reasons.len() - 1) as u16;
-        }
-        NO_REASON - 1 // other
     }
 
     fn line(&mut self, source: u16, number: u64, line: Line<'_>) {
@@ -526,18 +505,12 @@ impl Timeline {
                 }
             }
         }
-        let end = record
-            .end
-            .as_ref()
-            .map(|(reason, idle)| (self.reason(reason), *idle));
         let rec = Rec {
             seq: record.seq,
             t_ns: record.t_ns,
             kind: record.kind,
-            end,
             source,
         };
-        debug_assert_eq!(rec.end.is_some(), record.kind == RecordKind::End);
         let Timeline {
             path,
             stall_ns,
@@ -610,17 +583,9 @@ impl Timeline {
             hidden: u64,
         }
         let mut counts = vec![Counts::default(); self.path.len()];
-        let from_upstream = |reason: u16| {
-            reason != NO_REASON
-                && matches!(
-                    self.reason_name(reason),
-                    "completed" | "generator_error" | "generator_panic" | "upstream_error"
-                )
-        };
         let judge = Judge {
             path: &self.path,
             stall_ns: self.stall_ns,
-            from_upstream: &from_upstream,
         };
         let mut stalls: Vec<Stall> = Vec::new();
         let mut total: u64 = 0;
@@ -661,8 +626,7 @@ impl Timeline {
                     if keep == 0 {
                         continue;
                     }
-                    let end_reason = (spell.seq.is_none() && spell.reason != NO_REASON)
-                        .then(|| self.reason_name(spell.reason).to_owned());
+                    let end_reason = spell.reason.filter(|_| spell.seq.is_none());
                     stalls.push(Stall {
                         request: request.to_string(),
                         hop: self.path[usize::from(stream.hop)].to_string(),
@@ -726,10 +690,6 @@ impl Timeline {
             hops,
             problems: self.problems.summary(),
         }
-    }
-
-    fn reason_name(&self, id: u16) -> &str {
-        self.reasons.get(usize::from(id)).map_or("other", |r| r)
     }
 }
 

@@ -6,17 +6,16 @@ use std::fmt;
 
 use serde::Deserialize;
 
+use crate::chunk::Kind;
+use crate::end::EndReason;
 use crate::probe::{HopRecord, MAX_RECORD_REQUEST, RecordKind};
-
-/// The longest end reason a record may carry, in bytes (the crate's are under 20).
-pub(super) const MAX_REASON: usize = 64;
 
 /// Why a line is not a hop record.
 ///
 /// Its `Display` says what is wrong: JSON that does not parse (serde_json's message, with the
 /// column), a missing or mistyped field, an unknown `kind`, `reason`/`idle_ns` missing from an
-/// end record or present on another, a request id longer than
-/// [`MAX_RECORD_REQUEST`](crate::probe::MAX_RECORD_REQUEST).
+/// end record or present on another, a `reason` that is no [`EndReason`], a request id longer
+/// than [`MAX_RECORD_REQUEST`](crate::probe::MAX_RECORD_REQUEST).
 #[derive(Debug)]
 pub struct RecordError {
     kind: ErrorKind,
@@ -30,7 +29,7 @@ enum ErrorKind {
     EndNeeds(&'static str),
     OnlyEnd(&'static str),
     RequestTooLong(usize),
-    ReasonTooLong(usize),
+    Reason(String),
 }
 
 impl RecordError {
@@ -53,9 +52,7 @@ impl fmt::Display for RecordError {
                 f,
                 "request id of {len} bytes (at most {MAX_RECORD_REQUEST})"
             ),
-            ErrorKind::ReasonTooLong(len) => {
-                write!(f, "end reason of {len} bytes (at most {MAX_REASON})")
-            }
+            ErrorKind::Reason(reason) => write!(f, "unknown end reason `{reason}`"),
         }
     }
 }
@@ -83,8 +80,8 @@ struct Line<'a> {
     bytes: u64,
     #[serde(borrow)]
     kind: Cow<'a, str>,
-    #[serde(default)]
-    reason: Option<String>,
+    #[serde(default, borrow)]
+    reason: Option<Cow<'a, str>>,
     #[serde(default)]
     idle_ns: Option<u64>,
 }
@@ -98,8 +95,6 @@ pub(super) struct Parsed<'a> {
     pub(super) t_ns: u64,
     pub(super) bytes: u64,
     pub(super) kind: RecordKind,
-    /// For an end record: the reason and the idle time.
-    pub(super) end: Option<(String, u64)>,
 }
 
 /// Parses and checks one line (without its line break).
@@ -110,9 +105,8 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
     }
     let raw: Line<'_> =
         serde_json::from_slice(line).map_err(|e| RecordError::new(ErrorKind::Json(e)))?;
-    let kind = RecordKind::from_name(&raw.kind)
-        .ok_or_else(|| RecordError::new(ErrorKind::Kind(cut(&raw.kind, 32).to_owned())))?;
-    check(&raw.request, kind, raw.reason.as_deref(), raw.idle_ns)?;
+    check(&raw.request)?;
+    let kind = kind(&raw.kind, raw.reason.as_deref(), raw.idle_ns)?;
     Ok(Parsed {
         request: raw.request,
         hop: raw.hop,
@@ -120,34 +114,42 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
         t_ns: raw.t_ns,
         bytes: raw.bytes,
         kind,
-        end: raw.reason.zip(raw.idle_ns),
     })
 }
 
-/// What every record must satisfy beyond its types.
-pub(super) fn check(
-    request: &str,
-    kind: RecordKind,
-    reason: Option<&str>,
-    idle_ns: Option<u64>,
-) -> Result<(), RecordError> {
+/// What every record must satisfy beyond its types: a request id of at most
+/// [`MAX_RECORD_REQUEST`] bytes.
+pub(super) fn check(request: &str) -> Result<(), RecordError> {
     if request.len() > MAX_RECORD_REQUEST {
         return Err(RecordError::new(ErrorKind::RequestTooLong(request.len())));
     }
-    if kind == RecordKind::End {
-        let reason = reason.ok_or(RecordError::new(ErrorKind::EndNeeds("reason")))?;
-        if idle_ns.is_none() {
-            return Err(RecordError::new(ErrorKind::EndNeeds("idle_ns")));
+    Ok(())
+}
+
+/// The record's kind from its `kind`, `reason` and `idle_ns` fields: an end record must have
+/// both of the last two, any other record neither.
+fn kind(name: &str, reason: Option<&str>, idle_ns: Option<u64>) -> Result<RecordKind, RecordError> {
+    let event = match name {
+        "visible" => Kind::Visible,
+        "hidden" => Kind::Hidden,
+        "control" => Kind::Control,
+        "end" => {
+            let reason = reason.ok_or(RecordError::new(ErrorKind::EndNeeds("reason")))?;
+            let idle_ns = idle_ns.ok_or(RecordError::new(ErrorKind::EndNeeds("idle_ns")))?;
+            let reason = reason
+                .parse::<EndReason>()
+                .map_err(|_| RecordError::new(ErrorKind::Reason(cut(reason, 32).to_owned())))?;
+            return Ok(RecordKind::End { reason, idle_ns });
         }
-        if reason.len() > MAX_REASON {
-            return Err(RecordError::new(ErrorKind::ReasonTooLong(reason.len())));
-        }
-    } else if reason.is_some() {
+        other => return Err(RecordError::new(ErrorKind::Kind(cut(other, 32).to_owned()))),
+    };
+    if reason.is_some() {
         return Err(RecordError::new(ErrorKind::OnlyEnd("reason")));
-    } else if idle_ns.is_some() {
+    }
+    if idle_ns.is_some() {
         return Err(RecordError::new(ErrorKind::OnlyEnd("idle_ns")));
     }
-    Ok(())
+    Ok(RecordKind::Event(event))
 }
 
 /// `text` cut to at most `max` bytes, at a character boundary.
@@ -168,9 +170,9 @@ impl HopRecord {
     ///
     /// Fields beyond the record's are ignored, so writers may add some; a field given twice,
     /// a missing one, a `kind` that is not `visible`, `hidden`, `control` or `end`, an end
-    /// record without `reason` and `idle_ns`, another record with them, a request id longer
-    /// than [`MAX_RECORD_REQUEST`](crate::probe::MAX_RECORD_REQUEST) or an end reason longer
-    /// than 64 bytes is an error.
+    /// record without `reason` and `idle_ns`, another record with them, a `reason` that is no
+    /// [`EndReason`](crate::EndReason) or a request id longer than
+    /// [`MAX_RECORD_REQUEST`](crate::probe::MAX_RECORD_REQUEST) is an error.
     ///
     /// # Errors
     ///
@@ -179,12 +181,13 @@ impl HopRecord {
     /// # Examples
     ///
     /// ```
+    /// use streamgate::EndReason;
     /// use streamgate::probe::{HopRecord, RecordKind};
     ///
     /// let line = r#"{"request":"r1","hop":"client.recv","seq":7,"t_ns":5,"bytes":0,"kind":"end","reason":"consumer_gone","idle_ns":40000000000}"#;
     /// let record = HopRecord::parse_line(line)?;
-    /// assert_eq!(record.kind, RecordKind::End);
-    /// assert_eq!(record.idle_ns, Some(40_000_000_000));
+    /// let idle_ns = 40_000_000_000;
+    /// assert_eq!(record.kind, RecordKind::End { reason: EndReason::ConsumerGone, idle_ns });
     /// assert_eq!(record.to_json_line(), line);
     ///
     /// let error = HopRecord::parse_line(r#"{"request":"r1","hop":"h","seq":7,"t_ns":5,"bytes":0,"kind":"end"}"#)
@@ -195,10 +198,6 @@ impl HopRecord {
     #[cfg_attr(docsrs, doc(cfg(feature = "timeline")))]
     pub fn parse_line(line: &str) -> Result<HopRecord, RecordError> {
         let parsed = parse(line.as_bytes())?;
-        let (reason, idle_ns) = match parsed.end {
-            Some((reason, idle)) => (Some(reason), Some(idle)),
-            None => (None, None),
-        };
         Ok(HopRecord {
             request: parsed.request.into_owned(),
             hop: parsed.hop.into_owned(),
@@ -206,8 +205,6 @@ impl HopRecord {
             t_ns: parsed.t_ns,
             bytes: parsed.bytes,
             kind: parsed.kind,
-            reason,
-            idle_ns,
         })
     }
 }
@@ -228,18 +225,17 @@ mod tests {
             seq: u64::MAX,
             t_ns: u64::MAX,
             bytes: u64::MAX,
-            kind: RecordKind::Hidden,
-            reason: None,
-            idle_ns: None,
+            kind: RecordKind::Event(Kind::Hidden),
         };
         assert_eq!(
             HopRecord::parse_line(&record.to_json_line()).unwrap(),
             record
         );
         let end = HopRecord {
-            kind: RecordKind::End,
-            reason: Some("slow_consumer".into()),
-            idle_ns: Some(0),
+            kind: RecordKind::End {
+                reason: EndReason::SlowConsumer,
+                idle_ns: 0,
+            },
             ..record
         };
         assert_eq!(HopRecord::parse_line(&end.to_json_line()).unwrap(), end);
@@ -270,6 +266,10 @@ mod tests {
         assert_eq!(
             error(&base(r#","kind":"end","reason":"completed""#)),
             "an end record needs `idle_ns`"
+        );
+        assert_eq!(
+            error(&base(r#","kind":"end","reason":"finished","idle_ns":4"#)),
+            "unknown end reason `finished`"
         );
         assert_eq!(
             error(&base(r#","kind":"visible","reason":"completed""#)),

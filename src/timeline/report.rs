@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::problems::Problems;
 use super::table::PositionGap;
+use crate::end::EndReason;
 
 /// Who a stall is blamed on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,7 +36,7 @@ pub struct Stall {
     /// The progress record that ended it (`None`: the stream ended in it).
     pub seq: Option<u64>,
     /// When the stream ended in it: the end reason.
-    pub end_reason: Option<String>,
+    pub end_reason: Option<EndReason>,
     /// How long the hop was quiet, on its own clock.
     pub gap: Duration,
     /// For [`Blame::Began`] below the first hop: the hop before it, over the same events, was
@@ -313,7 +314,7 @@ impl Diagnosis {
                     hop: &stall.hop,
                     after: stall.after,
                     seq: stall.seq,
-                    end_reason: stall.end_reason.as_deref(),
+                    end_reason: stall.end_reason.map(EndReason::as_str),
                     gap_ms: ms(stall.gap),
                     upstream_gap_ms: stall.upstream_gap.map(ms),
                     upstream_gap_exact: stall.upstream_gap_exact,

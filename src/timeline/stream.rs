@@ -16,13 +16,12 @@
 //! stalls of the hops beside it stays cheap (a binary search while its stalls follow each
 //! other in seq order, as they do unless a resume went back).
 
+use crate::chunk::Kind;
+use crate::end::EndReason;
 use crate::probe::RecordKind;
 
 use super::problems::{ProblemKind, ProblemLog};
 use super::table::HopTable;
-
-/// No end reason.
-pub(super) const NO_REASON: u16 = u16::MAX;
 
 /// Idle time an end record may claim beyond what its hop's records show (a writer that reads
 /// its clock twice).
@@ -85,7 +84,7 @@ pub(super) struct Spell {
     pub(super) seq: Option<u64>,
     pub(super) quiet_ns: u64,
     /// For a spell the stream ended in: its end reason.
-    pub(super) reason: u16,
+    pub(super) reason: Option<EndReason>,
     /// Whether the progress record `after` was visible (not hidden).
     pub(super) after_visible: bool,
 }
@@ -136,7 +135,7 @@ pub(super) struct CatchUp {
     /// (`CATCH_UP_STEPS`: none, or no end yet).
     end_within: u8,
     /// That end record's reason.
-    pub(super) reason: u16,
+    pub(super) reason: Option<EndReason>,
 }
 
 impl CatchUp {
@@ -148,7 +147,7 @@ impl CatchUp {
             last: 0,
             next: 0,
             end_within: CATCH_UP_STEPS as u8,
-            reason: NO_REASON,
+            reason: None,
         }
     }
 
@@ -201,8 +200,6 @@ pub(super) struct Rec {
     pub(super) seq: u64,
     pub(super) t_ns: u64,
     pub(super) kind: RecordKind,
-    /// For an end record: the interned reason and the idle time.
-    pub(super) end: Option<(u16, u64)>,
     /// The interned source it came from.
     pub(super) source: u16,
 }
@@ -342,8 +339,8 @@ pub(super) struct Stream {
     flags: u16,
     /// The interned source of the current segment.
     source: u16,
-    /// The last end record's interned reason.
-    reason: u16,
+    /// The last end record's reason.
+    reason: Option<EndReason>,
     /// Visible events seen in the current segment: the output position of the next.
     visible: u32,
     /// The current segment's last record.
@@ -376,7 +373,7 @@ impl Stream {
             shift: 0,
             flags: if windowed { WINDOWED } else { 0 },
             source,
-            reason: NO_REASON,
+            reason: None,
             visible: 0,
             last_seq: 0,
             last_t: 0,
@@ -422,7 +419,7 @@ impl Stream {
                 cx.table.resumes = cx.table.resumes.saturating_add(1);
             } else {
                 let (seq, end) = (rec.seq, self.last_seq);
-                let (kind, what) = if rec.kind == RecordKind::End && seq == end {
+                let (kind, what) = if matches!(rec.kind, RecordKind::End { .. }) && seq == end {
                     (ProblemKind::Duplicate, "a second end record")
                 } else {
                     (ProblemKind::AfterEnd, "a record")
@@ -435,7 +432,7 @@ impl Stream {
         }
         if self.has(RECORD) {
             let (seq, last) = (rec.seq, self.last_seq);
-            let refused = if rec.kind == RecordKind::End {
+            let refused = if matches!(rec.kind, RecordKind::End { .. }) {
                 // One past the last seq, which saturates at u64::MAX.
                 let past = seq > last || (seq == u64::MAX && last == u64::MAX);
                 (!past).then_some(ProblemKind::OutOfOrder)
@@ -446,7 +443,7 @@ impl Stream {
             };
             if let Some(kind) = refused {
                 cx.problem(kind, || match (kind, rec.kind) {
-                    (_, RecordKind::End) => {
+                    (_, RecordKind::End { .. }) => {
                         format!("end record at seq {seq}, not past the last seq {last}")
                     }
                     (ProblemKind::Duplicate, _) => format!("seq {seq} recorded twice"),
@@ -465,9 +462,9 @@ impl Stream {
         if self.has(CATCHING_UP) {
             self.catch_up(rec, cx.stall_ns);
         }
-        match rec.end {
-            Some((reason, idle)) => self.end(rec, reason, idle, cx),
-            None => self.event(rec, cx),
+        match rec.kind {
+            RecordKind::End { reason, idle_ns } => self.end(rec, reason, idle_ns, cx),
+            RecordKind::Event(kind) => self.event(rec, kind, cx),
         }
         self.source = rec.source;
         self.last_seq = rec.seq;
@@ -476,18 +473,18 @@ impl Stream {
         true
     }
 
-    fn event(&mut self, rec: &Rec, cx: &mut Ctx<'_>) {
+    fn event(&mut self, rec: &Rec, kind: Kind, cx: &mut Ctx<'_>) {
         let (seq, t) = (rec.seq, rec.t_ns);
         if let Err(from) = self.cover(seq, cx.budget) {
             self.lose(from, cx);
         }
-        if rec.kind == RecordKind::Hidden {
+        if kind == Kind::Hidden {
             self.flags |= ANY_HIDDEN;
             if !self.extra().hidden.insert(seq, cx.budget) {
                 self.lose(seq, cx);
             }
         }
-        if !matches!(rec.kind, RecordKind::Visible | RecordKind::Hidden) {
+        if kind == Kind::Control {
             return;
         }
         if self.has(PROGRESS) {
@@ -498,7 +495,7 @@ impl Stream {
                     after: Some(self.progress_seq),
                     seq: Some(seq),
                     quiet_ns: quiet,
-                    reason: NO_REASON,
+                    reason: None,
                     after_visible: self.has(LAST_VISIBLE),
                 };
                 // Only the hop before asks for a catch-up: the first hop has none.
@@ -510,7 +507,7 @@ impl Stream {
                     after: Some(self.progress_seq),
                     seq: Some(seq),
                     quiet_ns: quiet,
-                    reason: NO_REASON,
+                    reason: None,
                     after_visible: self.has(LAST_VISIBLE),
                 };
                 self.extra().notable.push(spell);
@@ -522,7 +519,7 @@ impl Stream {
         self.progress_seq = seq;
         self.progress_t = t;
         self.flags |= PROGRESS;
-        let visible = rec.kind == RecordKind::Visible;
+        let visible = kind == Kind::Visible;
         if visible {
             if self.has(VISIBLE) {
                 cx.table.gap(self.visible, t.saturating_sub(self.visible_t));
@@ -538,7 +535,7 @@ impl Stream {
         self.set(LAST_VISIBLE, visible);
     }
 
-    fn end(&mut self, rec: &Rec, reason: u16, idle: u64, cx: &mut Ctx<'_>) {
+    fn end(&mut self, rec: &Rec, reason: EndReason, idle: u64, cx: &mut Ctx<'_>) {
         // The idle time runs on the hop's clock: since the last progress record, or since the
         // stream began there, which is after the clock's start.
         let (bound, since) = if self.has(PROGRESS) {
@@ -565,7 +562,7 @@ impl Stream {
             if let Some(catch_up) = self.extra.as_mut().and_then(|e| e.catch_ups.last_mut()) {
                 if usize::from(catch_up.next) < CATCH_UP_STEPS {
                     catch_up.end_within = catch_up.next;
-                    catch_up.reason = reason;
+                    catch_up.reason = Some(reason);
                 }
                 catch_up.close();
             }
@@ -576,7 +573,7 @@ impl Stream {
                 after: since,
                 seq: None,
                 quiet_ns: idle,
-                reason,
+                reason: Some(reason),
                 after_visible: since.is_some() && self.has(LAST_VISIBLE),
             };
             if self.spell(spell, cx) {
@@ -587,7 +584,7 @@ impl Stream {
             cx.table.gap(self.visible, idle);
         }
         self.end_idle = idle;
-        self.reason = reason;
+        self.reason = Some(reason);
         self.flags |= ENDED | HAD_END;
     }
 
@@ -674,7 +671,7 @@ impl Stream {
             return;
         };
         let open = catch_up.advance(rec.t_ns, stall_ns);
-        if rec.end.is_none() {
+        if let RecordKind::Event(_) = rec.kind {
             catch_up.record(rec.seq);
         }
         if !open {
@@ -1022,19 +1019,21 @@ mod tests {
         assert_eq!(std::mem::size_of::<Stream>(), 144);
     }
 
-    fn ctx_run(stream: &mut Stream, budget: &mut Budget, records: &[(u64, u64, Option<u16>)]) {
+    fn ctx_run(
+        stream: &mut Stream,
+        budget: &mut Budget,
+        records: &[(u64, u64, Option<EndReason>)],
+    ) {
         let mut table = HopTable::new(4);
         let mut problems = ProblemLog::new(4);
         for &(seq, t_ms, end) in records {
             let rec = Rec {
                 seq,
                 t_ns: t_ms * 1_000_000,
-                kind: if end.is_some() {
-                    RecordKind::End
-                } else {
-                    RecordKind::Visible
+                kind: match end {
+                    Some(reason) => RecordKind::End { reason, idle_ns: 0 },
+                    None => RecordKind::Event(Kind::Visible),
                 },
-                end: end.map(|reason| (reason, 0)),
                 source: 0,
             };
             let mut cx = Ctx {
@@ -1062,7 +1061,7 @@ mod tests {
         records.extend((10..=20).map(|seq| (seq, 11_100, None)));
         records.push((21, 12_000, None));
         records.push((22, 12_800, None));
-        records.push((23, 13_500, Some(7)));
+        records.push((23, 13_500, Some(EndReason::Cancelled)));
         ctx_run(&mut stream, &mut budget, &records);
         assert_eq!(
             budget.left, 93,
@@ -1077,7 +1076,7 @@ mod tests {
         assert_eq!(within, [9, 20, 20, 22, 22, 22]);
         let ended: Vec<bool> = (0..6).map(|k| catch_up.ended_within(k)).collect();
         assert_eq!(ended, [false, false, false, false, true, true]);
-        assert_eq!(catch_up.reason, 7);
+        assert_eq!(catch_up.reason, Some(EndReason::Cancelled));
         assert_eq!(catch_up_step(1_000, 19), 768_000);
         assert_eq!(catch_up_step(u64::MAX, 19), u64::MAX);
 
@@ -1115,7 +1114,7 @@ mod tests {
                     after: Some(after),
                     seq: (!end).then_some(seq),
                     quiet_ns: 1,
-                    reason: NO_REASON,
+                    reason: None,
                     after_visible: next(2) == 0,
                 });
                 if end {
@@ -1134,7 +1133,7 @@ mod tests {
                     after,
                     seq: to,
                     quiet_ns: 1,
-                    reason: NO_REASON,
+                    reason: None,
                     after_visible: next(2) == 0,
                 };
                 let p = next(seq + 2);
@@ -1187,7 +1186,7 @@ mod tests {
                 after,
                 seq,
                 quiet_ns: 1,
-                reason: NO_REASON,
+                reason: None,
                 after_visible: true,
             })
             .collect();

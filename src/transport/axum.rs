@@ -11,7 +11,7 @@ use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderValue};
 use super::body::SseBody;
 use super::listener::TunedListener;
 use super::stream::{SendQueue, TunedStream};
-use crate::sse::Frame;
+use crate::sse::SseFrame;
 
 /// An axum response streaming SSE frames, one HTTP chunk per frame.
 ///
@@ -28,7 +28,7 @@ use crate::sse::Frame;
 /// use streamgate::transport::SseResponse;
 /// use streamgate::{Gate, GateExt, sse::SseEvent};
 ///
-/// async fn tokens() -> SseResponse<impl futures_core::Stream<Item = streamgate::sse::Frame>> {
+/// async fn tokens() -> SseResponse<impl futures_core::Stream<Item = streamgate::sse::SseFrame>> {
 ///     let consumer = Gate::new().spawn(|_, mut tx| async move {
 ///         for i in 0..3 {
 ///             tx.send(SseEvent::data(format!("t{i} "))).await?;
@@ -58,7 +58,7 @@ impl<S> SseResponse<S> {
 
 impl<S> IntoResponse for SseResponse<S>
 where
-    S: Stream<Item = Frame> + Send + 'static,
+    S: Stream<Item = SseFrame> + Send + 'static,
 {
     fn into_response(self) -> Response {
         let mut response = Response::new(axum::body::Body::new(self.body));

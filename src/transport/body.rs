@@ -8,10 +8,10 @@ use bytes::Bytes;
 use futures_core::Stream;
 use pin_project_lite::pin_project;
 
-use crate::sse::Frame;
+use crate::sse::SseFrame;
 
 pin_project! {
-    /// An [`http_body::Body`] that yields exactly one data frame per SSE [`Frame`], each as soon
+    /// An [`http_body::Body`] that yields exactly one data frame per SSE [`SseFrame`], each as soon
     /// as the stream yields it, and declares no length (so hyper streams it with chunked
     /// encoding).
     ///
@@ -57,7 +57,7 @@ impl<S> SseBody<S> {
     }
 }
 
-impl<S: Stream<Item = Frame>> http_body::Body for SseBody<S> {
+impl<S: Stream<Item = SseFrame>> http_body::Body for SseBody<S> {
     type Data = Bytes;
     type Error = Infallible;
 

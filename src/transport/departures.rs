@@ -10,6 +10,7 @@ use pin_project_lite::pin_project;
 use tokio::time::Sleep;
 
 use super::stream::SendQueue;
+use crate::end::EndReason;
 use crate::probe::{Observation, Observed, Recorder, Seen};
 
 /// How soon [`Departures`] asks the kernel again while bytes it waits for are still unsent and
@@ -82,7 +83,7 @@ pin_project! {
         // The connection offset where the newest handed frame ends.
         end: u64,
         // Why the stream ended early, as an item said (for items other than frames).
-        ended: Option<&'static str>,
+        ended: Option<EndReason>,
         // The frames have ended; the stream ends once their bytes left.
         finishing: bool,
         // The wait before the next check.
@@ -205,11 +206,12 @@ where
                     }
                 }
                 if this.unsent.is_empty() {
-                    this.recorder.end(this.ended.unwrap_or("completed"));
+                    this.recorder
+                        .end(this.ended.unwrap_or(EndReason::Completed));
                     return Poll::Ready(None);
                 }
                 if !this.queue.can_send() {
-                    this.recorder.end("consumer_gone");
+                    this.recorder.end(EndReason::ConsumerGone);
                     return Poll::Ready(None);
                 }
                 this.queue.wake_after_write(cx.waker(), false);

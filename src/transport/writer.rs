@@ -7,7 +7,7 @@ use futures_core::Stream;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::sse::Frame;
+use crate::sse::SseFrame;
 
 /// Writes SSE frames to any [`AsyncWrite`], flushing after each, and reports when each write
 /// completed: the "socket write completion" boundary of a hop.
@@ -19,14 +19,14 @@ use crate::sse::Frame;
 /// # Examples
 ///
 /// ```
-/// use streamgate::sse::{Frame, SseEvent};
+/// use streamgate::sse::{SseFrame, SseEvent};
 /// use streamgate::transport::FrameWriter;
 /// use streamgate::Kind;
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> std::io::Result<()> {
 /// let mut writer = FrameWriter::new(Vec::new());
-/// let frame = Frame::new(SseEvent::data("hi").encode(), Kind::Visible, Some(0));
+/// let frame = SseFrame::new(SseEvent::data("hi").encode(), Kind::Visible, Some(0));
 /// writer.write_frame(&frame).await?;
 /// assert_eq!(writer.get_ref().as_slice(), b"data: hi\n\n");
 /// # Ok(())
@@ -48,7 +48,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     /// # Errors
     ///
     /// What writing or flushing returns; a peer that went away shows up here.
-    pub async fn write_frame(&mut self, frame: &Frame) -> io::Result<Instant> {
+    pub async fn write_frame(&mut self, frame: &SseFrame) -> io::Result<Instant> {
         self.writer.write_all(frame.bytes()).await?;
         self.writer.flush().await?;
         Ok(Instant::now())
@@ -64,10 +64,10 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     pub async fn forward<S>(
         &mut self,
         frames: S,
-        mut on_written: impl FnMut(&Frame, Instant),
+        mut on_written: impl FnMut(&SseFrame, Instant),
     ) -> io::Result<u64>
     where
-        S: Stream<Item = Frame>,
+        S: Stream<Item = SseFrame>,
     {
         let mut frames = pin!(frames);
         let mut written = 0;

@@ -12,25 +12,10 @@ use streamgate::EndReason;
 use super::Proxy;
 use crate::serving;
 
-/// How a stream ended, as `/stats` counts it: the gate's end reasons, and `upstream_error` for
-/// a stream whose upstream failed (ended with a terminal error frame).
-pub(super) const ENDS: [&str; 8] = [
-    "completed",
-    "consumer_gone",
-    "cancelled",
-    "slow_consumer",
-    "upstream_error",
-    "shutdown",
-    "generator_error",
-    "generator_panic",
-];
-
 /// The proxy's counters.
 #[derive(Debug, Default)]
 pub(super) struct Stats {
-    started: AtomicU64,
-    running: AtomicU64,
-    ended: [AtomicU64; ENDS.len()],
+    streams: serving::StreamCounts,
     /// Requests the upstream gave no response to, by cause.
     upstream_failures: [AtomicU64; 4],
     passed_through: AtomicU64,
@@ -51,24 +36,28 @@ pub(super) enum Outcome {
     Stopped,
 }
 
+impl Outcome {
+    /// How a stream whose gate ended for `gate` ended: the gate's reason, unless the stream
+    /// completed only because the generator ended it with a frame of its own.
+    pub(super) fn end_reason(self, gate: EndReason) -> EndReason {
+        match (self, gate) {
+            (Outcome::UpstreamError, EndReason::Completed) => EndReason::UpstreamError,
+            (Outcome::Stopped, EndReason::Completed) => EndReason::Cancelled,
+            (_, reason) => reason,
+        }
+    }
+}
+
 impl Stats {
     /// A stream started.
     pub(super) fn start(&self) {
-        self.started.fetch_add(1, Ordering::SeqCst);
-        self.running.fetch_add(1, Ordering::SeqCst);
+        self.streams.start();
         metrics::counter!("streamgate_proxy_requests_total", "kind" => "stream").increment(1);
     }
 
     /// A stream ended (its gate's release hook).
-    pub(super) fn end(&self, reason: EndReason, outcome: Outcome) {
-        let name = match (outcome, reason) {
-            (Outcome::UpstreamError, EndReason::Completed) => "upstream_error",
-            (Outcome::Stopped, EndReason::Completed) => "cancelled",
-            (_, reason) => reason.as_str(),
-        };
-        let at = ENDS.iter().position(|end| *end == name).unwrap_or(0);
-        self.ended[at].fetch_add(1, Ordering::SeqCst);
-        self.running.fetch_sub(1, Ordering::SeqCst);
+    pub(super) fn end(&self, reason: EndReason) {
+        self.streams.end(reason);
     }
 
     /// A request the upstream gave no response to.
@@ -99,41 +88,24 @@ pub(super) fn describe() {
     );
 }
 
-/// `GET /stats`: `streams_started`, `streams_running`, `streams_completed`,
-/// `streams_cancelled` (client gone, stopped, shut down), `streams_ended_slow_consumer`,
-/// `streams_upstream_error`, `streams_ended` (by reason), `upstream_errors` (requests the
-/// upstream gave no response to) and `upstream_failures` (by cause), `requests_passed_through`,
-/// and the resume store's `streams_detached`, `streams_resumed`, `streams_expired`,
-/// `replay_bytes`.
+/// `GET /stats`: the streams' counts as both servers give them
+/// ([`StreamCounts::fields`](serving::StreamCounts::fields), running as `streams_running`),
+/// `streams_upstream_error`, `upstream_errors` (requests the upstream gave no response to) and
+/// `upstream_failures` (by cause), `requests_passed_through`, and the resume store's
+/// `streams_detached`, `streams_resumed`, `streams_expired`, `replay_bytes`.
 pub(super) async fn stats(State(proxy): State<Arc<Proxy>>) -> Response {
     let stats = &proxy.stats;
     let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-    let ended = |name: &str| {
-        ENDS.iter()
-            .position(|end| *end == name)
-            .map_or(0, |at| load(&stats.ended[at]))
-    };
-    let by_reason: Map<String, Value> = ENDS
-        .iter()
-        .map(|end| ((*end).to_owned(), ended(end).into()))
-        .collect();
     let failures: Map<String, Value> = FAILURES
         .iter()
         .zip(&stats.upstream_failures)
         .map(|(cause, n)| ((*cause).to_owned(), load(n).into()))
         .collect();
     let resumable = proxy.store.stats();
-    let fields: Map<String, Value> = [
-        ("streams_started", load(&stats.started).into()),
-        ("streams_running", load(&stats.running).into()),
-        ("streams_completed", ended("completed").into()),
-        (
-            "streams_cancelled",
-            (ended("consumer_gone") + ended("cancelled") + ended("shutdown")).into(),
-        ),
-        ("streams_ended_slow_consumer", ended("slow_consumer").into()),
-        ("streams_upstream_error", ended("upstream_error").into()),
-        ("streams_ended", Value::Object(by_reason)),
+    let upstream_error = stats.streams.ended()[EndReason::UpstreamError];
+    let mut fields = stats.streams.fields("streams_running");
+    let more: [(&str, Value); 8] = [
+        ("streams_upstream_error", upstream_error.into()),
         (
             "upstream_errors",
             stats.upstream_failures.iter().map(load).sum::<u64>().into(),
@@ -147,10 +119,8 @@ pub(super) async fn stats(State(proxy): State<Arc<Proxy>>) -> Response {
         ("streams_resumed", resumable.resumed.into()),
         ("streams_expired", resumable.expired.into()),
         ("replay_bytes", resumable.log_bytes.into()),
-    ]
-    .into_iter()
-    .map(|(name, value)| (name.to_owned(), value))
-    .collect();
+    ];
+    fields.extend(more.map(|(name, value)| (name.to_owned(), value)));
     serving::json_response(StatusCode::OK, Value::Object(fields))
 }
 

@@ -221,9 +221,8 @@ impl Start<'_> {
                 if let Some(claim) = claim {
                     proxy.store.release(claim);
                 }
-                proxy
-                    .stats
-                    .end(reason, Outcome::from_u8(outcome.load(Ordering::SeqCst)));
+                let outcome = Outcome::from_u8(outcome.load(Ordering::SeqCst));
+                proxy.stats.end(outcome.end_reason(reason));
             }
         };
         let pump = Pump {
@@ -428,23 +427,23 @@ impl Pump {
     ) -> Result<(), &'static str> {
         let gone = |_| "the stream ended";
         match end {
-            End::Done => recv.end("completed"),
+            End::Done => recv.end(EndReason::Completed),
             End::ErrorFrame => {
                 self.outcome
                     .store(Outcome::UpstreamError as u8, Ordering::SeqCst);
-                recv.end("upstream_error");
+                recv.end(EndReason::UpstreamError);
             }
             End::Failed(message) => {
                 self.outcome
                     .store(Outcome::UpstreamError as u8, Ordering::SeqCst);
-                recv.end("upstream_error");
+                recv.end(EndReason::UpstreamError);
                 tx.send(Relayed::new(error::upstream_frame(&message), false))
                     .await
                     .map_err(gone)?;
             }
             End::Stopped => {
                 self.outcome.store(Outcome::Stopped as u8, Ordering::SeqCst);
-                recv.end("cancelled");
+                recv.end(EndReason::Cancelled);
                 // Stopped before the upstream's first chunk: a minimal one of the proxy's own.
                 let finish = match first.as_deref() {
                     Some(first) => final_chunk(first, self.chat),

@@ -7,9 +7,9 @@ use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::thread;
 use tokio_util::sync::CancellationToken;
 
+use crate::end::EndReason;
 use crate::gate::buffer::{Buffer, Config};
 use crate::gate::consumer::Consumer;
-use crate::gate::end::EndReason;
 use crate::gate::policy::Policy;
 use crate::gate::release::{Release, ReleaseHook};
 use crate::gate::run::drive;

@@ -9,8 +9,8 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
 use super::loom_buffer::{UNTIMED, UNTIMED_GRACE, buffer, code, counted_release, drain, model};
+use crate::end::EndReason;
 use crate::gate::consumer::Consumer;
-use crate::gate::end::EndReason;
 use crate::gate::release::{Release, ReleaseHook};
 use crate::gate::run::drive;
 use crate::gate::sender::Sender;

@@ -9,6 +9,8 @@ use opentelemetry::metrics::{Counter, Histogram, Meter};
 use opentelemetry::trace::{SpanBuilder, SpanKind, Tracer};
 use opentelemetry::{KeyValue, Value};
 
+use crate::end::EndReason;
+
 /// `gen_ai.server.time_to_first_token`: seconds from a stream's start at a hop to its first
 /// visible event; one measurement per stream that had one.
 pub const TIME_TO_FIRST_TOKEN: &str = "gen_ai.server.time_to_first_token";
@@ -204,12 +206,12 @@ impl HopOtel {
     }
 
     /// Counts a stream's end.
-    pub(crate) fn ended(&self, reason: &'static str) {
+    pub(crate) fn ended(&self, reason: EndReason) {
         let bound = &self.0;
         // Once per stream: a small allocation here is fine.
         let mut attributes = Vec::with_capacity(bound.attributes.len() + 1);
         attributes.extend(bound.attributes.iter().cloned());
-        attributes.push(KeyValue::new("streamgate.end_reason", reason));
+        attributes.push(KeyValue::new("streamgate.end_reason", reason.as_str()));
         bound.instruments.ended.add(1, &attributes);
     }
 }

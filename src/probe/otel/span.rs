@@ -7,6 +7,7 @@ use opentelemetry::trace::{Status, TraceContextExt};
 use opentelemetry::{Context, KeyValue};
 
 use super::hop::HopOtel;
+use crate::end::EndReason;
 use crate::probe::StreamSummary;
 
 /// One stream's span at one hop: opened by [`start`](StreamSpan::start), ended by
@@ -95,7 +96,7 @@ impl StreamSpan {
         }
         let span = self.cx.span();
         let mut attributes = vec![
-            KeyValue::new("streamgate.end_reason", reason),
+            KeyValue::new("streamgate.end_reason", reason.as_str()),
             KeyValue::new(
                 "streamgate.events.visible",
                 saturating_i64(summary.visible_events),
@@ -114,9 +115,9 @@ impl StreamSpan {
                 first.as_secs_f64(),
             ));
         }
-        if reason != "completed" {
-            attributes.push(KeyValue::new("error.type", reason));
-            span.set_status(Status::error(reason));
+        if reason != EndReason::Completed {
+            attributes.push(KeyValue::new("error.type", reason.as_str()));
+            span.set_status(Status::error(reason.as_str()));
         }
         span.set_attributes(attributes);
         span.end();

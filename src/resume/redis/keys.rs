@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 
 use crate::chunk::Kind;
-use crate::probe::END_REASONS;
-use crate::sse::Frame;
+use crate::end::EndReason;
+use crate::sse::SseFrame;
 
 /// The Redis keys of one stream.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ pub(crate) const END: &str = "end";
 
 /// What a log entry holds.
 pub(crate) enum Entry {
-    Frame(Frame),
+    Frame(SseFrame),
     End,
 }
 
@@ -73,13 +73,10 @@ pub(crate) fn parse_entry(id: EntryId, fields: &[Vec<u8>]) -> Option<Entry> {
         .find(|known| known.as_str().as_bytes() == kind)?;
     let bytes = Bytes::copy_from_slice(field(b"f")?);
     let event = (id.1 == 1).then_some(id.0);
-    let frame = Frame::new(bytes, kind, event);
+    let frame = SseFrame::new(bytes, kind, event);
     // A terminal frame's end reason, when it is one of the crate's.
-    let reason = field(b"e").and_then(|reason| {
-        END_REASONS
-            .into_iter()
-            .find(|known| known.as_bytes() == reason.as_slice())
-    });
+    let reason =
+        field(b"e").and_then(|reason| std::str::from_utf8(reason).ok()?.parse::<EndReason>().ok());
     Some(Entry::Frame(match reason {
         Some(reason) => frame.ending(reason),
         None => frame,

@@ -12,8 +12,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::keys::{END, EntryId, Keys, format_id, millis};
 use super::registry::Store;
 use super::{MIN_RETAIN, RUNNING_TTL, TICK};
-use crate::gate::{EndReason, GateHandle};
-use crate::sse::Frame;
+use crate::end::EndReason;
+use crate::gate::GateHandle;
+use crate::sse::SseFrame;
 use crate::sync::{Arc, lock};
 
 /// What the pump appended and its log still holds, oldest first, within the registry's bounds.
@@ -29,7 +30,7 @@ struct Log {
 impl Log {
     /// Whether `frame` can be appended without evicting (one frame larger than the byte bound
     /// is held alone).
-    fn fits(&self, frame: &Frame) -> bool {
+    fn fits(&self, frame: &SseFrame) -> bool {
         self.entries.is_empty()
             || (self.entries.len() < self.max_events
                 && self.bytes.saturating_add(frame.bytes().len()) <= self.max_bytes)
@@ -45,7 +46,7 @@ impl Log {
 /// grace runs out or Redis fails (which cancels the gate as `ConsumerGone`).
 pub(crate) async fn pump<S>(store: Arc<Store>, id: Arc<str>, handle: GateHandle, mut frames: S)
 where
-    S: Stream<Item = Frame> + Unpin,
+    S: Stream<Item = SseFrame> + Unpin,
 {
     let keys = Keys::new(&id);
     if run(&store, &id, &keys, &handle, &mut frames).await.is_err() {
@@ -62,7 +63,7 @@ async fn run<S>(
     frames: &mut S,
 ) -> RedisResult<()>
 where
-    S: Stream<Item = Frame> + Unpin,
+    S: Stream<Item = SseFrame> + Unpin,
 {
     let options = store.options;
     let mut log = Log {
@@ -80,7 +81,7 @@ where
     let mut stopped = false;
     // A frame taken from the gate and not yet appended: with nobody attached, it waits for
     // room (and the gate behind it fills, pausing the generator).
-    let mut pending = None::<Frame>;
+    let mut pending = None::<SseFrame>;
     loop {
         tokio::select! {
             biased;
@@ -118,7 +119,7 @@ where
     }
 }
 
-async fn next<S: Stream<Item = Frame> + Unpin>(frames: &mut S) -> Option<Frame> {
+async fn next<S: Stream<Item = SseFrame> + Unpin>(frames: &mut S) -> Option<SseFrame> {
     std::future::poll_fn(|cx| Pin::new(&mut *frames).poll_next(cx)).await
 }
 
@@ -148,7 +149,7 @@ async fn watch(store: &Store, keys: &Keys) -> RedisResult<(u64, bool)> {
 }
 
 /// Appends `frame`, evicting the oldest entries it does not fit beside.
-async fn append(store: &Store, keys: &Keys, log: &mut Log, frame: Frame) -> RedisResult<()> {
+async fn append(store: &Store, keys: &Keys, log: &mut Log, frame: SseFrame) -> RedisResult<()> {
     let id = log.next_id(frame.id());
     let mut evicted = None;
     while !log.fits(&frame) {
@@ -169,7 +170,7 @@ async fn append(store: &Store, keys: &Keys, log: &mut Log, frame: Frame) -> Redi
         .arg(&frame.bytes()[..]);
     // A terminal frame keeps its end reason, for the probes of a reader on any instance.
     if let Some(reason) = frame.end_reason() {
-        add.arg("e").arg(reason);
+        add.arg("e").arg(reason.as_str());
     }
     add.ignore();
     if let Some(event) = evicted {

@@ -12,8 +12,9 @@ use tokio::sync::mpsc;
 use super::keys::{Entries, Entry, EntryId, Keys, format_id, millis, parse_entry, parse_id};
 use super::registry::Store;
 use super::{BATCH, BLOCK, LEASE_RENEWAL};
-use crate::gate::{EndReason, GateError};
-use crate::sse::{Frame, end_frame, error_frame};
+use crate::end::EndReason;
+use crate::gate::GateError;
+use crate::sse::{SseFrame, end_frame, error_frame};
 use crate::sync::Arc;
 
 /// One reader of a stream kept in Redis, from a [`RedisRegistry`](super::RedisRegistry): the
@@ -46,7 +47,7 @@ use crate::sync::Arc;
 #[must_use = "streams do nothing unless polled"]
 pub struct RedisSubscriber {
     id: Arc<str>,
-    frames: mpsc::Receiver<Frame>,
+    frames: mpsc::Receiver<SseFrame>,
     done: bool,
 }
 
@@ -86,7 +87,7 @@ async fn run(
     reader: String,
     mut connection: MultiplexedConnection,
     last: Option<EntryId>,
-    tx: mpsc::Sender<Frame>,
+    tx: mpsc::Sender<SseFrame>,
 ) {
     let renew = async {
         loop {
@@ -113,11 +114,11 @@ async fn read(
     connection: &mut MultiplexedConnection,
     keys: &Keys,
     mut last: Option<EntryId>,
-    tx: &mpsc::Sender<Frame>,
-) -> Option<Frame> {
+    tx: &mpsc::Sender<SseFrame>,
+) -> Option<SseFrame> {
     let failed = || {
         let frame = error_frame("resume_store_error", "the resume store failed");
-        Some(frame.ending("upstream_error"))
+        Some(frame.ending(EndReason::UpstreamError))
     };
     loop {
         let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
@@ -141,7 +142,7 @@ async fn read(
                 "resume_store_error",
                 "the stream is no longer in the resume store",
             );
-            return Some(frame.ending("upstream_error"));
+            return Some(frame.ending(EndReason::UpstreamError));
         };
         let next = last.map_or(0, |(event, _)| event.saturating_add(1));
         if next < start {
@@ -187,9 +188,9 @@ async fn read(
 }
 
 impl Stream for RedisSubscriber {
-    type Item = Frame;
+    type Item = SseFrame;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Frame>> {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SseFrame>> {
         let this = self.get_mut();
         if this.done {
             return Poll::Ready(None);
