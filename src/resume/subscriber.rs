@@ -1,124 +1,100 @@
-//! A subscriber: one connection reading a registered stream at its own position.
+//! A subscriber: one connection reading a registered stream at its own position, as SSE frames.
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll, ready};
-use std::time::Duration;
 
 use futures_core::{FusedStream, Stream};
-use tokio::task::coop;
 
-use super::entry::Entry;
-use super::registry::{AttachError, Shared};
-use crate::chunk::Chunk;
-use crate::gate::{Event, GateError};
-use crate::sync::Arc;
+use crate::sse::SseFrame;
 
-/// One reader of a registered stream: the events after its position, from the replay log then
-/// live, then the stream's end, with the same items as a gate's
-/// [`Consumer`](crate::Consumer) (so `.sse()`, `.probe()` and the transports take it).
+/// One reader of a registered stream, from [`Registry::register`](super::Registry::register)
+/// or [`Registry::attach`](super::Registry::attach): the SSE frames of the events after its
+/// position (each with its event id as `id:`, so a client that reconnects names where it
+/// stopped), from the replay log then live, then the stream's end, ready for the transport
+/// (`.heartbeat()`, `.probe()` and the transports take it).
 ///
-/// Dropping it detaches it: the stream goes on (see [`Registry`](super::Registry)); the last
-/// subscriber to leave starts the grace.
-pub struct Subscriber<C>
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
-    entry: Arc<Entry<C>>,
-    shared: Arc<Shared<C>>,
-    /// This subscriber's key in the entry, which keeps its position.
-    key: u64,
+/// A stream that did not complete ends with its terminal `event: error` frame, as
+/// [`EncodeSse`](crate::sse::EncodeSse) writes it; so does a subscriber that fell behind what
+/// the log evicted, or was cut off for holding the others back past its lag limit
+/// (`slow_consumer`, "behind"), or (in Redis) whose store failed or lost the stream
+/// (`resume_store_error`).
+///
+/// Dropping it detaches it: the stream goes on; when nobody is attached (on any instance),
+/// its grace starts.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use streamgate::Gate;
+/// use streamgate::resume::{Registry, ResumeOptions};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let registry = Registry::memory(ResumeOptions::default());
+/// let consumer = Gate::new().spawn(|_, mut tx| async move {
+///     tx.send("hello".to_owned()).await?;
+///     Ok::<_, streamgate::SendError<String>>(())
+/// });
+/// let claim = registry.claim("req-1").await?;
+/// let subscriber = registry.register(claim, consumer).await?;
+/// assert_eq!(subscriber.id(), "req-1");
+/// let frames: Vec<_> = subscriber.map(|frame| frame.into_bytes()).collect().await;
+/// assert_eq!(frames, ["id: 0\ndata: hello\n\n"]);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "streams do nothing unless polled"]
+pub struct Subscriber {
+    id: Arc<str>,
+    frames: Pin<Box<dyn Stream<Item = SseFrame> + Send + Sync>>,
     done: bool,
 }
 
-impl<C> Subscriber<C>
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
-    /// Attaches to `entry` at `next` (`check`: unless it expired or no longer holds `next`).
-    pub(crate) fn attached(
-        entry: Arc<Entry<C>>,
-        next: u64,
-        shared: Arc<Shared<C>>,
-        check: bool,
-    ) -> Result<Self, AttachError> {
-        let key = entry.attach(next, shared.options.max_lag, check)?;
-        Ok(Subscriber {
-            entry,
-            shared,
-            key,
+impl Subscriber {
+    pub(crate) fn new(
+        id: Arc<str>,
+        frames: impl Stream<Item = SseFrame> + Send + Sync + 'static,
+    ) -> Self {
+        Subscriber {
+            id,
+            frames: Box::pin(frames),
             done: false,
-        })
-    }
-
-    /// How long this subscriber may keep a full replay log from taking the next event (and,
-    /// through the gate, the generator from making it) before it is cut off and falls behind,
-    /// instead of the registry's [`max_lag`](super::ResumeOptions::max_lag).
-    #[must_use]
-    pub fn with_max_lag(self, max_lag: Duration) -> Self {
-        self.entry.set_max_lag(self.key, max_lag);
-        self
+        }
     }
 
     /// The stream's id.
     pub fn id(&self) -> &str {
-        &self.entry.id
-    }
-
-    /// The id of the next event this subscriber will read.
-    pub fn position(&self) -> u64 {
-        self.entry.position(self.key).unwrap_or(0)
+        &self.id
     }
 }
 
-impl<C> Stream for Subscriber<C>
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
-    type Item = Result<Event<C>, GateError>;
+impl Stream for Subscriber {
+    type Item = SseFrame;
 
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let this = self.get_mut();
-        if this.done {
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SseFrame>> {
+        if self.done {
             return Poll::Ready(None);
         }
-        let progress = ready!(coop::poll_proceed(cx));
-        let item = ready!(this.entry.read(this.key, cx));
-        progress.made_progress();
-        if !matches!(item, Some(Ok(_))) {
-            this.done = true;
-        }
-        Poll::Ready(item)
+        let frame = ready!(self.frames.as_mut().poll_next(cx));
+        self.done = frame.is_none();
+        Poll::Ready(frame)
     }
 }
 
-impl<C> FusedStream for Subscriber<C>
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
+impl FusedStream for Subscriber {
     fn is_terminated(&self) -> bool {
         self.done
     }
 }
 
-impl<C> Drop for Subscriber<C>
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
-    fn drop(&mut self) {
-        self.entry.detach(self.key, &self.shared);
-    }
-}
-
-impl<C> fmt::Debug for Subscriber<C>
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
+impl fmt::Debug for Subscriber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Subscriber")
-            .field("id", &self.entry.id)
-            .field("key", &self.key)
+            .field("id", &self.id)
             .field("done", &self.done)
-            .finish()
+            .finish_non_exhaustive()
     }
 }

@@ -14,6 +14,8 @@ pub(crate) struct Keys {
     pub(crate) log: String,
     pub(crate) meta: String,
     pub(crate) readers: String,
+    pub(crate) positions: String,
+    pub(crate) cut: String,
 }
 
 impl Keys {
@@ -22,11 +24,19 @@ impl Keys {
             log: format!("streamgate:{{{id}}}:log"),
             meta: format!("streamgate:{{{id}}}:meta"),
             readers: format!("streamgate:{{{id}}}:readers"),
+            positions: format!("streamgate:{{{id}}}:positions"),
+            cut: format!("streamgate:{{{id}}}:cut"),
         }
     }
 
-    pub(crate) fn all(&self) -> [&str; 3] {
-        [&self.log, &self.meta, &self.readers]
+    pub(crate) fn all(&self) -> [&str; 5] {
+        [
+            &self.log,
+            &self.meta,
+            &self.readers,
+            &self.positions,
+            &self.cut,
+        ]
     }
 }
 
@@ -51,13 +61,13 @@ pub(crate) fn parse_id(id: &str) -> Option<EntryId> {
 pub(crate) const END: &str = "end";
 
 /// What a log entry holds.
-pub(crate) enum Entry {
+pub(crate) enum LogEntry {
     Frame(SseFrame),
     End,
 }
 
 /// The entry `id` with `fields` (`k` and, for a frame, `f`), or `None` if it is not one of ours.
-pub(crate) fn parse_entry(id: EntryId, fields: &[Vec<u8>]) -> Option<Entry> {
+pub(crate) fn parse_entry(id: EntryId, fields: &[Vec<u8>]) -> Option<LogEntry> {
     let field = |name: &[u8]| {
         fields
             .chunks_exact(2)
@@ -66,7 +76,7 @@ pub(crate) fn parse_entry(id: EntryId, fields: &[Vec<u8>]) -> Option<Entry> {
     };
     let kind = field(b"k")?.as_slice();
     if kind == END.as_bytes() {
-        return Some(Entry::End);
+        return Some(LogEntry::End);
     }
     let kind = [Kind::Visible, Kind::Hidden, Kind::Control]
         .into_iter()
@@ -77,7 +87,7 @@ pub(crate) fn parse_entry(id: EntryId, fields: &[Vec<u8>]) -> Option<Entry> {
     // A terminal frame's end reason, when it is one of the crate's.
     let reason =
         field(b"e").and_then(|reason| std::str::from_utf8(reason).ok()?.parse::<EndReason>().ok());
-    Some(Entry::Frame(match reason {
+    Some(LogEntry::Frame(match reason {
         Some(reason) => frame.ending(reason),
         None => frame,
     }))

@@ -1,13 +1,14 @@
-//! Resumable streams in Redis Streams, so a client can resume through another instance of a
-//! horizontally scaled server.
+//! The Redis store: resumable streams in Redis Streams, so a client can resume (and stop) a
+//! stream through any instance of a horizontally scaled server.
 //!
-//! The instance that runs a generator pumps its stream's encoded SSE frames into a Redis Stream;
-//! subscribers on any instance read it from a position. Attachment, the explicit stop and the
-//! logs live in Redis, so every instance sees them.
+//! The instance that runs a generator pumps its stream's encoded SSE frames into a Redis Stream
+//! (`pump.rs`); readers on any instance read it from a position (`reader.rs`). Claims,
+//! attachment, positions, the explicit stop and the logs live in Redis, so every instance sees
+//! them.
 //!
 //! ```text
 //! generator -> gate -> sse -> pump --XADD--> [Redis Stream, bounded] --XRANGE, XREAD BLOCK-->
-//!     subscriber (any instance) -> transport
+//!     reader (any instance) -> subscriber -> transport
 //! ```
 //!
 //! Keys, for a stream `id` (`{id}` is a hash tag, so a cluster keeps them on one slot):
@@ -15,32 +16,48 @@
 //! - `streamgate:{id}:log`: the frames, a Redis Stream. Event `n` has the entry id `n-1`; the
 //!   frames without an event id (the terminal `event: error` frame) and the end marker follow
 //!   the last event as `n-2`, `n-3`. A `Last-Event-ID` of `n` reads the entries after `n-1`.
-//! - `streamgate:{id}:meta`: a hash: `state` (`running` or `ended`), `start` (the first event id
-//!   the log can replay), `stop` (set by an explicit stop).
-//! - `streamgate:{id}:readers`: a sorted set of the attached subscribers, each scored by the
-//!   expiry (Unix milliseconds) of a lease it renews while it lives.
+//! - `streamgate:{id}:meta`: a hash: `state` (`claimed`, `running` or `ended`), `claim` (the
+//!   claim's name), `start` (the first event id the log can replay), `end` (once ended: the id
+//!   after the last event), `stop` (set by an explicit stop).
+//! - `streamgate:{id}:readers`: a sorted set of the attached readers, each scored by the expiry
+//!   (Unix milliseconds) of a lease it renews while it lives.
+//! - `streamgate:{id}:positions`: a hash of the next event id each reader on another instance
+//!   than the pump needs (the pump knows its own instance's readers' positions in memory).
+//! - `streamgate:{id}:cut`: the readers on other instances that the pump cut off for holding
+//!   the log back past their lag limit.
+//!
+//! Every key has a TTL: a running stream's are renewed by its pump every 100 ms (a claimed
+//! one's by its claim), so the keys of an instance that died go away 10 s after it; a finished
+//! stream's last the retention (at least 3 s, so attached readers read its end). Redis failing
+//! under a reader ends it with an `event: error` frame of type `resume_store_error` at once (a
+//! blocked read waits at most 2 s for an answer), never a hang; under the pump, it cancels the
+//! generator as `ConsumerGone` (nobody can read what it makes). The shared connection
+//! reconnects at its next use.
 
+mod claim;
 mod keys;
+mod logs;
 mod pump;
-mod registry;
-mod subscriber;
+mod reader;
+mod shared;
 
-pub use self::registry::{RedisRegistry, RegisterError};
-pub use self::subscriber::RedisSubscriber;
+pub(crate) use self::claim::Reservation;
+pub(crate) use self::logs::RedisLogs;
 
 use std::time::Duration;
 
-/// How often a pump looks at its stream's readers and stop flag, and renews its keys' TTL.
+/// How often a pump looks at its stream's readers and stop flag, and renews its keys' TTL; how
+/// often a reader on another instance writes its position when it moved.
 const TICK: Duration = Duration::from_millis(100);
-/// How long a subscriber's lease lasts; it renews it every [`LEASE_RENEWAL`].
+/// How long a reader's lease lasts; it renews it every [`LEASE_RENEWAL`].
 const LEASE: Duration = Duration::from_secs(3);
 const LEASE_RENEWAL: Duration = Duration::from_secs(1);
-/// The TTL of a running stream's keys, renewed every tick: the keys of an instance that died
-/// go away this long after it.
+/// The TTL of a running (or claimed) stream's keys, renewed while it runs: the keys of an
+/// instance that died go away this long after it.
 const RUNNING_TTL: Duration = Duration::from_secs(10);
-/// The least a finished stream's keys are kept, so attached subscribers can read its tail.
+/// The least a finished stream's keys are kept, so attached readers can read its tail.
 const MIN_RETAIN: Duration = LEASE;
-/// How long one `XREAD BLOCK` waits before a subscriber looks at its stream again.
+/// How long one `XREAD BLOCK` waits before a reader looks at its stream again.
 const BLOCK: Duration = Duration::from_secs(1);
-/// Entries read per `XRANGE`, and frames a subscriber holds before its reader waits.
+/// Entries read per `XRANGE`, and frames a reader holds before it waits for its subscriber.
 const BATCH: usize = 64;

@@ -1,7 +1,7 @@
-//! The pump: moves a gated stream's frames into its log in Redis, and keeps its grace, its stop
-//! and its keys' TTL.
+//! The pump: moves a gated stream's frames into its log in Redis as the log's bounds, the
+//! readers' read-ahead and lag limits, the stop and the grace allow, and keeps its keys' TTL.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 
@@ -10,19 +10,24 @@ use redis::RedisResult;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::keys::{END, EntryId, Keys, format_id, millis};
-use super::registry::Store;
+use super::shared::{Pumped, Shared};
 use super::{MIN_RETAIN, RUNNING_TTL, TICK};
 use crate::end::EndReason;
-use crate::gate::GateHandle;
+use crate::resume::claim::Claim;
 use crate::sse::SseFrame;
 use crate::sync::{Arc, lock};
 
 /// What the pump appended and its log still holds, oldest first, within the registry's bounds.
 struct Log {
+    /// Each entry's id and size.
     entries: VecDeque<(EntryId, usize)>,
     bytes: usize,
     /// The last entry appended.
     last: EntryId,
+    /// The id after the last event appended.
+    end: u64,
+    /// The event of the last entry evicted since the last append: Redis still has it.
+    evicted: Option<u64>,
     max_events: usize,
     max_bytes: usize,
 }
@@ -40,81 +45,211 @@ impl Log {
     fn next_id(&self, event: Option<u64>) -> EntryId {
         event.map_or((self.last.0, self.last.1 + 1), |event| (event, 1))
     }
+
+    /// The id after the oldest entry's event, once it would be evicted.
+    fn oldest_end(&self) -> Option<u64> {
+        self.entries.front().map(|((event, _), _)| event.saturating_add(1))
+    }
+}
+
+/// What the pump knows of the stream's readers, from its last look at Redis and from the
+/// readers here.
+#[derive(Default)]
+struct Readers {
+    /// The names of the readers with a live lease, on any instance.
+    leased: HashSet<String>,
+    /// The positions readers on other instances wrote.
+    remote: HashMap<String, u64>,
+    /// The readers this pump cut off (they no longer count).
+    cut: HashSet<String>,
+}
+
+impl Readers {
+    /// Whether a reader is attached that was not cut off.
+    fn attached(&self) -> bool {
+        self.leased.iter().any(|name| !self.cut.contains(name))
+    }
+
+    /// The position of the slowest reader not cut off, with the names of the readers there.
+    fn slowest(&self, pumped: &Pumped) -> Option<(u64, Vec<String>)> {
+        let local = lock(&pumped.readers);
+        let positions = local
+            .iter()
+            .map(|reader| (reader.name.as_str(), reader.next.load(Ordering::Relaxed)))
+            .chain(self.remote.iter().filter_map(|(name, next)| {
+                let live = self.leased.contains(name) && !local.iter().any(|r| r.name == *name);
+                live.then_some((name.as_str(), *next))
+            }))
+            .filter(|(name, _)| !self.cut.contains(*name));
+        let mut slowest: Option<(u64, Vec<String>)> = None;
+        for (name, next) in positions {
+            match &mut slowest {
+                Some((at, names)) if *at == next => names.push(name.to_owned()),
+                Some((at, _)) if *at < next => {}
+                _ => slowest = Some((next, vec![name.to_owned()])),
+            }
+        }
+        slowest
+    }
+}
+
+/// What to do with the frame the pump holds.
+enum Step {
+    Append,
+    /// Evict the oldest entry, then look again.
+    Evict,
+    /// Wait: a reader to move, the next look at Redis, or the lag limit.
+    Wait,
 }
 
 /// Pumps `frames` (a gated stream, encoded) into the log of the stream `id` until it ends, the
-/// grace runs out or Redis fails (which cancels the gate as `ConsumerGone`).
-pub(crate) async fn pump<S>(store: Arc<Store>, id: Arc<str>, handle: GateHandle, mut frames: S)
-where
+/// grace runs out or Redis fails (which cancels the gate as `ConsumerGone`); gives the claim
+/// back once the gate is released.
+pub(crate) async fn pump<S>(
+    shared: Arc<Shared>,
+    id: Arc<str>,
+    pumped: Arc<Pumped>,
+    mut frames: S,
+    claim: Claim,
+) where
     S: Stream<Item = SseFrame> + Unpin,
 {
     let keys = Keys::new(&id);
-    if run(&store, &id, &keys, &handle, &mut frames).await.is_err() {
-        handle.cancel_with(EndReason::ConsumerGone);
+    if run(&shared, &id, &keys, &pumped, &mut frames).await.is_err() {
+        pumped.handle.cancel_with(EndReason::ConsumerGone);
     }
-    lock(&store.pumped).remove(&id);
+    drop(frames);
+    pumped.handle.released().await;
+    drop(claim);
+    lock(&shared.pumped).remove(&id);
 }
 
 async fn run<S>(
-    store: &Store,
+    shared: &Shared,
     id: &str,
     keys: &Keys,
-    handle: &GateHandle,
+    pumped: &Pumped,
     frames: &mut S,
 ) -> RedisResult<()>
 where
     S: Stream<Item = SseFrame> + Unpin,
 {
-    let options = store.options;
+    let options = shared.options;
+    let read_ahead = options.read_ahead.max(1) as u64;
     let mut log = Log {
         entries: VecDeque::new(),
         bytes: 0,
         last: (0, 0),
+        end: 0,
+        evicted: None,
         max_events: options.log_events.max(1),
         max_bytes: options.log_bytes.max(1),
     };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    // The first subscriber took its lease before the pump started.
+    let mut readers = Readers::default();
+    // The first reader took its lease before the pump started.
     let mut attached = true;
     let mut alone_since = None::<Instant>;
+    // Why the grace's expiry ends the stream: the last reader left, or was cut off.
+    let mut expiry = EndReason::ConsumerGone;
     let mut stopped = false;
-    // A frame taken from the gate and not yet appended: with nobody attached, it waits for
-    // room (and the gate behind it fills, pausing the generator).
+    // Since when the slowest readers have held the frame back.
+    let mut held_since = None::<Instant>;
+    let lag = tokio::time::sleep(options.max_lag);
+    tokio::pin!(lag);
+    // A frame taken from the gate and not yet appended: while it waits, the gate behind it
+    // fills and pauses the generator.
     let mut pending = None::<SseFrame>;
     loop {
+        let waiting = pending.is_some();
         tokio::select! {
             biased;
             _ = tick.tick() => {
-                let (readers, stop) = watch(store, keys).await?;
+                let stop;
+                (readers, stop) = watch(shared, keys, readers.cut).await?;
                 if stop && !stopped {
                     stopped = true;
-                    match store.on_stop.get() {
-                        Some(hook) => hook(id),
-                        None => handle.cancel(),
-                    }
+                    (shared.on_stop)(id);
                 }
-                attached = readers > 0;
+                attached = readers.attached();
                 if attached {
                     alone_since = None;
+                    expiry = EndReason::ConsumerGone;
                 } else if alone_since.get_or_insert_with(Instant::now).elapsed() >= options.grace {
                     // Nobody came back in time.
-                    handle.cancel_with(EndReason::ConsumerGone);
-                    store.expired.fetch_add(1, Ordering::Relaxed);
-                    return store.query(redis::pipe().del(&keys.all()).ignore()).await;
+                    pumped.handle.cancel_with(expiry);
+                    shared.counters.expired();
+                    return shared.query(redis::pipe().del(&keys.all()).ignore()).await;
                 }
-                if let Some(pumped) = lock(&store.pumped).get_mut(id) {
-                    pumped.detached = !attached;
-                    pumped.bytes = log.bytes;
+                pumped.detached.store(!attached, Ordering::Relaxed);
+                pumped.bytes.store(log.bytes as u64, Ordering::Relaxed);
+            }
+            () = pumped.moved.notified(), if waiting => {}
+            () = &mut lag, if waiting && held_since.is_some() => {
+                // The slowest readers held the log back past their lag limit: cut them off.
+                if let Some((_, names)) = readers.slowest(pumped) {
+                    cut(shared, keys, pumped, &mut readers, names).await?;
+                }
+                held_since = None;
+                attached = readers.attached();
+                if !attached {
+                    // The grace starts at the next look.
+                    expiry = EndReason::SlowConsumer;
                 }
             }
-            frame = next(frames), if pending.is_none() => match frame {
+            frame = next(frames), if !waiting => match frame {
                 Some(frame) => pending = Some(frame),
-                None => return finish(store, keys, &log).await,
+                None => return finish(shared, keys, &log).await,
             },
         }
-        if let Some(frame) = pending.take_if(|frame| attached || log.fits(frame)) {
-            append(store, keys, &mut log, frame).await?;
+        stopped |= pumped.stop_waiting.load(Ordering::Relaxed);
+        while let Some(frame) = pending.take() {
+            let step = if stopped {
+                if log.fits(&frame) { Step::Append } else { Step::Evict }
+            } else if !attached {
+                // Detached: the grace bounds the wait for room.
+                if log.fits(&frame) { Step::Append } else { Step::Wait }
+            } else {
+                match readers.slowest(pumped) {
+                    // Attached, but no position known yet: as before it was known.
+                    None if log.fits(&frame) => Step::Append,
+                    None => Step::Evict,
+                    Some((slowest, _)) => {
+                        let ahead = log.end.saturating_sub(slowest);
+                        if ahead >= read_ahead {
+                            Step::Wait
+                        } else if log.fits(&frame) {
+                            Step::Append
+                        } else if log.oldest_end().is_some_and(|end| end <= slowest) {
+                            Step::Evict
+                        } else {
+                            Step::Wait
+                        }
+                    }
+                }
+            };
+            match step {
+                Step::Append => {
+                    append(shared, keys, &mut log, &frame).await?;
+                    held_since = None;
+                }
+                Step::Evict => {
+                    evict(&mut log);
+                    pending = Some(frame);
+                }
+                Step::Wait => {
+                    if attached && held_since.is_none() {
+                        let now = Instant::now();
+                        held_since = Some(now);
+                        if let Some(limit) = now.checked_add(options.max_lag) {
+                            lag.as_mut().reset(limit);
+                        }
+                    }
+                    pending = Some(frame);
+                    break;
+                }
+            }
         }
     }
 }
@@ -123,42 +258,85 @@ async fn next<S: Stream<Item = SseFrame> + Unpin>(frames: &mut S) -> Option<SseF
     std::future::poll_fn(|cx| Pin::new(&mut *frames).poll_next(cx)).await
 }
 
-/// Drops lapsed leases and renews the keys' TTL; returns how many subscribers are attached and
-/// whether a stop was asked for.
-async fn watch(store: &Store, keys: &Keys) -> RedisResult<(u64, bool)> {
+/// Drops lapsed leases and renews the keys' TTL; returns the readers attached (and their
+/// positions, `cut` kept) and whether a stop was asked for.
+async fn watch(
+    shared: &Shared,
+    keys: &Keys,
+    mut cut: HashSet<String>,
+) -> RedisResult<(Readers, bool)> {
     let ttl = millis(RUNNING_TTL) as i64;
-    let (readers, stop): (u64, Option<String>) = store
-        .query(
-            redis::pipe()
-                .cmd("ZREMRANGEBYSCORE")
-                .arg(&keys.readers)
-                .arg("-inf")
-                .arg(super::keys::now_ms())
-                .ignore()
-                .zcard(&keys.readers)
-                .hget(&keys.meta, "stop")
-                .pexpire(&keys.log, ttl)
-                .ignore()
-                .pexpire(&keys.meta, ttl)
-                .ignore()
-                .pexpire(&keys.readers, ttl)
-                .ignore(),
-        )
-        .await?;
+    let mut pipe = redis::pipe();
+    pipe.cmd("ZREMRANGEBYSCORE")
+        .arg(&keys.readers)
+        .arg("-inf")
+        .arg(super::keys::now_ms())
+        .ignore()
+        .zrange(&keys.readers, 0, -1)
+        .hgetall(&keys.positions)
+        .hget(&keys.meta, "stop");
+    for key in keys.all() {
+        pipe.pexpire(key, ttl).ignore();
+    }
+    let (leased, remote, stop): (Vec<String>, HashMap<String, u64>, Option<String>) =
+        shared.query(&pipe).await?;
+    let leased: HashSet<String> = leased.into_iter().collect();
+    // A reader that left is no longer cut off: its name will not come back.
+    cut.retain(|name| leased.contains(name));
+    let readers = Readers {
+        leased,
+        remote,
+        cut,
+    };
     Ok((readers, stop.is_some()))
 }
 
-/// Appends `frame`, evicting the oldest entries it does not fit beside.
-async fn append(store: &Store, keys: &Keys, log: &mut Log, frame: SseFrame) -> RedisResult<()> {
-    let id = log.next_id(frame.id());
-    let mut evicted = None;
-    while !log.fits(&frame) {
-        let Some(((event, _), bytes)) = log.entries.pop_front() else {
-            break;
-        };
-        log.bytes -= bytes;
-        evicted = Some(event);
+/// Cuts off the readers `names`: here, at once; on other instances, through the stream's cut
+/// set, which they look at every second.
+async fn cut(
+    shared: &Shared,
+    keys: &Keys,
+    pumped: &Pumped,
+    readers: &mut Readers,
+    names: Vec<String>,
+) -> RedisResult<()> {
+    let mut remote = Vec::new();
+    {
+        let local = lock(&pumped.readers);
+        for name in names {
+            match local.iter().find(|reader| reader.name == name) {
+                Some(reader) => reader.cut(),
+                None => remote.push(name.clone()),
+            }
+            readers.cut.insert(name);
+        }
     }
+    if remote.is_empty() {
+        return Ok(());
+    }
+    let ttl = millis(RUNNING_TTL) as i64;
+    shared
+        .query(
+            redis::pipe()
+                .sadd(&keys.cut, remote)
+                .ignore()
+                .pexpire(&keys.cut, ttl)
+                .ignore(),
+        )
+        .await
+}
+
+/// Forgets the log's oldest entry (trimmed from Redis with the next append).
+fn evict(log: &mut Log) {
+    if let Some(((event, _), bytes)) = log.entries.pop_front() {
+        log.bytes -= bytes;
+        log.evicted = Some(event);
+    }
+}
+
+/// Appends `frame`, trimming what the log no longer holds.
+async fn append(shared: &Shared, keys: &Keys, log: &mut Log, frame: &SseFrame) -> RedisResult<()> {
+    let id = log.next_id(frame.id());
     let mut pipe = redis::pipe();
     let add = pipe
         .cmd("XADD")
@@ -173,7 +351,8 @@ async fn append(store: &Store, keys: &Keys, log: &mut Log, frame: SseFrame) -> R
         add.arg("e").arg(reason.as_str());
     }
     add.ignore();
-    if let Some(event) = evicted {
+    // What was evicted goes from Redis too, and the log's start moves past it.
+    if let Some(event) = log.evicted.take() {
         let oldest = log.entries.front().map_or(id, |(oldest, _)| *oldest);
         pipe.cmd("XTRIM")
             .arg(&keys.log)
@@ -183,18 +362,22 @@ async fn append(store: &Store, keys: &Keys, log: &mut Log, frame: SseFrame) -> R
             .hset(&keys.meta, "start", event.saturating_add(1))
             .ignore();
     }
-    store
+    shared
         .query::<()>(pipe.pexpire(&keys.log, millis(RUNNING_TTL) as i64).ignore())
         .await?;
     log.entries.push_back((id, frame.bytes().len()));
     log.bytes += frame.bytes().len();
     log.last = id;
+    if let Some(event) = frame.id() {
+        log.end = event.saturating_add(1);
+    }
     Ok(())
 }
 
-/// Appends the end marker and keeps the stream for the retention.
-async fn finish(store: &Store, keys: &Keys, log: &Log) -> RedisResult<()> {
-    let retain = millis(store.options.retain.max(MIN_RETAIN)) as i64;
+/// Appends the end marker and keeps the stream for the retention; `end` (the id after the
+/// last event) lets an attach past it answer that the stream finished.
+async fn finish(shared: &Shared, keys: &Keys, log: &Log) -> RedisResult<()> {
+    let retain = millis(shared.options.retain.max(MIN_RETAIN)) as i64;
     let mut pipe = redis::pipe();
     pipe.cmd("XADD")
         .arg(&keys.log)
@@ -203,9 +386,11 @@ async fn finish(store: &Store, keys: &Keys, log: &Log) -> RedisResult<()> {
         .arg(END)
         .ignore()
         .hset(&keys.meta, "state", "ended")
+        .ignore()
+        .hset(&keys.meta, "end", log.end)
         .ignore();
     for key in keys.all() {
         pipe.pexpire(key, retain).ignore();
     }
-    store.query(&pipe).await
+    shared.query(&pipe).await
 }

@@ -1,24 +1,26 @@
-//! One registered stream: its replay log, its subscribers' positions, the pump that fills the
-//! log from the gate, and the grace that runs while nobody is attached.
+//! One registered stream in memory: its replay log, its readers' positions, what the log takes
+//! from the gate (read-ahead, lag limits, the stop), and the grace that runs while nobody is
+//! attached.
 
-use std::collections::BTreeMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::collections::{BTreeMap, HashMap};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use futures_core::Stream;
 use tokio::time::Instant;
 
 use super::log::{Lookup, ReplayLog};
-use super::registry::{AttachError, Shared};
 use crate::chunk::Chunk;
 use crate::end::EndReason;
-use crate::gate::{Consumer, Event, GateError, GateHandle};
+use crate::gate::{Event, GateError, GateHandle};
+use crate::resume::error::AttachError;
+use crate::resume::stats::Counters;
 use crate::sync::{Arc, Mutex, lock};
 
+/// Every stream of a memory registry, by id.
+pub(crate) type Streams<C> = Mutex<HashMap<Arc<str>, Arc<Registered<C>>>>;
+
 /// What became of an event offered to the log.
-enum Offer {
+pub(crate) enum Offer {
     /// Taken, or (with `cut_last`) not yet: the last attached subscriber was just cut off, and
     /// the stream is now as if nobody were attached.
     Taken { cut_last: bool },
@@ -29,11 +31,15 @@ enum Offer {
     Detached,
 }
 
-/// A registered stream, shared by its pump, its subscribers and the registry.
-pub(crate) struct Entry<C> {
+/// A registered stream, shared by its pump, its readers and the registry.
+pub(crate) struct Registered<C> {
     pub(crate) id: Arc<str>,
     pub(crate) state: Mutex<State<C>>,
     pub(crate) handle: GateHandle,
+    /// How long it goes on with nobody attached.
+    grace: Duration,
+    /// The registry's: an expiry is counted there.
+    counters: Arc<Counters>,
 }
 
 /// An attached subscriber, as the log sees it.
@@ -83,30 +89,31 @@ impl<C> State<C> {
     }
 }
 
-impl<C: Chunk + Clone> Entry<C> {
+impl<C: Chunk + Clone> Registered<C> {
+    /// The stream `id` of the gate `handle`, kept as `options` says.
     pub(crate) fn new(
         id: Arc<str>,
         handle: GateHandle,
-        max_events: usize,
-        max_bytes: usize,
-        read_ahead: usize,
-        keep_read: bool,
+        options: &crate::resume::ResumeOptions,
+        counters: Arc<Counters>,
     ) -> Self {
-        Entry {
+        Registered {
             id,
             handle,
+            grace: options.grace,
+            counters,
             state: Mutex::new(State {
-                log: ReplayLog::new(max_events, max_bytes),
+                log: ReplayLog::new(options.log_events, options.log_bytes),
                 end: None,
                 readers: BTreeMap::new(),
                 next_reader: 0,
                 resume_floor: u64::MAX,
-                read_ahead: read_ahead.max(1) as u64,
+                read_ahead: options.read_ahead.max(1) as u64,
                 full_since: None,
                 epoch: 0,
                 expired: false,
                 stopped: false,
-                keep_read,
+                keep_read: !options.grace.is_zero(),
                 pump: None,
             }),
         }
@@ -120,7 +127,7 @@ impl<C: Chunk + Clone> Entry<C> {
     /// attached (or all cut), the log takes events until it is full, evicting only what lies
     /// below the resume floor, then waits: the grace bounds that wait. Waiting, the gate behind
     /// fills and pauses the generator.
-    fn offer(&self, event: &mut Option<Event<C>>, cx: &mut Context<'_>) -> Offer {
+    pub(crate) fn offer(&self, event: &mut Option<Event<C>>, cx: &mut Context<'_>) -> Offer {
         let mut state = lock(&self.state);
         let state = &mut *state;
         let Some(next) = event.take() else {
@@ -216,9 +223,8 @@ impl<C: Chunk + Clone> Entry<C> {
         Offer::Taken { cut_last: false }
     }
 
-    /// From now on the log takes every event at once (see [`Registry::stop`]).
-    ///
-    /// [`Registry::stop`]: super::Registry::stop
+    /// From now on the log takes every event at once: a stopped stream's last events wait for
+    /// no slow reader and no resume.
     pub(crate) fn stop_waiting(&self) {
         let mut state = lock(&self.state);
         state.stopped = true;
@@ -228,7 +234,7 @@ impl<C: Chunk + Clone> Entry<C> {
     }
 
     /// The pump saw the stream's end.
-    fn finish(&self, end: Option<GateError>) {
+    pub(crate) fn finish(&self, end: Option<GateError>) {
         let mut state = lock(&self.state);
         state.end = Some(end);
         wake_readers(&mut state);
@@ -278,7 +284,7 @@ impl<C: Chunk + Clone> Entry<C> {
     }
 
     /// The subscriber `key` left; the last one starts the grace.
-    pub(crate) fn detach(self: &Arc<Self>, key: u64, shared: &Arc<Shared<C>>)
+    pub(crate) fn detach(self: &Arc<Self>, key: u64)
     where
         C: Send + Sync + 'static,
     {
@@ -291,16 +297,15 @@ impl<C: Chunk + Clone> Entry<C> {
             pump.wake();
         }
         if !reader.cut && state.readers.values().all(|reader| reader.cut) {
-            self.nobody_reads(state, shared, EndReason::ConsumerGone);
+            self.nobody_reads(state, EndReason::ConsumerGone);
         }
     }
 
     /// The last attached subscriber left (or was cut off, for `reason`): the grace starts, or
     /// with a zero grace the stream expires now.
-    fn nobody_reads(
+    pub(crate) fn nobody_reads(
         self: &Arc<Self>,
         mut state: crate::sync::MutexGuard<'_, State<C>>,
-        shared: &Arc<Shared<C>>,
         reason: EndReason,
     ) where
         C: Send + Sync + 'static,
@@ -309,28 +314,28 @@ impl<C: Chunk + Clone> Entry<C> {
         if state.attached() > 0 || state.end.is_some() || state.expired {
             return;
         }
-        let grace = shared.options.grace;
+        let grace = self.grace;
         let runtime = tokio::runtime::Handle::try_current();
         let (true, Ok(runtime)) = (!grace.is_zero(), runtime) else {
             // A zero grace, or no runtime to time it on (the process is ending).
-            self.expire(&mut state, shared, reason);
+            self.expire(&mut state, reason);
             return;
         };
-        let (entry, shared, epoch) = (self.clone(), shared.clone(), state.epoch);
+        let (entry, epoch) = (self.clone(), state.epoch);
         drop(state);
         runtime.spawn(async move {
             tokio::time::sleep(grace).await;
             let mut state = lock(&entry.state);
             let nobody = state.readers.values().all(|reader| reader.cut);
             if state.epoch == epoch && nobody && state.end.is_none() {
-                entry.expire(&mut state, &shared, reason);
+                entry.expire(&mut state, reason);
             }
         });
     }
 
     /// Nobody came back in time: the generator is cancelled for `reason` (its two-phase stop
     /// and release are the gate's) and the log is freed.
-    fn expire(&self, state: &mut State<C>, shared: &Shared<C>, reason: EndReason) {
+    fn expire(&self, state: &mut State<C>, reason: EndReason) {
         if state.expired {
             return;
         }
@@ -339,7 +344,7 @@ impl<C: Chunk + Clone> Entry<C> {
         if let Some(pump) = state.pump.take() {
             pump.wake();
         }
-        shared.expired();
+        self.counters.expired();
         self.handle.cancel_with(reason);
     }
 
@@ -395,25 +400,6 @@ impl<C: Chunk + Clone> Entry<C> {
             },
         }
     }
-
-    /// Where the subscriber `key` is.
-    pub(crate) fn position(&self, key: u64) -> Option<u64> {
-        lock(&self.state)
-            .readers
-            .get(&key)
-            .map(|reader| reader.next)
-    }
-
-    /// Sets how long the subscriber `key` may hold a full log.
-    pub(crate) fn set_max_lag(&self, key: u64, max_lag: Duration) {
-        let mut state = lock(&self.state);
-        if let Some(reader) = state.readers.get_mut(&key) {
-            reader.max_lag = max_lag;
-        }
-        if let Some(pump) = state.pump.take() {
-            pump.wake();
-        }
-    }
 }
 
 /// Wakes every subscriber waiting for an event.
@@ -423,72 +409,4 @@ fn wake_readers<C>(state: &mut State<C>) {
             waker.wake();
         }
     }
-}
-
-/// Moves the gate's events into the entry's log until the stream ends, then keeps the log for
-/// the registry's retention (none after an expiry) and removes the entry.
-pub(crate) async fn pump<C>(entry: Arc<Entry<C>>, mut consumer: Consumer<C>, shared: Arc<Shared<C>>)
-where
-    C: Chunk + Clone + Send + Sync + 'static,
-{
-    let mut lag = std::pin::pin!(tokio::time::sleep(Duration::ZERO));
-    // A gate ended from outside (a group's shutdown, a cancel) while a full log holds a
-    // detached stream's pump: its last events and its end then wait for nobody.
-    let handle = entry.handle.clone();
-    let mut released = std::pin::pin!(handle.released());
-    let mut gate_released = false;
-    let end = loop {
-        let item = std::future::poll_fn(|cx| Pin::new(&mut consumer).poll_next(cx)).await;
-        match item {
-            Some(Ok(event)) => {
-                let mut slot = Some(event);
-                // Until the log takes it; a subscriber's lag limit running out is a reason to
-                // look again.
-                std::future::poll_fn(|cx| {
-                    loop {
-                        match entry.offer(&mut slot, cx) {
-                            Offer::Taken { cut_last: false } => return Poll::Ready(()),
-                            Offer::Taken { cut_last: true } => {
-                                let state = lock(&entry.state);
-                                entry.nobody_reads(state, &shared, EndReason::SlowConsumer);
-                            }
-                            // Only a detached stream's wait can outlive its gate (an attached
-                            // one's is bounded by its readers' lag limits): watching the gate
-                            // there costs the hot path nothing.
-                            Offer::Detached => {
-                                if gate_released || released.as_mut().poll(cx).is_pending() {
-                                    return Poll::Pending;
-                                }
-                                gate_released = true;
-                                entry.stop_waiting();
-                            }
-                            Offer::Wait(None) => return Poll::Pending,
-                            Offer::Wait(Some(deadline)) => {
-                                lag.as_mut().reset(deadline);
-                                if lag.as_mut().poll(cx).is_pending() {
-                                    return Poll::Pending;
-                                }
-                            }
-                        }
-                    }
-                })
-                .await;
-            }
-            Some(Err(error)) => break Some(error),
-            None => break None,
-        }
-    };
-    entry.finish(end);
-    // The gate's end and release are the consumer's drop away.
-    drop(consumer);
-    let retain = if lock(&entry.state).expired {
-        Duration::ZERO
-    } else {
-        shared.options.retain
-    };
-    // A zero sleep would still wait for the timer's next millisecond tick.
-    if !retain.is_zero() {
-        tokio::time::sleep(retain).await;
-    }
-    shared.remove(&entry);
 }

@@ -1,0 +1,214 @@
+//! Claims: the ids of the streams that run here, each from its claim to its gate's release,
+//! with the explicit stop of each.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio_util::sync::CancellationToken;
+
+/// A new stream's hold on its id, from [`Registry::claim`](super::Registry::claim): no other
+/// stream can take the id (here or, in Redis, on any instance) while it is held, and
+/// [`Registry::register`](super::Registry::register) registers the stream under it.
+///
+/// Claim before any work starts for the stream (before asking an upstream, before taking KV
+/// blocks), so that a duplicate id costs nothing. Dropping a claim that was never registered
+/// gives the id back; a registered stream keeps it until its gate is released, and its
+/// retained log keeps it taken for the retention.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::resume::{ClaimError, Registry, ResumeOptions};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let registry = Registry::<String>::memory(ResumeOptions::default());
+/// let claim = registry.claim("req-1").await.unwrap();
+/// assert!(matches!(registry.claim("req-1").await, Err(ClaimError::Running)));
+/// drop(claim); // never registered: the id is free again
+/// assert!(registry.claim("req-1").await.is_ok());
+/// # }
+/// ```
+#[must_use = "a claim holds its id until it is registered or dropped"]
+pub struct Claim {
+    id: Arc<str>,
+    generation: u64,
+    stop: CancellationToken,
+    claims: Arc<Claims>,
+    /// What the store holds for the id while it is claimed, given back with the claim (held
+    /// for its drop).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) reserved: Reserved,
+}
+
+/// What a store keeps of a claim besides this process's table.
+pub(crate) enum Reserved {
+    /// Nothing: a memory registry's claims are all in its table.
+    Local,
+    /// The id's claim in Redis, renewed while it is held and given back when dropped.
+    #[cfg(feature = "redis")]
+    Redis(super::redis::Reservation),
+}
+
+impl Claim {
+    /// The id claimed.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The stream's stop signal: cancelled by an explicit stop
+    /// ([`Registry::stop`](super::Registry::stop), through any instance sharing the store).
+    ///
+    /// Taking it means the generator ends the stream itself when it is cancelled, with a last
+    /// word of its own (a final chunk with `finish_reason: "stop"` and `[DONE]`, as OpenAI
+    /// clients expect): the registry then lets the stream's last events reach every
+    /// subscriber without waiting for a slow reader or a resume. A stream whose claim's signal
+    /// was never taken is stopped by cancelling its gate (it ends
+    /// [`Cancelled`](crate::EndReason::Cancelled)).
+    ///
+    /// ```
+    /// use streamgate::resume::{Registry, ResumeOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let registry = Registry::<String>::memory(ResumeOptions::default());
+    /// let mut claim = registry.claim("req-1").await.unwrap();
+    /// let stop = claim.stop_signal();
+    /// assert!(registry.stop("req-1").await.unwrap(), "it runs here");
+    /// assert!(stop.is_cancelled());
+    /// # }
+    /// ```
+    pub fn stop_signal(&mut self) -> CancellationToken {
+        if let Some(held) = self.claims.lock().get_mut(&self.id) {
+            if held.generation == self.generation {
+                held.graceful = true;
+            }
+        }
+        self.stop.clone()
+    }
+
+    /// The table this claim is held in.
+    pub(crate) fn is_from(&self, claims: &Arc<Claims>) -> bool {
+        Arc::ptr_eq(&self.claims, claims)
+    }
+
+    /// Where the stream is once registered: its gate is what a plain stop cancels.
+    pub(crate) fn registered(&self, handle: crate::GateHandle) {
+        let stopped = {
+            let mut held = self.claims.lock();
+            match held.get_mut(&self.id) {
+                Some(held) if held.generation == self.generation => {
+                    held.gate = Some(handle.clone());
+                    held.stopped && !held.graceful
+                }
+                _ => false,
+            }
+        };
+        if stopped {
+            // A stop came between the claim and the registration.
+            handle.cancel();
+        }
+    }
+}
+
+impl fmt::Debug for Claim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Claim")
+            .field("id", &self.id)
+            .field("stopped", &self.stop.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        let mut held = self.claims.lock();
+        if held
+            .get(&self.id)
+            .is_some_and(|held| held.generation == self.generation)
+        {
+            held.remove(&self.id);
+        }
+    }
+}
+
+/// The claims of one registry, by id.
+#[derive(Default)]
+pub(crate) struct Claims {
+    held: Mutex<HashMap<Arc<str>, Held>>,
+    next_generation: AtomicU64,
+}
+
+/// One claim, as the table keeps it.
+struct Held {
+    /// Tells this claim from an earlier or later one of the same id.
+    generation: u64,
+    stop: CancellationToken,
+    /// The stop signal was taken: the generator ends the stream itself.
+    graceful: bool,
+    /// A stop was asked for.
+    stopped: bool,
+    /// The stream's gate, once registered.
+    gate: Option<crate::GateHandle>,
+}
+
+impl Claims {
+    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, Held>> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A claim on `id`, unless one is held; `reserved` is what the store keeps of it.
+    pub(crate) fn try_claim(self: &Arc<Self>, id: &str, reserved: Reserved) -> Option<Claim> {
+        let mut held = self.lock();
+        if held.contains_key(id) {
+            return None;
+        }
+        let id: Arc<str> = id.into();
+        let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
+        let stop = CancellationToken::new();
+        held.insert(
+            id.clone(),
+            Held {
+                generation,
+                stop: stop.clone(),
+                graceful: false,
+                stopped: false,
+                gate: None,
+            },
+        );
+        Some(Claim {
+            id,
+            generation,
+            stop,
+            claims: self.clone(),
+            reserved,
+        })
+    }
+
+    /// Whether a claim on `id` is held.
+    pub(crate) fn is_held(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
+    /// Stops the stream claimed as `id`, if it runs here: cancels its stop signal if it was
+    /// taken, its gate otherwise (at once, or as soon as it is registered). Whether it runs
+    /// here.
+    pub(crate) fn stop(&self, id: &str) -> bool {
+        let (graceful, stop, gate) = {
+            let mut held = self.lock();
+            let Some(held) = held.get_mut(id) else {
+                return false;
+            };
+            held.stopped = true;
+            (held.graceful, held.stop.clone(), held.gate.clone())
+        };
+        if graceful {
+            stop.cancel();
+        } else if let Some(gate) = gate {
+            gate.cancel();
+        }
+        true
+    }
+}

@@ -1,0 +1,194 @@
+//! The Redis store: claims, registration, attaches and stops of streams kept in Redis.
+
+use redis::{Client, RedisError};
+
+use super::claim::Reservation;
+use super::keys::{Keys, millis};
+use super::pump::pump;
+use super::reader::RedisReader;
+use super::shared::{Pumped, Shared, StopHook};
+use super::{BLOCK, RUNNING_TTL};
+use crate::chunk::Chunk;
+use crate::ext::GateExt;
+use crate::gate::Consumer;
+use crate::resume::claim::{Claim, Reserved};
+use crate::resume::error::{AttachError, ClaimError, StoreError};
+use crate::resume::options::ResumeOptions;
+use crate::resume::stats::RegistryStats;
+use crate::resume::subscriber::Subscriber;
+use crate::sse::SseEvent;
+use crate::sync::{Arc, lock};
+
+/// Streams kept in Redis, reachable from every instance sharing it.
+pub(crate) struct RedisLogs {
+    shared: Arc<Shared>,
+}
+
+fn unavailable(error: RedisError) -> StoreError {
+    StoreError::new(error)
+}
+
+impl RedisLogs {
+    /// The store at `url`; `on_stop` is what a stop asked through any instance does to a
+    /// stream pumped here.
+    pub(crate) fn new(
+        url: &str,
+        options: ResumeOptions,
+        on_stop: StopHook,
+    ) -> Result<Self, StoreError> {
+        let client = Client::open(url).map_err(unavailable)?;
+        Ok(RedisLogs {
+            shared: Arc::new(Shared::new(client, options, on_stop)),
+        })
+    }
+
+    /// Claims `id` in Redis.
+    pub(crate) async fn claim(&self, id: &str) -> Result<Reservation, ClaimError> {
+        Reservation::claim(&self.shared, id).await
+    }
+
+    /// Registers the stream of `consumer` under its claim's id, with its pump on this
+    /// instance; its first subscriber reads from the stream's first frame.
+    pub(crate) async fn register<C>(
+        &self,
+        mut claim: Claim,
+        consumer: Consumer<C>,
+    ) -> Result<Subscriber, StoreError>
+    where
+        C: Chunk + Into<SseEvent> + Send + 'static,
+    {
+        let id: Arc<str> = claim.id().into();
+        let keys = Keys::new(&id);
+        self.shared
+            .query::<()>(
+                redis::pipe()
+                    .atomic()
+                    .hset(&keys.meta, "state", "running")
+                    .ignore()
+                    .hset(&keys.meta, "start", 0)
+                    .ignore()
+                    .pexpire(&keys.meta, millis(RUNNING_TTL) as i64)
+                    .ignore(),
+            )
+            .await
+            .map_err(unavailable)?;
+        if let Reserved::Redis(reservation) = std::mem::replace(&mut claim.reserved, Reserved::Local)
+        {
+            reservation.registered();
+        }
+        let pumped = Arc::new(Pumped::new(consumer.handle()));
+        lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
+        // Attached before the pump looks, so a zero grace does not expire it at once.
+        let first = match RedisReader::attach(self.shared.clone(), &id, None).await {
+            Ok(first) => first,
+            Err(error) => {
+                lock(&self.shared.pumped).remove(&id);
+                return Err(unavailable(error));
+            }
+        };
+        claim.registered(consumer.handle());
+        tokio::spawn(pump(
+            self.shared.clone(),
+            id.clone(),
+            pumped,
+            consumer.sse().with_ids(),
+            claim,
+        ));
+        Ok(Subscriber::new(id, first))
+    }
+
+    /// A subscriber of the stream `id`, on whichever instance it runs, after the event
+    /// `after`.
+    pub(crate) async fn attach(
+        &self,
+        id: &str,
+        after: Option<u64>,
+    ) -> Result<Subscriber, AttachError> {
+        let keys = Keys::new(id);
+        let unavailable = |error| AttachError::Unavailable(unavailable(error));
+        let ((state, start, end),): ((Option<String>, Option<u64>, Option<u64>),) = self
+            .shared
+            .query(redis::pipe().hmget(&keys.meta, &["state", "start", "end"]))
+            .await
+            .map_err(unavailable)?;
+        // A claimed stream has nothing to read yet.
+        let (Some(state), Some(oldest)) = (state, start) else {
+            return Err(AttachError::Unknown);
+        };
+        let next = after.map_or(0, |after| after.saturating_add(1));
+        if next < oldest {
+            return Err(AttachError::Gone { oldest });
+        }
+        if state == "ended" && end.is_some_and(|end| next >= end) {
+            return Err(AttachError::Finished);
+        }
+        let reader = RedisReader::attach(self.shared.clone(), id, after)
+            .await
+            .map_err(unavailable)?;
+        self.shared.counters.resumed();
+        Ok(Subscriber::new(id.into(), reader))
+    }
+
+    /// Stops the stream `id` on whichever instance runs it: within 100 ms its pump calls the
+    /// stop hook. Whether it was running.
+    pub(crate) async fn stop(&self, id: &str) -> Result<bool, AttachError> {
+        let keys = Keys::new(id);
+        let unavailable = |error| AttachError::Unavailable(unavailable(error));
+        let (state,): (Option<String>,) = self
+            .shared
+            .query(redis::pipe().hget(&keys.meta, "state"))
+            .await
+            .map_err(unavailable)?;
+        match state.as_deref() {
+            None => Err(AttachError::Unknown),
+            Some("ended") => Ok(false),
+            Some(_) => {
+                self.shared
+                    .query::<()>(
+                        redis::pipe()
+                            .hset(&keys.meta, "stop", 1)
+                            .ignore()
+                            .pexpire(&keys.meta, millis(RUNNING_TTL) as i64)
+                            .ignore(),
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                Ok(true)
+            }
+        }
+    }
+
+    /// From now on the stream `id`, pumped here, appends every frame at once.
+    pub(crate) fn stop_waiting(&self, id: &str) {
+        if let Some(pumped) = self.shared.pumped(id) {
+            pumped
+                .stop_waiting
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            pumped.moved.notify_one();
+        }
+    }
+
+    /// Whether Redis answers.
+    pub(crate) async fn check(&self) -> Result<(), StoreError> {
+        let ping = tokio::time::timeout(
+            BLOCK * 2,
+            self.shared.query::<()>(redis::pipe().cmd("PING").ignore()),
+        )
+        .await;
+        match ping {
+            Ok(answer) => answer.map_err(unavailable),
+            Err(elapsed) => Err(StoreError::new(elapsed)),
+        }
+    }
+
+    /// This instance's part: the streams it pumps (`detached`: nobody attached on any
+    /// instance, the grace running; `log_bytes`: their logs' bytes), the attaches made through
+    /// it and the graces that ran out in its pumps.
+    pub(crate) fn stats(&self) -> RegistryStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        let pumped = lock(&self.shared.pumped);
+        let detached = pumped.values().filter(|s| s.detached.load(Relaxed)).count();
+        let bytes = pumped.values().map(|s| s.bytes.load(Relaxed) as usize).sum();
+        self.shared.counters.stats(pumped.len(), detached, bytes)
+    }
+}

@@ -1,0 +1,271 @@
+//! A reader of a stream in Redis, on any instance: its lease, its position, and its task that
+//! reads the log into a channel.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, ready};
+
+use futures_core::Stream;
+use redis::RedisResult;
+use redis::aio::MultiplexedConnection;
+use tokio::sync::mpsc;
+
+use super::keys::{Entries, EntryId, Keys, LogEntry, format_id, millis, now_ms, parse_entry, parse_id};
+use super::shared::{Position, Pumped, Shared};
+use super::{BATCH, BLOCK, LEASE, LEASE_RENEWAL, RUNNING_TTL, TICK};
+use crate::end::EndReason;
+use crate::gate::GateError;
+use crate::sse::{SseFrame, end_frame, error_frame};
+use crate::sync::Arc;
+
+/// One reader of a stream kept in Redis: the frames after its position, from the log then
+/// live, then the stream's end. It holds a lease in Redis while it lives (the stream is
+/// attached while any reader's lease is valid), and its position counts for the stream's
+/// read-ahead: in memory when this instance pumps the stream, in Redis otherwise.
+pub(crate) struct RedisReader {
+    frames: mpsc::Receiver<SseFrame>,
+    position: Arc<Position>,
+    /// The stream, when this instance pumps it.
+    local: Option<Arc<Pumped>>,
+    done: bool,
+}
+
+impl RedisReader {
+    /// Takes a lease on the stream `id` and starts reading it after `after`.
+    pub(crate) async fn attach(
+        shared: Arc<Shared>,
+        id: &str,
+        after: Option<u64>,
+    ) -> RedisResult<Self> {
+        let keys = Keys::new(id);
+        let connection = shared.dedicated().await?;
+        let next = after.map_or(0, |after| after.saturating_add(1));
+        let position = Arc::new(Position::new(shared.name(), next));
+        let local = shared.pumped(id);
+        // A reader on another instance says where it is in Redis, for the stream's pump.
+        lease(&shared, &keys, &position, local.is_none()).await?;
+        if let Some(local) = &local {
+            local.add(position.clone());
+        }
+        let (tx, frames) = mpsc::channel(BATCH);
+        // The entry of event `after`: the reader goes on after it.
+        let last = after.map(|after| (after, 1));
+        let remote = local.is_none();
+        tokio::spawn(run(shared, keys, position.clone(), remote, connection, last, tx));
+        Ok(RedisReader {
+            frames,
+            position,
+            local,
+            done: false,
+        })
+    }
+}
+
+/// Takes or renews the lease of `reader` (with `positioned`, its position too).
+async fn lease(shared: &Shared, keys: &Keys, reader: &Position, positioned: bool) -> RedisResult<()> {
+    let expiry = now_ms().saturating_add(millis(LEASE));
+    let ttl = millis(RUNNING_TTL) as i64;
+    let mut pipe = redis::pipe();
+    pipe.zadd(&keys.readers, &reader.name, expiry)
+        .ignore()
+        .pexpire(&keys.readers, ttl)
+        .ignore();
+    if positioned {
+        let next = reader.next.load(Ordering::Relaxed);
+        pipe.hset(&keys.positions, &reader.name, next)
+            .ignore()
+            .pexpire(&keys.positions, ttl)
+            .ignore();
+    }
+    shared.query(&pipe).await
+}
+
+/// The reader's task: renews its lease (and, for a reader on another instance than the pump,
+/// writes its position every tick it moved) while it reads the log into `tx`, until the end,
+/// the reader's drop or its cut; then gives the lease up.
+async fn run(
+    shared: Arc<Shared>,
+    keys: Keys,
+    position: Arc<Position>,
+    remote: bool,
+    mut connection: MultiplexedConnection,
+    last: Option<EntryId>,
+    tx: mpsc::Sender<SseFrame>,
+) {
+    let keep = async {
+        let renewals = (LEASE_RENEWAL.as_millis() / TICK.as_millis()).max(1) as u64;
+        let mut written = position.next.load(Ordering::Relaxed);
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        for n in 1u64.. {
+            tick.tick().await;
+            let next = position.next.load(Ordering::Relaxed);
+            if remote && (next != written || n % renewals == 0) {
+                // A failing Redis ends the read too, which says so.
+                let _ = lease(&shared, &keys, &position, true).await;
+                written = next;
+            } else if n % renewals == 0 {
+                let _ = lease(&shared, &keys, &position, false).await;
+            }
+            if remote && n % renewals == 0 {
+                // The pump, on another instance, cut this reader off.
+                let cut: RedisResult<(bool,)> = shared
+                    .query(redis::pipe().sismember(&keys.cut, &position.name))
+                    .await;
+                if matches!(cut, Ok((true,))) {
+                    return;
+                }
+            }
+        }
+    };
+    let cut = async {
+        if remote {
+            keep.await;
+        } else {
+            let cut = position.cut_notify.notified();
+            tokio::select! {
+                () = keep => {}
+                () = cut => {}
+            }
+        }
+    };
+    let end = tokio::select! {
+        () = tx.closed() => None,
+        () = cut => Some(behind(&position, shared.options.max_lag)),
+        end = read(&mut connection, &keys, last, &tx) => end,
+    };
+    if let Some(frame) = end {
+        // Nobody may read it any more: then there is nothing to say.
+        let _ = tx.send(frame).await;
+    }
+    let _: RedisResult<()> = shared
+        .query(
+            redis::pipe()
+                .zrem(&keys.readers, &position.name)
+                .ignore()
+                .hdel(&keys.positions, &position.name)
+                .ignore()
+                .srem(&keys.cut, &position.name)
+                .ignore(),
+        )
+        .await;
+}
+
+/// The terminal frame of a reader cut off for holding the log back.
+fn behind(position: &Position, max_lag: std::time::Duration) -> SseFrame {
+    let next = position.next.load(Ordering::Relaxed);
+    let why =
+        format!("behind: cut off at event {next} after holding the replay log back for {max_lag:?}");
+    end_frame(&GateError::new(EndReason::SlowConsumer, Some(why.into())))
+}
+
+/// Sends the frames of the entries after `last` until the end marker (`None`), or returns the
+/// terminal frame of a read that cannot go on.
+async fn read(
+    connection: &mut MultiplexedConnection,
+    keys: &Keys,
+    mut last: Option<EntryId>,
+    tx: &mpsc::Sender<SseFrame>,
+) -> Option<SseFrame> {
+    let failed = || {
+        let frame = error_frame("resume_store_error", "the resume store failed");
+        Some(frame.ending(EndReason::UpstreamError))
+    };
+    loop {
+        let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
+        // The log's start and its next entries, at one instant.
+        let snapshot: RedisResult<(Option<u64>, Entries)> = redis::pipe()
+            .atomic()
+            .hget(&keys.meta, "start")
+            .cmd("XRANGE")
+            .arg(&keys.log)
+            .arg(from)
+            .arg("+")
+            .arg("COUNT")
+            .arg(BATCH)
+            .query_async(connection)
+            .await;
+        let Ok((start, entries)) = snapshot else {
+            return failed();
+        };
+        let Some(start) = start else {
+            let frame = error_frame(
+                "resume_store_error",
+                "the stream is no longer in the resume store",
+            );
+            return Some(frame.ending(EndReason::UpstreamError));
+        };
+        let next = last.map_or(0, |(event, _)| event.saturating_add(1));
+        if next < start {
+            let why = format!(
+                "behind: the replay log starts at event {start}, this subscriber was at {next}"
+            );
+            return Some(end_frame(&GateError::new(
+                EndReason::SlowConsumer,
+                Some(why.into()),
+            )));
+        }
+        if entries.is_empty() {
+            // Until something comes (or a while, to look at the stream again).
+            let wait = redis::cmd("XREAD")
+                .arg("BLOCK")
+                .arg(millis(BLOCK))
+                .arg("COUNT")
+                .arg(1)
+                .arg("STREAMS")
+                .arg(&keys.log)
+                .arg(format_id(last.unwrap_or((0, 0))))
+                .query_async::<redis::Value>(connection)
+                .await;
+            if wait.is_err() {
+                return failed();
+            }
+            continue;
+        }
+        for (id, fields) in entries {
+            let id = parse_id(&id);
+            match id.and_then(|id| parse_entry(id, &fields)) {
+                Some(LogEntry::Frame(frame)) => {
+                    if tx.send(frame).await.is_err() {
+                        return None;
+                    }
+                }
+                Some(LogEntry::End) => return None,
+                None => return failed(),
+            }
+            last = id;
+        }
+    }
+}
+
+impl Stream for RedisReader {
+    type Item = SseFrame;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<SseFrame>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let frame = ready!(this.frames.poll_recv(cx));
+        match &frame {
+            Some(frame) => {
+                if let Some(id) = frame.id() {
+                    this.position.next.store(id.saturating_add(1), Ordering::Relaxed);
+                    if let Some(local) = &this.local {
+                        local.moved.notify_one();
+                    }
+                }
+            }
+            None => this.done = true,
+        }
+        Poll::Ready(frame)
+    }
+}
+
+impl Drop for RedisReader {
+    fn drop(&mut self) {
+        if let Some(local) = &self.local {
+            local.remove(&self.position.name);
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! What a Redis store's pumps, readers and claims share: the connection, the options, the
+//! streams this instance pumps and the positions of their readers here.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, FromRedisValue, Pipeline, RedisResult};
+use tokio::sync::Notify;
+
+use super::BLOCK;
+use crate::gate::GateHandle;
+use crate::resume::options::ResumeOptions;
+use crate::resume::stats::Counters;
+use crate::sync::{Arc, Mutex, lock};
+
+/// What an explicit stop asked through any instance calls for a stream pumped here.
+pub(crate) type StopHook = Box<dyn Fn(&str) + Send + Sync>;
+
+/// Shared by a Redis store's pumps, readers and claims.
+pub(crate) struct Shared {
+    client: Client,
+    /// The connection for short commands, made at first use and again after an error.
+    connection: Mutex<Option<MultiplexedConnection>>,
+    pub(crate) options: ResumeOptions,
+    pub(crate) on_stop: StopHook,
+    /// The streams this instance pumps.
+    pub(crate) pumped: Mutex<HashMap<Arc<str>, Arc<Pumped>>>,
+    pub(crate) counters: Counters,
+    /// Names this instance's readers and claims in Redis.
+    pub(crate) instance: u64,
+    next_name: AtomicU64,
+}
+
+/// A stream this instance pumps: its gate, its readers here, and what its stats count.
+pub(crate) struct Pumped {
+    pub(crate) handle: GateHandle,
+    /// The readers attached through this instance, whose positions the pump reads here.
+    pub(crate) readers: Mutex<Vec<Arc<Position>>>,
+    /// A reader here moved (or was added), or the stream was told to stop waiting.
+    pub(crate) moved: Notify,
+    /// An explicit stop reached it: its last events wait for nobody.
+    pub(crate) stop_waiting: AtomicBool,
+    pub(crate) detached: AtomicBool,
+    pub(crate) bytes: AtomicU64,
+}
+
+/// One reader's position: the id of the next event it needs, moved as it yields frames, and
+/// whether the pump cut it off.
+#[derive(Debug)]
+pub(crate) struct Position {
+    /// Its name in the stream's readers, positions and cut set.
+    pub(crate) name: String,
+    pub(crate) next: AtomicU64,
+    pub(crate) cut: AtomicBool,
+    /// Wakes the reader's task when it is cut off.
+    pub(crate) cut_notify: Notify,
+}
+
+impl Position {
+    pub(crate) fn new(name: String, next: u64) -> Self {
+        Position {
+            name,
+            next: AtomicU64::new(next),
+            cut: AtomicBool::new(false),
+            cut_notify: Notify::new(),
+        }
+    }
+
+    /// Cuts the reader off: it ends as behind at once.
+    pub(crate) fn cut(&self) {
+        self.cut.store(true, Ordering::Relaxed);
+        self.cut_notify.notify_one();
+    }
+}
+
+impl Pumped {
+    pub(crate) fn new(handle: GateHandle) -> Self {
+        Pumped {
+            handle,
+            readers: Mutex::new(Vec::new()),
+            moved: Notify::new(),
+            stop_waiting: AtomicBool::new(false),
+            detached: AtomicBool::new(false),
+            bytes: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds a reader here.
+    pub(crate) fn add(&self, position: Arc<Position>) {
+        lock(&self.readers).push(position);
+        self.moved.notify_one();
+    }
+
+    /// Removes the reader `name`.
+    pub(crate) fn remove(&self, name: &str) {
+        lock(&self.readers).retain(|reader| reader.name != name);
+        self.moved.notify_one();
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(client: Client, options: ResumeOptions, on_stop: StopHook) -> Self {
+        use std::hash::{BuildHasher, RandomState};
+        Shared {
+            client,
+            connection: Mutex::new(None),
+            options,
+            on_stop,
+            pumped: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+            instance: RandomState::new().hash_one(super::keys::now_ms()),
+            next_name: AtomicU64::new(0),
+        }
+    }
+
+    async fn connection(&self) -> RedisResult<MultiplexedConnection> {
+        if let Some(connection) = lock(&self.connection).clone() {
+            return Ok(connection);
+        }
+        let connection = self.client.get_multiplexed_async_connection().await?;
+        *lock(&self.connection) = Some(connection.clone());
+        Ok(connection)
+    }
+
+    /// Runs `pipe` on the shared connection; an error drops it, so the next use reconnects.
+    pub(crate) async fn query<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
+        let mut connection = self.connection().await?;
+        let result = pipe.query_async(&mut connection).await;
+        if result.is_err() {
+            *lock(&self.connection) = None;
+        }
+        result
+    }
+
+    /// A connection of its own for a reader, whose `XREAD BLOCK` waits for an answer.
+    pub(crate) async fn dedicated(&self) -> RedisResult<MultiplexedConnection> {
+        let config = AsyncConnectionConfig::new().set_response_timeout(Some(BLOCK * 2));
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+    }
+
+    /// A name for a new reader or claim, unique across instances.
+    pub(crate) fn name(&self) -> String {
+        let n = self.next_name.fetch_add(1, Ordering::Relaxed);
+        format!("{:x}-{n}", self.instance)
+    }
+
+    /// The stream `id`, if this instance pumps it.
+    pub(crate) fn pumped(&self, id: &str) -> Option<Arc<Pumped>> {
+        lock(&self.pumped).get(id).cloned()
+    }
+}
