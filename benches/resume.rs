@@ -1,8 +1,9 @@
-//! A resumable stream per event: the gate alone (the baseline, in the same run) against the gate
-//! feeding a `resume::Registry`'s replay log read by 1, 2 and 8 subscribers, each on a task of
-//! its own. 8-byte chunks, so what is measured is the machinery, not the payload. First, the
-//! memory of an idle detached stream: 10,000 streams whose generators wait, each read once and
-//! left, against as many plain gated streams whose consumers are held (RSS from `/proc`).
+//! A resumable stream per event: the gate alone, encoded as SSE frames (the baseline, in the
+//! same run), against the gate feeding a memory `resume::Registry`'s replay log read by 1, 2 and
+//! 8 subscribers (which yield the same frames), each on a task of its own. 8-byte chunks, so
+//! what is measured is the machinery, not the payload. First, the memory of an idle detached
+//! stream: 10,000 streams whose generators wait, each read once and left, against as many plain
+//! gated streams whose consumers are held (RSS from `/proc`).
 //!
 //! `cargo bench --bench resume`
 
@@ -10,38 +11,36 @@ mod common;
 
 use std::hint::black_box;
 
-use bytes::Bytes;
 use common::runtimes;
 use criterion::{Criterion, Throughput, criterion_group};
 use futures_util::StreamExt;
 use streamgate::resume::{Registry, ResumeOptions};
-use streamgate::{Consumer, Gate};
+use streamgate::sse::SseFrame;
+use streamgate::{Consumer, Gate, GateExt};
 
 const EVENTS: u64 = 10_000;
-const CHUNK: Bytes = Bytes::from_static(b"t1234567");
+const CHUNK: &str = "t1234567";
 
 /// A gate of 64 events whose generator sends `EVENTS` chunks.
-fn generator() -> Consumer<Bytes> {
+fn generator() -> Consumer<String> {
     Gate::new().max_events(64).spawn(|_, mut tx| async move {
         for _ in 0..EVENTS {
-            tx.send(CHUNK).await?;
+            tx.send(CHUNK.to_owned()).await?;
         }
-        Ok::<_, streamgate::SendError<Bytes>>(())
+        Ok::<_, streamgate::SendError<String>>(())
     })
 }
 
-/// Starts draining `events` on a task of its own; it returns the events received.
-fn drain<S>(events: S) -> tokio::task::JoinHandle<u64>
+/// Starts draining `frames` on a task of its own; it returns the frames received.
+fn drain<S>(frames: S) -> tokio::task::JoinHandle<u64>
 where
-    S: futures_util::Stream<Item = Result<streamgate::Event<Bytes>, streamgate::GateError>>
-        + Send
-        + 'static,
+    S: futures_util::Stream<Item = SseFrame> + Send + 'static,
 {
     tokio::spawn(async move {
-        let mut events = std::pin::pin!(events);
+        let mut frames = std::pin::pin!(frames);
         let mut n = 0;
-        while let Some(event) = events.next().await {
-            black_box(event.expect("completes"));
+        while let Some(frame) = frames.next().await {
+            black_box(frame);
             n += 1;
         }
         n
@@ -50,12 +49,13 @@ where
 
 /// `EVENTS` chunks through a registry to `readers` subscribers at once; returns the events
 /// received.
-async fn through_registry(registry: &Registry<Bytes>, readers: usize, id: u64) -> u64 {
+async fn through_registry(registry: &Registry<String>, readers: usize, id: u64) -> u64 {
     let id = id.to_string();
     // Every subscriber attaches before any reads: the stream cannot end before the last one.
-    let mut subscribers = vec![registry.register(id.as_str(), generator()).unwrap()];
+    let claim = registry.claim(&id).await.unwrap();
+    let mut subscribers = vec![registry.register(claim, generator()).await.unwrap()];
     for _ in 1..readers {
-        subscribers.push(registry.attach(&id, None).unwrap());
+        subscribers.push(registry.attach(&id, None).await.unwrap());
     }
     let handles: Vec<_> = subscribers.into_iter().map(drain).collect();
     let mut received = 0;
@@ -69,12 +69,12 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("resume_per_event");
     group.throughput(Throughput::Elements(EVENTS));
     for (name, runtime) in runtimes() {
-        group.bench_function(format!("{name}/gate alone"), |b| {
-            b.iter(|| runtime.block_on(async { drain(generator()).await.unwrap() }))
+        group.bench_function(format!("{name}/gate alone, encoded"), |b| {
+            b.iter(|| runtime.block_on(async { drain(generator().sse()).await.unwrap() }))
         });
         // Finished streams are removed at once, so the registry does not grow across runs.
         let options = ResumeOptions::default().retain(std::time::Duration::ZERO);
-        let registry = runtime.block_on(async { Registry::new(options) });
+        let registry = runtime.block_on(async { Registry::memory(options) });
         let mut next_id = 0;
         for readers in [1, 2, 8] {
             group.bench_function(format!("{name}/registry, {readers} subscribers"), |b| {
@@ -96,11 +96,11 @@ fn rss_kib() -> Option<u64> {
 }
 
 /// A gate whose generator sends one chunk, then waits for ever.
-fn idle() -> Consumer<Bytes> {
+fn idle() -> Consumer<String> {
     Gate::new().spawn(|_, mut tx| async move {
-        tx.send(CHUNK).await?;
+        tx.send(CHUNK.to_owned()).await?;
         std::future::pending::<()>().await;
-        Ok::<_, streamgate::SendError<Bytes>>(())
+        Ok::<_, streamgate::SendError<String>>(())
     })
 }
 
@@ -127,9 +127,10 @@ fn memory_per_idle_stream() {
         }
         settle().await;
         let gated = rss_kib().unwrap_or(before);
-        let registry = Registry::new(ResumeOptions::default());
+        let registry = Registry::memory(ResumeOptions::default());
         for id in 0..STREAMS {
-            let mut subscriber = registry.register(id.to_string(), idle()).unwrap();
+            let claim = registry.claim(&id.to_string()).await.unwrap();
+            let mut subscriber = registry.register(claim, idle()).await.unwrap();
             subscriber.next().await;
         }
         settle().await;

@@ -51,15 +51,24 @@ fn public_types_are_send_sync_unpin() {
 
 #[test]
 fn resumable_streams_cross_threads() {
-    use streamgate::resume::{AttachError, Registry, RegistryStats, ResumeOptions, Subscriber};
+    use streamgate::resume::{
+        AttachError, Claim, ClaimError, RegisterError, Registry, RegistryStats, ResumeOptions,
+        StoreError, Subscriber,
+    };
     send::<Registry<String>>();
     sync::<Registry<String>>();
     unpin::<Registry<String>>();
-    send::<Subscriber<String>>();
-    sync::<Subscriber<String>>();
-    unpin::<Subscriber<String>>();
+    send::<Subscriber>();
+    sync::<Subscriber>();
+    unpin::<Subscriber>();
+    send::<Claim>();
+    sync::<Claim>();
     send::<AttachError>();
     sync::<AttachError>();
+    send::<ClaimError>();
+    send::<RegisterError>();
+    send::<StoreError>();
+    sync::<StoreError>();
     send::<ResumeOptions>();
     send::<RegistryStats>();
 }
@@ -74,16 +83,6 @@ fn openai_chunks_cross_threads() {
     sync::<ChatEvent>();
     send::<ParseError>();
     sync::<ParseError>();
-}
-
-#[cfg(feature = "redis")]
-#[test]
-fn redis_resumable_streams_cross_threads() {
-    use streamgate::resume::{RedisRegistry, RedisSubscriber};
-    send::<RedisRegistry>();
-    sync::<RedisRegistry>();
-    send::<RedisSubscriber>();
-    unpin::<RedisSubscriber>();
 }
 
 #[test]

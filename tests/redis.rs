@@ -1,33 +1,84 @@
-//! `resume::RedisRegistry` on a real `redis-server` (started here on a free port; the test says
-//! SKIPPED and passes when it is not installed): a reader on another instance probes the same
-//! end reason as the stream's own instance. (The reference server's instances sharing one Redis
-//! are `cli/tests/sim_redis.rs`.)
+//! `resume::Registry::redis` on a real `redis-server` (started here on a free port; each test
+//! says SKIPPED and passes when it is not installed), with two registries standing for two
+//! instances of a server: a resume through the other instance continues the same generation;
+//! the read-ahead pauses the generator and the lag limit cuts a reader off, whichever instance
+//! it reads through, as in memory; claims are exclusive across instances; a finished stream
+//! answers `Finished`; a stop through the other instance reaches the generator; a reader on
+//! the other instance probes the same end reason. (The reference server's instances sharing
+//! one Redis are `cli/tests/sim_redis.rs`.)
 #![cfg(feature = "redis")]
 
 mod common;
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::gate::Releases;
 use common::redis_server::RedisServer;
+use common::subscriber::{expected, register, rest, take};
+use futures_util::StreamExt;
+use streamgate::probe::HopProbe;
+use streamgate::resume::{AttachError, ClaimError, Registry, ResumeOptions};
+use streamgate::{Consumer, EndReason, Gate, GateExt, Policy};
+use tokio::time::sleep;
+
+/// Two registries on one Redis: two instances of a server.
+fn instances(redis: &RedisServer, options: ResumeOptions) -> (Registry<String>, Registry<String>) {
+    let open = || Registry::redis(&redis.url(), options).expect("a Redis URL");
+    (open(), open())
+}
+
+/// A generator of `n` tokens `"t{i}"`, one every `step`, counting what it generated; its gate
+/// holds 4 events and pauses without limit (the registry's limits bound a slow reader).
+fn tokens(
+    releases: &Releases,
+    n: u64,
+    step: Duration,
+    generated: Arc<AtomicU64>,
+) -> Consumer<String> {
+    releases
+        .gate()
+        .policy(Policy::Backpressure { max_pause: None })
+        .max_events(4)
+        .spawn(move |_, mut tx| async move {
+            for i in 0..n {
+                if !step.is_zero() {
+                    sleep(step).await;
+                }
+                tx.send(format!("t{i}")).await?;
+                generated.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<_, streamgate::SendError<String>>(())
+        })
+}
+
+/// Waits until `generated` has not moved for `quiet`, at most the hang guard: where it paused.
+async fn paused(generated: &AtomicU64, quiet: Duration) -> u64 {
+    let deadline = std::time::Instant::now() + common::HANG;
+    let mut last = generated.load(Ordering::SeqCst);
+    loop {
+        sleep(quiet).await;
+        let now = generated.load(Ordering::SeqCst);
+        if now == last {
+            return now;
+        }
+        assert!(std::time::Instant::now() < deadline, "never paused: {now}");
+        last = now;
+    }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_another_instance_probes_the_same_end_reason() {
-    use futures_util::StreamExt;
-    use streamgate::probe::HopProbe;
-    use streamgate::resume::{RedisRegistry, ResumeOptions};
-    use streamgate::sse::SseEvent;
-    use streamgate::{EndReason, Gate, GateExt};
-
     let Some(redis) = RedisServer::start("end-reason") else {
         return;
     };
-    let (here, there) = (
-        RedisRegistry::new(&redis.url(), ResumeOptions::default()).unwrap(),
-        RedisRegistry::new(&redis.url(), ResumeOptions::default()).unwrap(),
-    );
+    let (here, there) = instances(&redis, ResumeOptions::default());
     let consumer = Gate::new().spawn(|_, mut tx| async move {
-        tx.send(SseEvent::data("a")).await.ok();
+        tx.send("a".to_owned()).await.ok();
         Err(std::io::Error::other("the decode loop failed"))
     });
-    let first = here.register("failing", consumer).await.unwrap();
+    let first = register(&here, "failing", consumer).await;
     let hop = HopProbe::new("client.recv");
     // The reader on the other instance sees the event, the terminal frame, and the end.
     let reader = there.attach("failing", None).await.unwrap();
@@ -41,4 +92,198 @@ async fn a_reader_on_another_instance_probes_the_same_end_reason() {
         [(EndReason::GeneratorError, 1)]
     );
     drop(first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_through_another_instance_continues_the_same_generation() {
+    let Some(redis) = RedisServer::start("resume") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    for (n, cut) in [0, 1, 17].into_iter().enumerate() {
+        let id = format!("r{cut}");
+        let releases = Releases::default();
+        let generated = Arc::new(AtomicU64::new(0));
+        let consumer = tokens(&releases, 50, Duration::from_millis(1), generated.clone());
+        let mut first = register(&here, &id, consumer).await;
+        let mut seen = take(&mut first, cut).await;
+        drop(first);
+        let last = seen.last().map(|(id, _)| *id);
+        let mut resumed = there.attach(&id, last).await.unwrap();
+        let (more, end) = rest(&mut resumed).await;
+        seen.extend(more);
+        assert_eq!(
+            seen,
+            expected(0..50),
+            "cut after {cut}: nothing lost or repeated"
+        );
+        assert!(end.is_none(), "completed: {end:?}");
+        releases.wait_for(1).await;
+        assert_eq!(releases.once().0, EndReason::Completed);
+        assert_eq!(generated.load(Ordering::SeqCst), 50, "generated once");
+        assert_eq!(there.stats().resumed, n as u64 + 1, "attaches through it");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_holds_the_generator_within_the_read_ahead_on_either_instance() {
+    let Some(redis) = RedisServer::start("read-ahead") else {
+        return;
+    };
+    let options = ResumeOptions::default()
+        .read_ahead(8)
+        .max_lag(Duration::from_secs(60));
+    let (here, there) = instances(&redis, options);
+    for remote in [false, true] {
+        let id = format!("r-{remote}");
+        let releases = Releases::default();
+        let generated = Arc::new(AtomicU64::new(0));
+        let consumer = tokens(&releases, 1_000, Duration::ZERO, generated.clone());
+        let first = register(&here, &id, consumer).await;
+        let other = there.attach(&id, None).await.unwrap();
+        // The reader that stops: on this instance (the pump's), or on the other.
+        let (mut stopped, mut fast) = if remote {
+            (other, first)
+        } else {
+            (first, other)
+        };
+        take(&mut stopped, 1).await;
+        // The pump learns where a reader on another instance is at its next look (every
+        // 100 ms): give it two.
+        sleep(Duration::from_millis(250)).await;
+        // The other reads on until the one that stopped holds the log: the read-ahead.
+        let reader = tokio::spawn(async move { rest(&mut fast).await });
+        let at = paused(&generated, Duration::from_millis(500)).await;
+        // The log (8 unread by the reader that stopped, who read 1), the gate (4), the chunk
+        // in the generator's hand.
+        assert!(at <= 1 + 8 + 4 + 1, "remote {remote}: generated {at}");
+        assert!(!reader.is_finished(), "remote {remote}: held back");
+        // It reads again: everything comes, to both.
+        let (events, end) = rest(&mut stopped).await;
+        assert_eq!(events, expected(1..1_000), "remote {remote}");
+        assert!(end.is_none(), "{end:?}");
+        let (events, end) = reader.await.unwrap();
+        assert_eq!(events, expected(0..1_000), "remote {remote}");
+        assert!(end.is_none(), "{end:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_past_its_lag_limit_is_cut_off_and_holds_nobody_back_on_either_instance() {
+    let Some(redis) = RedisServer::start("lag") else {
+        return;
+    };
+    let options = ResumeOptions::default()
+        .read_ahead(4)
+        .max_lag(Duration::from_millis(300));
+    let (here, there) = instances(&redis, options);
+    for (id, stalled_on) in [("local", &here), ("remote", &there)] {
+        let releases = Releases::default();
+        let consumer = tokens(&releases, 200, Duration::ZERO, Arc::default());
+        let mut fast = register(&here, id, consumer).await;
+        let mut stalled = stalled_on.attach(id, None).await.unwrap();
+        take(&mut stalled, 1).await;
+        // The pump learns where a reader on another instance is at its next look (every
+        // 100 ms): give it two before the fast reader runs ahead.
+        sleep(Duration::from_millis(250)).await;
+        let (events, end) = rest(&mut fast).await;
+        assert_eq!(
+            events,
+            expected(0..200),
+            "{id}: the fast reader gets everything"
+        );
+        assert!(end.is_none(), "{id}: {end:?}");
+        let (got, end) = rest(&mut stalled).await;
+        let end =
+            end.unwrap_or_else(|| panic!("{id}: the stalled reader ends, read {}", got.len()));
+        assert_eq!(end.reason, EndReason::SlowConsumer, "{id}");
+        assert!(end.message.contains("behind"), "{id}: {end:?}");
+        releases.wait_for(1).await;
+        assert_eq!(releases.once().0, EndReason::Completed, "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_are_exclusive_across_instances_until_the_retention_ends() {
+    let Some(redis) = RedisServer::start("claims") else {
+        return;
+    };
+    let retain = Duration::from_secs(3);
+    let (here, there) = instances(&redis, ResumeOptions::default().retain(retain));
+    // Two instances claiming one new id at once: one wins, every time.
+    for n in 0..200 {
+        let id = format!("new-{n}");
+        let (a, b) = tokio::join!(here.claim(&id), there.claim(&id));
+        assert!(a.is_ok() != b.is_ok(), "{n}: {a:?} {b:?}");
+        let lost = if a.is_ok() { b } else { a };
+        assert!(matches!(lost, Err(ClaimError::Running)), "{n}: {lost:?}");
+    }
+    // A claim dropped unregistered gives the id back.
+    let claim = here.claim("dropped").await.unwrap();
+    drop(claim);
+    let deadline = std::time::Instant::now() + common::HANG;
+    while there.claim("dropped").await.is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the id never came back"
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    // A finished stream: nothing after its last event, and its id retained.
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 3, Duration::ZERO, Arc::default());
+    let mut first = register(&here, "done", consumer).await;
+    assert_eq!(rest(&mut first).await.0, expected(0..3));
+    releases.wait_for(1).await;
+    assert!(matches!(
+        there.attach("done", Some(2)).await,
+        Err(AttachError::Finished)
+    ));
+    let (all, end) = rest(&mut there.attach("done", None).await.unwrap()).await;
+    assert_eq!((all, end.is_none()), (expected(0..3), true));
+    assert!(matches!(
+        there.claim("done").await,
+        Err(ClaimError::Retained)
+    ));
+    assert!(!there.stop("done").await.unwrap(), "ended: nothing to stop");
+    assert!(matches!(
+        there.stop("never").await,
+        Err(AttachError::Unknown)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_through_another_instance_cancels_the_signal_the_claim_gave_out() {
+    let Some(redis) = RedisServer::start("stop") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    let mut claim = here.claim("r").await.unwrap();
+    let stop = claim.stop_signal();
+    let releases = Releases::default();
+    let consumer = releases
+        .gate()
+        .policy(Policy::Backpressure { max_pause: None })
+        .spawn(move |_, mut tx| async move {
+            for i in 0.. {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    () = sleep(Duration::from_millis(1)) => {}
+                }
+                tx.send(format!("t{i}")).await?;
+            }
+            tx.send("stopped".to_owned()).await?;
+            Ok::<_, streamgate::SendError<String>>(())
+        });
+    let mut first = here.register(claim, consumer).await.unwrap();
+    let mut other = there.attach("r", None).await.unwrap();
+    take(&mut first, 3).await;
+    assert!(there.stop("r").await.unwrap());
+    for reader in [&mut first, &mut other] {
+        let (events, end) = rest(reader).await;
+        assert!(end.is_none(), "completed on its own terms: {end:?}");
+        assert_eq!(events.last().map(|(_, t)| t.as_str()), Some("stopped"));
+    }
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::Completed);
 }

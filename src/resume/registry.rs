@@ -272,7 +272,7 @@ where
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let registry = Registry::memory(ResumeOptions::default());
+    /// let registry = Registry::<String>::memory(ResumeOptions::default());
     /// let claim = registry.claim("req-1").await?;
     /// let consumer = Gate::new().spawn(|_, tx| async move {
     ///     let _tx = tx;

@@ -7,6 +7,7 @@ pub mod deaf;
 pub mod gate;
 mod raw;
 pub mod redis_server;
+pub mod subscriber;
 
 pub use raw::*;
 

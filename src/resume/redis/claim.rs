@@ -106,13 +106,16 @@ impl Drop for Reservation {
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(async move {
                 let mut release = redis::pipe();
-                release.cmd("EVAL").arg(RELEASE).arg(1).arg(&meta).arg(&name).ignore();
+                release
+                    .cmd("EVAL")
+                    .arg(RELEASE)
+                    .arg(1)
+                    .arg(&meta)
+                    .arg(&name)
+                    .ignore();
                 // Left to its TTL if Redis does not answer.
-                let _ = tokio::time::timeout(
-                    Duration::from_secs(2),
-                    shared.query::<()>(&release),
-                )
-                .await;
+                let _ = tokio::time::timeout(Duration::from_secs(2), shared.query::<()>(&release))
+                    .await;
             });
         }
     }

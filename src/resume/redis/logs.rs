@@ -72,7 +72,8 @@ impl RedisLogs {
             )
             .await
             .map_err(unavailable)?;
-        if let Reserved::Redis(reservation) = std::mem::replace(&mut claim.reserved, Reserved::Local)
+        if let Reserved::Redis(reservation) =
+            std::mem::replace(&mut claim.reserved, Reserved::Local)
         {
             reservation.registered();
         }
@@ -188,7 +189,10 @@ impl RedisLogs {
         use std::sync::atomic::Ordering::Relaxed;
         let pumped = lock(&self.shared.pumped);
         let detached = pumped.values().filter(|s| s.detached.load(Relaxed)).count();
-        let bytes = pumped.values().map(|s| s.bytes.load(Relaxed) as usize).sum();
+        let bytes = pumped
+            .values()
+            .map(|s| s.bytes.load(Relaxed) as usize)
+            .sum();
         self.shared.counters.stats(pumped.len(), detached, bytes)
     }
 }

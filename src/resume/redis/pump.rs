@@ -48,7 +48,9 @@ impl Log {
 
     /// The id after the oldest entry's event, once it would be evicted.
     fn oldest_end(&self) -> Option<u64> {
-        self.entries.front().map(|((event, _), _)| event.saturating_add(1))
+        self.entries
+            .front()
+            .map(|((event, _), _)| event.saturating_add(1))
     }
 }
 
@@ -70,28 +72,48 @@ impl Readers {
         self.leased.iter().any(|name| !self.cut.contains(name))
     }
 
-    /// The position of the slowest reader not cut off, with the names of the readers there.
-    fn slowest(&self, pumped: &Pumped) -> Option<(u64, Vec<String>)> {
+    /// Calls `each` with the name, position and place (`true`: another instance) of every
+    /// reader not cut off.
+    fn each(&self, pumped: &Pumped, mut each: impl FnMut(&str, u64, bool)) {
         let local = lock(&pumped.readers);
-        let positions = local
-            .iter()
-            .map(|reader| (reader.name.as_str(), reader.next.load(Ordering::Relaxed)))
-            .chain(self.remote.iter().filter_map(|(name, next)| {
-                let live = self.leased.contains(name) && !local.iter().any(|r| r.name == *name);
-                live.then_some((name.as_str(), *next))
-            }))
-            .filter(|(name, _)| !self.cut.contains(*name));
-        let mut slowest: Option<(u64, Vec<String>)> = None;
-        for (name, next) in positions {
-            match &mut slowest {
-                Some((at, names)) if *at == next => names.push(name.to_owned()),
-                Some((at, _)) if *at < next => {}
-                _ => slowest = Some((next, vec![name.to_owned()])),
+        for reader in local.iter().filter(|r| !self.cut.contains(&r.name)) {
+            each(&reader.name, reader.next.load(Ordering::Relaxed), false);
+        }
+        for (name, next) in &self.remote {
+            let live = self.leased.contains(name) && !self.cut.contains(name);
+            if live && !local.iter().any(|reader| reader.name == *name) {
+                each(name, *next, true);
             }
         }
+    }
+
+    /// The position of the slowest reader not cut off, and whether one there reads through
+    /// another instance.
+    fn slowest(&self, pumped: &Pumped) -> Option<(u64, bool)> {
+        let mut slowest: Option<(u64, bool)> = None;
+        self.each(pumped, |_, next, remote| match &mut slowest {
+            Some((at, far)) if *at == next => *far |= remote,
+            Some((at, _)) if *at < next => {}
+            _ => slowest = Some((next, remote)),
+        });
         slowest
     }
+
+    /// The names of the readers at `position`.
+    fn at(&self, pumped: &Pumped, position: u64) -> Vec<String> {
+        let mut names = Vec::new();
+        self.each(pumped, |name, next, _| {
+            if next == position {
+                names.push(name.to_owned());
+            }
+        });
+        names
+    }
 }
+
+/// The first wait before the pump looks again at the positions of readers on other instances
+/// that hold it; it doubles each look that finds them where they were, up to [`TICK`].
+const REPOLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// What to do with the frame the pump holds.
 enum Step {
@@ -115,7 +137,10 @@ pub(crate) async fn pump<S>(
     S: Stream<Item = SseFrame> + Unpin,
 {
     let keys = Keys::new(&id);
-    if run(&shared, &id, &keys, &pumped, &mut frames).await.is_err() {
+    if run(&shared, &id, &keys, &pumped, &mut frames)
+        .await
+        .is_err()
+    {
         pumped.handle.cancel_with(EndReason::ConsumerGone);
     }
     drop(frames);
@@ -158,6 +183,10 @@ where
     let mut held_since = None::<Instant>;
     let lag = tokio::time::sleep(options.max_lag);
     tokio::pin!(lag);
+    // Held by a reader on another instance: when to look at the positions again, and the wait.
+    let repoll = tokio::time::sleep(REPOLL);
+    tokio::pin!(repoll);
+    let mut repoll_after = None::<std::time::Duration>;
     // A frame taken from the gate and not yet appended: while it waits, the gate behind it
     // fills and pauses the generator.
     let mut pending = None::<SseFrame>;
@@ -186,9 +215,17 @@ where
                 pumped.bytes.store(log.bytes as u64, Ordering::Relaxed);
             }
             () = pumped.moved.notified(), if waiting => {}
+            () = &mut repoll, if waiting && repoll_after.is_some() => {
+                let stop;
+                (readers, stop) = watch(shared, keys, readers.cut).await?;
+                stopped |= stop;
+                attached = readers.attached();
+                repoll_after = repoll_after.map(|after| (after * 2).min(TICK));
+            }
             () = &mut lag, if waiting && held_since.is_some() => {
                 // The slowest readers held the log back past their lag limit: cut them off.
-                if let Some((_, names)) = readers.slowest(pumped) {
+                if let Some((slowest, _)) = readers.slowest(pumped) {
+                    let names = readers.at(pumped, slowest);
                     cut(shared, keys, pumped, &mut readers, names).await?;
                 }
                 held_since = None;
@@ -206,10 +243,18 @@ where
         stopped |= pumped.stop_waiting.load(Ordering::Relaxed);
         while let Some(frame) = pending.take() {
             let step = if stopped {
-                if log.fits(&frame) { Step::Append } else { Step::Evict }
+                if log.fits(&frame) {
+                    Step::Append
+                } else {
+                    Step::Evict
+                }
             } else if !attached {
                 // Detached: the grace bounds the wait for room.
-                if log.fits(&frame) { Step::Append } else { Step::Wait }
+                if log.fits(&frame) {
+                    Step::Append
+                } else {
+                    Step::Wait
+                }
             } else {
                 match readers.slowest(pumped) {
                     // Attached, but no position known yet: as before it was known.
@@ -233,12 +278,17 @@ where
                 Step::Append => {
                     append(shared, keys, &mut log, &frame).await?;
                     held_since = None;
+                    repoll_after = None;
                 }
                 Step::Evict => {
                     evict(&mut log);
                     pending = Some(frame);
                 }
                 Step::Wait => {
+                    if attached && readers.slowest(pumped).is_some_and(|(_, far)| far) {
+                        let after = *repoll_after.get_or_insert(REPOLL);
+                        repoll.as_mut().reset(Instant::now() + after);
+                    }
                     if attached && held_since.is_none() {
                         let now = Instant::now();
                         held_since = Some(now);

@@ -10,7 +10,9 @@ use redis::RedisResult;
 use redis::aio::MultiplexedConnection;
 use tokio::sync::mpsc;
 
-use super::keys::{Entries, EntryId, Keys, LogEntry, format_id, millis, now_ms, parse_entry, parse_id};
+use super::keys::{
+    Entries, EntryId, Keys, LogEntry, format_id, millis, now_ms, parse_entry, parse_id,
+};
 use super::shared::{Position, Pumped, Shared};
 use super::{BATCH, BLOCK, LEASE, LEASE_RENEWAL, RUNNING_TTL, TICK};
 use crate::end::EndReason;
@@ -27,6 +29,8 @@ pub(crate) struct RedisReader {
     position: Arc<Position>,
     /// The stream, when this instance pumps it.
     local: Option<Arc<Pumped>>,
+    /// How far a reader on another instance moves before it writes its position at once.
+    eager: u64,
     done: bool,
 }
 
@@ -51,18 +55,33 @@ impl RedisReader {
         // The entry of event `after`: the reader goes on after it.
         let last = after.map(|after| (after, 1));
         let remote = local.is_none();
-        tokio::spawn(run(shared, keys, position.clone(), remote, connection, last, tx));
+        let shared_read_ahead = shared.options.read_ahead as u64;
+        tokio::spawn(run(
+            shared,
+            keys,
+            position.clone(),
+            remote,
+            connection,
+            last,
+            tx,
+        ));
         Ok(RedisReader {
             frames,
             position,
             local,
+            eager: (shared_read_ahead / 2).max(1),
             done: false,
         })
     }
 }
 
 /// Takes or renews the lease of `reader` (with `positioned`, its position too).
-async fn lease(shared: &Shared, keys: &Keys, reader: &Position, positioned: bool) -> RedisResult<()> {
+async fn lease(
+    shared: &Shared,
+    keys: &Keys,
+    reader: &Position,
+    positioned: bool,
+) -> RedisResult<()> {
     let expiry = now_ms().saturating_add(millis(LEASE));
     let ttl = millis(RUNNING_TTL) as i64;
     let mut pipe = redis::pipe();
@@ -94,45 +113,36 @@ async fn run(
 ) {
     let keep = async {
         let renewals = (LEASE_RENEWAL.as_millis() / TICK.as_millis()).max(1) as u64;
-        let mut written = position.next.load(Ordering::Relaxed);
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        for n in 1u64.. {
-            tick.tick().await;
+        let mut n = 0u64;
+        loop {
+            // Every tick, or at once when the reader moved by half the read-ahead.
+            let due = tokio::select! {
+                _ = tick.tick() => {
+                    n += 1;
+                    n % renewals == 0
+                }
+                () = position.moved.notified() => false,
+            };
             let next = position.next.load(Ordering::Relaxed);
-            if remote && (next != written || n % renewals == 0) {
+            let moved = next != position.written.load(Ordering::Relaxed);
+            if remote && (moved || due) {
                 // A failing Redis ends the read too, which says so.
                 let _ = lease(&shared, &keys, &position, true).await;
-                written = next;
-            } else if n % renewals == 0 {
+                position.written.store(next, Ordering::Relaxed);
+            } else if due {
                 let _ = lease(&shared, &keys, &position, false).await;
             }
-            if remote && n % renewals == 0 {
-                // The pump, on another instance, cut this reader off.
-                let cut: RedisResult<(bool,)> = shared
-                    .query(redis::pipe().sismember(&keys.cut, &position.name))
-                    .await;
-                if matches!(cut, Ok((true,))) {
-                    return;
-                }
-            }
         }
     };
-    let cut = async {
-        if remote {
-            keep.await;
-        } else {
-            let cut = position.cut_notify.notified();
-            tokio::select! {
-                () = keep => {}
-                () = cut => {}
-            }
-        }
-    };
+    // Cut off here by the pump of this instance (one on another learns it at its next read).
+    let cut = position.cut_notify.notified();
     let end = tokio::select! {
         () = tx.closed() => None,
+        () = keep => None,
         () = cut => Some(behind(&position, shared.options.max_lag)),
-        end = read(&mut connection, &keys, last, &tx) => end,
+        end = read(&mut connection, &keys, &position, shared.options.max_lag, last, &tx) => end,
     };
     if let Some(frame) = end {
         // Nobody may read it any more: then there is nothing to say.
@@ -154,8 +164,9 @@ async fn run(
 /// The terminal frame of a reader cut off for holding the log back.
 fn behind(position: &Position, max_lag: std::time::Duration) -> SseFrame {
     let next = position.next.load(Ordering::Relaxed);
-    let why =
-        format!("behind: cut off at event {next} after holding the replay log back for {max_lag:?}");
+    let why = format!(
+        "behind: cut off at event {next} after holding the replay log back for {max_lag:?}"
+    );
     end_frame(&GateError::new(EndReason::SlowConsumer, Some(why.into())))
 }
 
@@ -164,6 +175,8 @@ fn behind(position: &Position, max_lag: std::time::Duration) -> SseFrame {
 async fn read(
     connection: &mut MultiplexedConnection,
     keys: &Keys,
+    reader: &Position,
+    max_lag: std::time::Duration,
     mut last: Option<EntryId>,
     tx: &mpsc::Sender<SseFrame>,
 ) -> Option<SseFrame> {
@@ -173,10 +186,12 @@ async fn read(
     };
     loop {
         let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
-        // The log's start and its next entries, at one instant.
-        let snapshot: RedisResult<(Option<u64>, Entries)> = redis::pipe()
+        // The log's start, whether the pump cut this reader off, and the next entries, at one
+        // instant.
+        let snapshot: RedisResult<(Option<u64>, bool, Entries)> = redis::pipe()
             .atomic()
             .hget(&keys.meta, "start")
+            .sismember(&keys.cut, &reader.name)
             .cmd("XRANGE")
             .arg(&keys.log)
             .arg(from)
@@ -185,9 +200,12 @@ async fn read(
             .arg(BATCH)
             .query_async(connection)
             .await;
-        let Ok((start, entries)) = snapshot else {
+        let Ok((start, cut, entries)) = snapshot else {
             return failed();
         };
+        if cut {
+            return Some(behind(reader, max_lag));
+        }
         let Some(start) = start else {
             let frame = error_frame(
                 "resume_store_error",
@@ -250,9 +268,17 @@ impl Stream for RedisReader {
         match &frame {
             Some(frame) => {
                 if let Some(id) = frame.id() {
-                    this.position.next.store(id.saturating_add(1), Ordering::Relaxed);
-                    if let Some(local) = &this.local {
-                        local.moved.notify_one();
+                    let next = id.saturating_add(1);
+                    let position = &this.position;
+                    position.next.store(next, Ordering::Relaxed);
+                    match &this.local {
+                        Some(local) => local.moved.notify_one(),
+                        None => {
+                            let written = position.written.load(Ordering::Relaxed);
+                            if next.saturating_sub(written) >= this.eager {
+                                position.moved.notify_one();
+                            }
+                        }
                     }
                 }
             }

@@ -52,6 +52,10 @@ pub(crate) struct Position {
     /// Its name in the stream's readers, positions and cut set.
     pub(crate) name: String,
     pub(crate) next: AtomicU64,
+    /// The position last written to Redis (a reader on another instance than the pump's).
+    pub(crate) written: AtomicU64,
+    /// Wakes the reader's task to write its position now: it moved by half the read-ahead.
+    pub(crate) moved: Notify,
     pub(crate) cut: AtomicBool,
     /// Wakes the reader's task when it is cut off.
     pub(crate) cut_notify: Notify,
@@ -62,6 +66,8 @@ impl Position {
         Position {
             name,
             next: AtomicU64::new(next),
+            written: AtomicU64::new(next),
+            moved: Notify::new(),
             cut: AtomicBool::new(false),
             cut_notify: Notify::new(),
         }

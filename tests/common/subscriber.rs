@@ -1,0 +1,80 @@
+//! Reading a registry's subscribers in tests: frames back into (id, token) events and the
+//! terminal frame into an end, whichever store the registry keeps its logs in.
+
+use futures_util::StreamExt;
+use streamgate::resume::{Registry, Subscriber};
+use streamgate::sse::SseFrame;
+use streamgate::{Consumer, EndReason};
+use tokio::time::timeout;
+
+use super::HANG;
+
+/// Claims `id` and registers `consumer` under it.
+pub async fn register(
+    registry: &Registry<String>,
+    id: &str,
+    consumer: Consumer<String>,
+) -> Subscriber {
+    let claim = registry.claim(id).await.expect("a new id");
+    registry
+        .register(claim, consumer)
+        .await
+        .expect("registered")
+}
+
+/// How a subscriber's stream ended early: the reason and the message of its terminal frame.
+#[derive(Debug)]
+pub struct End {
+    pub reason: EndReason,
+    pub message: String,
+}
+
+/// A subscriber's frame: an event as (id, token), or the terminal frame of an early end.
+pub fn read(frame: SseFrame) -> Result<(u64, String), End> {
+    let text = std::str::from_utf8(frame.bytes()).expect("UTF-8");
+    let data = text
+        .lines()
+        .find_map(|line| line.strip_prefix("data: "))
+        .expect("a data line");
+    match frame.end_reason() {
+        Some(reason) => {
+            let error: serde_json::Value = serde_json::from_str(data).expect("JSON");
+            let message = error["error"]["message"].as_str().expect("a message");
+            Err(End {
+                reason,
+                message: message.to_owned(),
+            })
+        }
+        None => Ok((frame.id().expect("an event id"), data.to_owned())),
+    }
+}
+
+/// The next `count` events of `subscriber` as (id, token).
+pub async fn take(subscriber: &mut Subscriber, count: usize) -> Vec<(u64, String)> {
+    let mut events = Vec::new();
+    for _ in 0..count {
+        let frame = timeout(HANG, subscriber.next())
+            .await
+            .expect("no hang")
+            .expect("an event");
+        events.push(read(frame).expect("not an end"));
+    }
+    events
+}
+
+/// Every event of `subscriber` until its end, and the end (`None`: completed).
+pub async fn rest(subscriber: &mut Subscriber) -> (Vec<(u64, String)>, Option<End>) {
+    let mut events = Vec::new();
+    while let Some(frame) = timeout(HANG, subscriber.next()).await.expect("no hang") {
+        match read(frame) {
+            Ok(event) => events.push(event),
+            Err(end) => return (events, Some(end)),
+        }
+    }
+    (events, None)
+}
+
+/// The events `t{i}` for `range`, as (id, token).
+pub fn expected(range: std::ops::Range<u64>) -> Vec<(u64, String)> {
+    range.map(|i| (i, format!("t{i}"))).collect()
+}
