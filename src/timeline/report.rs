@@ -105,7 +105,8 @@ pub struct Diagnosis {
     pub records: u64,
     /// Lines read (blank ones included).
     pub lines: u64,
-    /// Records left out by the request filter or the `since` window.
+    /// Records left out by the request filter or the window of
+    /// [`Timeline::read_last`](super::Timeline::read_last).
     pub filtered: u64,
     /// Stalls found: began at a hop, or unknown.
     pub stalls_total: u64,
