@@ -242,6 +242,20 @@ impl Timeline {
     /// # Panics
     ///
     /// If the path is empty, longer than [`MAX_PATH`], or names a hop twice.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// // The hops in path order, and the shortest quiet spell that is a stall.
+    /// let path = ["worker.publish", "gateway.write", "client.recv"];
+    /// let timeline = Timeline::new(path, Duration::from_millis(500));
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!(diagnosis.stall, Duration::from_millis(500));
+    /// assert_eq!(diagnosis.hops[1].hop, "gateway.write");
+    /// ```
     pub fn new<I, S>(path: I, stall: Duration) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -283,6 +297,20 @@ impl Timeline {
     }
 
     /// Analyses only the request `id`: other requests' records are counted as filtered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).request("r2");
+    /// timeline.add_lines("gateway.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.requests, diagnosis.records, diagnosis.filtered), (1, 1, 1));
+    /// ```
     pub fn request(mut self, id: impl Into<String>) -> Self {
         self.only = Some(id.into().into_boxed_str());
         self
@@ -290,6 +318,19 @@ impl Timeline {
 
     /// Reads lines of at most `bytes` (default [`DEFAULT_MAX_RECORD_LINE`]); longer ones are
     /// skipped as they are read, one problem each.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).max_line(1024);
+    /// timeline.add_lines("gateway.jsonl", &"x".repeat(4096));
+    /// let problems = timeline.diagnose().problems;
+    /// assert_eq!(problems.count(ProblemKind::LongLine), 1);
+    /// assert_eq!(problems.examples[0].message, "a line of 4096 bytes (at most 1024): skipped");
+    /// ```
     pub fn max_line(mut self, bytes: usize) -> Self {
         self.max_line = bytes;
         self
@@ -297,6 +338,21 @@ impl Timeline {
 
     /// Analyses at most `n` requests (default [`DEFAULT_MAX_REQUESTS`]); records of later
     /// ones are counted as [`ProblemKind::RequestLimit`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let records = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).max_requests(1);
+    /// timeline.add_lines("gateway.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!(diagnosis.requests, 1);
+    /// assert_eq!(diagnosis.problems.count(ProblemKind::RequestLimit), 1);
+    /// ```
     pub fn max_requests(mut self, n: usize) -> Self {
         self.max_requests = n;
         self
@@ -304,12 +360,44 @@ impl Timeline {
 
     /// Keeps the first `n` problems as examples (default [`DEFAULT_MAX_PROBLEMS`]); all are
     /// counted by kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).max_problems(1);
+    /// timeline.add_lines("gateway.jsonl", "not a record\nnor this\n");
+    /// let problems = timeline.diagnose().problems;
+    /// assert_eq!((problems.total, problems.examples.len()), (2, 1));
+    /// assert_eq!(problems.examples[0].line, Some(1));
+    /// assert_eq!(problems.count(ProblemKind::BadRecord), 2);
+    /// ```
     pub fn max_problems(mut self, n: usize) -> Self {
         self.problems.set_max(n);
         self
     }
 
     /// Lists the `n` longest stalls (default [`DEFAULT_MAX_STALLS`]); all are counted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// // Two requests, quiet for 2 s and for 3 s.
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"worker.publish","seq":1,"t_ns":3000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1)).max_stalls(1);
+    /// timeline.add_lines("worker.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.stalls_total, diagnosis.stalls.len()), (2, 1));
+    /// assert_eq!(diagnosis.stalls[0].request, "r2");
+    /// ```
     pub fn max_stalls(mut self, n: usize) -> Self {
         self.max_stalls = n;
         self
@@ -320,6 +408,26 @@ impl Timeline {
     /// more, catch-up profiles (two each). What would need a hole, a phase, a stall or a
     /// profile not kept is unknown; a quiet spell not kept goes into the stream's sketch (an
     /// upstream gap becomes an upper bound).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1)).max_details(0);
+    /// timeline.add_lines("worker.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// // The quiet spell is counted, but there was no room to keep it as a stall.
+    /// assert_eq!((diagnosis.hops[0].quiet_spells, diagnosis.stalls_total), (1, 0));
+    /// assert_eq!(
+    ///     diagnosis.problems.examples[0].message,
+    ///     "request `r1` at worker.publish: a stall after seq 0 not analysed: the detail budget is spent"
+    /// );
+    /// assert!(diagnosis.problems.count(ProblemKind::DetailLimit) > 0);
+    /// ```
     pub fn max_details(mut self, n: u64) -> Self {
         self.budget.set_max(n);
         self
@@ -327,6 +435,26 @@ impl Timeline {
 
     /// Tracks gaps by output position for the first `n` positions of each stream (default
     /// [`DEFAULT_MAX_POSITIONS`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// // Four visible events 10 ms apart: gaps end at output positions 1, 2 and 3.
+    /// let records = r#"{"request":"r1","hop":"client.recv","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"client.recv","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"client.recv","seq":2,"t_ns":20000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"client.recv","seq":3,"t_ns":30000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["client.recv"], Duration::from_secs(1)).max_positions(2);
+    /// timeline.add_lines("client.jsonl", records);
+    /// let hop = &timeline.diagnose().hops[0];
+    /// assert_eq!(hop.gaps, 3);
+    /// assert_eq!(hop.by_position.len(), 2);
+    /// assert_eq!(hop.by_position[1].max, Duration::from_millis(10));
+    /// assert_eq!(hop.positions_beyond, 2);
+    /// ```
     pub fn max_positions(mut self, n: usize) -> Self {
         for table in &mut self.tables {
             table.set_max_positions(n);
@@ -342,6 +470,27 @@ impl Timeline {
     ///
     /// What reading returns; the records read before the error count (the error is also a
     /// problem of the diagnosis).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    ///
+    /// not a record
+    /// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":0,"kind":"end","reason":"completed","idle_ns":0}
+    /// "#;
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+    /// // Any reader: a file (`File::open("gateway.jsonl")?`), standard input, bytes.
+    /// timeline.read("gateway.jsonl", records.as_bytes())?;
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.lines, diagnosis.records), (4, 2));
+    /// let problem = &diagnosis.problems.examples[0];
+    /// assert_eq!((problem.source.as_str(), problem.line), ("gateway.jsonl", Some(3)));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn read(&mut self, source: &str, reader: impl Read) -> io::Result<()> {
         let id = self.source(source);
         self.read_from(id, source, reader, None)
@@ -469,12 +618,51 @@ impl Timeline {
     }
 
     /// Reads the hop records in `text` (see [`read`](Timeline::read)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+    /// timeline.add_lines(
+    ///     "gateway.jsonl",
+    ///     r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#,
+    /// );
+    /// assert_eq!(timeline.diagnose().records, 1);
+    /// ```
     pub fn add_lines(&mut self, source: &str, text: &str) {
         // Reading from a slice cannot fail.
         let _ = self.read(source, text.as_bytes());
     }
 
-    /// Adds one record.
+    /// Adds one record, as a hop made it (see [`HopRecord`]), naming `source` in any problem
+    /// found.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::Kind;
+    /// use streamgate::probe::{HopRecord, RecordKind};
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let mut timeline = Timeline::new(["client.recv"], Duration::from_secs(1));
+    /// for (seq, t_ms) in [(0, 0), (1, 10), (2, 1500)] {
+    ///     let record = HopRecord {
+    ///         request: "r1".into(),
+    ///         hop: "client.recv".into(),
+    ///         seq,
+    ///         t_ns: t_ms * 1_000_000,
+    ///         bytes: 5,
+    ///         kind: RecordKind::Event(Kind::Visible),
+    ///     };
+    ///     timeline.add_record("client", &record);
+    /// }
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.stalls[0].after, diagnosis.stalls[0].seq), (Some(1), Some(2)));
+    /// ```
     pub fn add_record(&mut self, source: &str, record: &HopRecord) {
         let id = self.source(source);
         if let Err(error) = parse::check(&record.request) {
@@ -494,6 +682,25 @@ impl Timeline {
     }
 
     /// A problem not tied to a line: an input that could not be opened, for one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::fs::File;
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+    /// let name = "/nonexistent/gateway.jsonl";
+    /// match File::open(name) {
+    ///     Ok(file) => timeline.read(name, file)?,
+    ///     Err(error) => timeline.add_problem(ProblemKind::Unreadable, name, &error.to_string()),
+    /// }
+    /// let problems = timeline.diagnose().problems;
+    /// assert_eq!(problems.count(ProblemKind::Unreadable), 1);
+    /// assert_eq!(problems.examples[0].line, None);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn add_problem(&mut self, kind: ProblemKind, source: &str, message: &str) {
         self.problems.add(kind, source, None, || message.to_owned());
     }
@@ -631,8 +838,30 @@ impl Timeline {
         }
     }
 
-    /// Names the hop each stall began at, from everything read so far. It can be called
-    /// again after reading more.
+    /// Names the hop each stall began at, from everything read so far (see the
+    /// [module](self) for the rule). It can be called again after reading more.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{Blame, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1));
+    /// timeline.add_lines(
+    ///     "worker.jsonl",
+    ///     r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#,
+    /// );
+    /// assert!(!timeline.diagnose().has_stalls());
+    /// // Two seconds later on the worker's clock, the next event.
+    /// timeline.add_lines(
+    ///     "worker.jsonl",
+    ///     r#"{"request":"r1","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#,
+    /// );
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!(diagnosis.stalls[0].gap, Duration::from_secs(2));
+    /// assert_eq!(diagnosis.stalls[0].blame, Blame::Began);
+    /// ```
     pub fn diagnose(&self) -> Diagnosis {
         #[derive(Default, Clone)]
         struct Counts {
