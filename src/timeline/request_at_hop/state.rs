@@ -4,7 +4,6 @@
 use crate::chunk::Kind;
 use crate::end::EndReason;
 use crate::probe::RecordKind;
-
 use crate::timeline::budget::DetailBudget;
 use crate::timeline::problems::{ProblemKind, ProblemLog};
 use crate::timeline::table::HopTable;
@@ -23,7 +22,7 @@ const SKETCH: usize = 8;
 
 /// Stalls kept per stream; later ones are counted, reported and not analysed, like those past
 /// the detail budget.
-pub(crate) const MAX_SPELLS: usize = 256;
+const MAX_SPELLS: usize = 256;
 
 /// One record, as the state needs it.
 #[derive(Debug, Clone, Copy)]
@@ -76,7 +75,8 @@ struct Extra {
     catch_ups: Vec<CatchUp>,
 }
 
-/// One request at one hop.
+/// One request at one hop: 144 bytes however many records it has, and its details, if any
+/// (see the [module](super)).
 #[derive(Debug, Clone)]
 pub(crate) struct RequestAtHop {
     /// The hop's index in the path.
