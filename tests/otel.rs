@@ -165,7 +165,13 @@ async fn spans_and_genai_histograms_reach_an_otlp_receiver_across_two_hops() {
         );
         assert_eq!(int(span, "streamgate.events.hidden"), 0);
         assert!(int(span, "streamgate.stalls") >= 1, "{span:#?}");
-        assert!(double(span, "streamgate.gap.max") >= 0.3, "{span:#?}");
+        // The worker slept 300 ms between two events; a hop downstream sees that gap shortened
+        // by however late the event before it arrived (0.2997 s once), but still a stall.
+        let floor = match span.name.as_str() {
+            "worker.publish" => 0.3,
+            _ => STALL.as_secs_f64(),
+        };
+        assert!(double(span, "streamgate.gap.max") >= floor, "{span:#?}");
         assert!(double(span, "streamgate.time_to_first_event") >= 0.02);
         assert!(duration(span) >= stream_length, "{span:#?}");
         assert!(

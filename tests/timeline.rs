@@ -7,7 +7,7 @@ mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::io::{self, Read};
+use std::io::{self, Cursor, Read, Seek, SeekFrom};
 use std::time::Duration;
 
 use common::Rng;
@@ -1480,17 +1480,135 @@ fn one_request_and_a_window_of_each_hops_clock() {
         ),
     ]
     .concat();
-    let only = |timeline: Timeline| {
-        let mut timeline = timeline;
-        timeline.scan("w", text.as_bytes()).unwrap();
-        timeline.read("w", text.as_bytes()).unwrap();
-        timeline.diagnose()
-    };
-    let d = only(Timeline::new([W], Duration::from_secs(1)).request("old"));
+    let mut timeline = Timeline::new([W], Duration::from_secs(1)).request("old");
+    timeline.read("w", text.as_bytes()).unwrap();
+    let d = timeline.diagnose();
     assert_eq!((d.requests, d.filtered, d.stalls.len()), (1, 6, 1));
     assert_eq!(d.stalls[0].request, "old");
     // The last 5 s of the worker's clock in this file: only the newer request.
-    let d = only(Timeline::new([W], Duration::from_secs(1)).since(Duration::from_secs(5)));
+    let mut timeline = Timeline::new([W], Duration::from_secs(1));
+    timeline
+        .read_last("w", Cursor::new(&text), Duration::from_secs(5))
+        .unwrap();
+    let d = timeline.diagnose();
     assert_eq!((d.requests, d.filtered), (1, 6));
     assert_eq!(d.stalls[0].request, "new");
+}
+
+/// A stall whose upstream records a window cut says so, and is judged when they are read.
+#[test]
+fn a_window_says_when_it_cut_the_records_a_stall_needs() {
+    let worker = hop(
+        "r",
+        W,
+        0,
+        &steady(0..20, 0, Some((10, 10_000))),
+        Some((10_200, "completed")),
+    );
+    let gateway = hop(
+        "r",
+        G,
+        0,
+        &steady(0..20, 0, Some((4, 2000))),
+        Some((2_300, "completed")),
+    );
+    let window = Duration::from_secs(5);
+    let mut timeline = Timeline::new([W, G], Duration::from_secs(1));
+    timeline
+        .read_last("w", Cursor::new(&worker), window)
+        .unwrap();
+    timeline.read("g", gateway.as_bytes()).unwrap();
+    let d = timeline.diagnose();
+    assert_eq!(d.stalls.len(), 1, "{d:?}");
+    assert_eq!((d.stalls[0].hop.as_str(), d.stalls[0].after), (G, Some(3)));
+    assert_eq!(
+        d.stalls[0].blame,
+        Blame::Unknown(format!(
+            "no record of seq 3 at {W} (its records start at seq 10: before the --since window there?)"
+        ))
+    );
+    let mut timeline = Timeline::new([W, G], Duration::from_secs(1));
+    timeline.read("w", worker.as_bytes()).unwrap();
+    timeline.read("g", gateway.as_bytes()).unwrap();
+    let d = timeline.diagnose();
+    let seen: Vec<_> = d
+        .stalls
+        .iter()
+        .map(|s| (s.hop.as_str(), s.after, &s.blame))
+        .collect();
+    assert_eq!(seen, [(G, Some(3), &Blame::Began)]);
+}
+
+/// A window is one call: `read_last` makes its own first pass (a window set without one used
+/// to read every record), from where the input stands, and takes nothing when that pass
+/// fails. Each input's window ends at its own latest record of each hop.
+#[test]
+fn a_window_needs_no_separate_pass() {
+    let old = hop(
+        "old",
+        W,
+        0,
+        &steady(0..5, 0, Some((2, 3000))),
+        Some((3100, "completed")),
+    );
+    let new = hop(
+        "new",
+        W,
+        0,
+        &steady(0..5, 10_000, Some((2, 2000))),
+        Some((12_100, "completed")),
+    );
+    let text = [old.as_str(), &new].concat();
+    let window = Duration::from_secs(5);
+    let mut timeline = Timeline::new([W], Duration::from_secs(1));
+    timeline.read_last("w", Cursor::new(&text), window).unwrap();
+    let d = timeline.diagnose();
+    assert_eq!((d.requests, d.filtered, d.records), (1, 6, 6));
+    assert_eq!(d.stalls[0].request, "new");
+
+    // From where the input stands: with `new` skipped, `old` is all there is, and its last
+    // 5 s hold all of it.
+    let mut input = Cursor::new([new.as_str(), &old].concat());
+    input.set_position(new.len() as u64);
+    let mut timeline = Timeline::new([W], Duration::from_secs(1));
+    timeline.read_last("w", &mut input, window).unwrap();
+    let d = timeline.diagnose();
+    assert_eq!((d.requests, d.filtered, d.records), (1, 0, 6));
+    assert_eq!(d.stalls[0].request, "old");
+    assert_eq!(input.position(), (new.len() + old.len()) as u64);
+
+    // Another input read whole beside it: the window is the windowed input's alone.
+    let all = text.replace(r#""request":""#, r#""request":"all-"#);
+    let mut timeline = Timeline::new([W], Duration::from_secs(1));
+    timeline.read("all", all.as_bytes()).unwrap();
+    timeline
+        .read_last("last", Cursor::new(&text), window)
+        .unwrap();
+    let d = timeline.diagnose();
+    assert_eq!((d.requests, d.filtered, d.records), (3, 6, 18));
+
+    // A first pass that fails takes nothing, and says why.
+    struct Failing(Cursor<String>);
+    impl Read for Failing {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match self.0.read(buf)? {
+                0 => Err(io::Error::other("the disk went away")),
+                n => Ok(n),
+            }
+        }
+    }
+    impl Seek for Failing {
+        fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+            self.0.seek(to)
+        }
+    }
+    let mut timeline = Timeline::new([W], Duration::from_secs(1));
+    let error = timeline
+        .read_last("w", Failing(Cursor::new(text.clone())), window)
+        .unwrap_err();
+    assert_eq!(error.to_string(), "the disk went away");
+    let d = timeline.diagnose();
+    assert_eq!((d.requests, d.records, d.lines), (0, 0, 0));
+    assert_eq!(d.problems.count(ProblemKind::Unreadable), 1);
+    assert_eq!(d.problems.examples[0].message, "the disk went away");
 }

@@ -197,9 +197,6 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
     if let Some(id) = &args.request {
         timeline = timeline.request(id.clone());
     }
-    if let Some(window) = args.since {
-        timeline = timeline.since(window);
-    }
     if let Some(n) = args.max_requests {
         timeline = timeline.max_requests(n);
     }
@@ -222,16 +219,6 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
             inputs.push(Input::File(path));
         }
     }
-    if args.since.is_some() {
-        for input in &inputs {
-            if let Input::File(path) = input {
-                // An error here shows again on the second pass.
-                if let Ok(file) = File::open(path) {
-                    let _ = timeline.scan(&input.name(), file);
-                }
-            }
-        }
-    }
     let mut read = 0;
     let mut stdin = Some(stdin);
     for input in &inputs {
@@ -242,7 +229,10 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
                 None => continue,
             },
             Input::File(path) => match File::open(path) {
-                Ok(file) => timeline.read(&name, file),
+                Ok(file) => match args.since {
+                    Some(window) => timeline.read_last(&name, file, window),
+                    None => timeline.read(&name, file),
+                },
                 Err(error) => {
                     timeline.add_problem(ProblemKind::Unreadable, &name, &error.to_string());
                     Err(error)

@@ -2,7 +2,7 @@
 //! upstream, was pushed back from downstream, was a hidden phase the hop does not carry, or
 //! cannot be told.
 
-use super::stream::{CATCH_UP_STEPS, Spell, Stream, catch_up_step};
+use super::request_at_hop::{CATCH_UP_STEPS, RequestAtHop, Spell, catch_up_step};
 use crate::end::EndReason;
 
 /// What a stall seen at a hop turned out to be.
@@ -33,9 +33,9 @@ pub(super) struct Judge<'a> {
 /// if it has them.
 pub(super) fn judge(
     judge: &Judge<'_>,
-    stream: &Stream,
-    upstream: Option<&Stream>,
-    downstream: Option<&Stream>,
+    stream: &RequestAtHop,
+    upstream: Option<&RequestAtHop>,
+    downstream: Option<&RequestAtHop>,
     spell: &Spell,
 ) -> Verdict {
     let verdict = from_upstream(judge, stream, upstream, spell);
@@ -59,8 +59,8 @@ pub(super) fn judge(
 /// The rule's steps that look upstream.
 fn from_upstream(
     judge: &Judge<'_>,
-    stream: &Stream,
-    upstream: Option<&Stream>,
+    stream: &RequestAtHop,
+    upstream: Option<&RequestAtHop>,
     spell: &Spell,
 ) -> Verdict {
     // 1. The first hop of the path: nothing before it to blame.
@@ -134,7 +134,7 @@ enum Push {
 ///
 /// Either is void when D has a stall that waited on this one (it had taken everything H had
 /// sent when H froze, and was quiet through H's resume): H was not blocked on D then.
-fn pushed_back(judge: &Judge<'_>, down: &Stream, spell: &Spell) -> Push {
+fn pushed_back(judge: &Judge<'_>, down: &RequestAtHop, spell: &Spell) -> Push {
     let Some(p) = spell.after else {
         // Quiet from the stream's start at H: D cannot have been behind it.
         return Push::No;
@@ -183,7 +183,7 @@ fn pushed_back(judge: &Judge<'_>, down: &Stream, spell: &Spell) -> Push {
 }
 
 /// `Yes`, unless `down` has a stall that waited on `spell`.
-fn unless_waited(down: &Stream, down_name: &str, spell: &Spell) -> Push {
+fn unless_waited(down: &RequestAtHop, down_name: &str, spell: &Spell) -> Push {
     match down.waited_on(spell) {
         Some(false) => Push::Yes,
         Some(true) => Push::No,
@@ -191,7 +191,7 @@ fn unless_waited(down: &Stream, down_name: &str, spell: &Spell) -> Push {
     }
 }
 
-fn missing(up: &Stream, name: &str, seq: u64) -> String {
+fn missing(up: &RequestAtHop, name: &str, seq: u64) -> String {
     let mut why = format!("no record of seq {seq} at {name}");
     match up.first_seq() {
         Some(first) if seq < first && up.windowed() => {
@@ -207,7 +207,7 @@ fn missing(up: &Stream, name: &str, seq: u64) -> String {
     why
 }
 
-fn lost(stream: &Stream, name: &str) -> String {
+fn lost(stream: &RequestAtHop, name: &str) -> String {
     let from = stream.lost_from().unwrap_or(0);
     format!("{name}'s details from seq {from} on were not all kept (the detail budget was spent)")
 }

@@ -124,25 +124,27 @@
 //! ```
 
 mod blame;
+mod budget;
 mod lines;
 mod parse;
 mod problems;
 mod report;
-mod stream;
+mod request_at_hop;
 mod table;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
 use std::time::Duration;
 
 use crate::probe::HopRecord;
 
 use self::blame::{Judge, Verdict};
+use self::budget::DetailBudget;
 use self::lines::{Line, each_line};
 use self::parse::Parsed;
 use self::problems::ProblemLog;
-use self::stream::{Budget, Ctx, Rec, Stream};
+use self::request_at_hop::{Ctx, Rec, RequestAtHop};
 use self::table::HopTable;
 
 pub use self::parse::RecordError;
@@ -151,7 +153,7 @@ pub use self::report::{Blame, Diagnosis, HopSummary, Stall};
 pub use self::table::PositionGap;
 
 /// The longest line read by default: 64 KiB (a record is a few hundred bytes).
-pub const DEFAULT_MAX_LINE: usize = 64 * 1024;
+pub const DEFAULT_MAX_RECORD_LINE: usize = 64 * 1024;
 /// Requests analysed by default: 1 Mi (each 144 bytes per hop it has records of, plus its id
 /// and its place in a hash table: about 300 MB for a million requests of one hop).
 pub const DEFAULT_MAX_REQUESTS: usize = 1 << 20;
@@ -223,15 +225,11 @@ pub struct Timeline {
     max_requests: usize,
     max_stalls: usize,
     only: Option<Box<str>>,
-    window_ns: Option<u64>,
-    /// (source, hop) -> the latest time seen by `scan`.
-    latest: HashMap<(u16, u8), u64>,
     sources: Vec<Box<str>>,
-    requests: HashMap<Box<str>, Vec<Stream>>,
+    requests: HashMap<Box<str>, Vec<RequestAtHop>>,
     tables: Vec<HopTable>,
     problems: ProblemLog,
-    budget: Budget,
-    max_details: u64,
+    budget: DetailBudget,
     lines: u64,
     records: u64,
     filtered: u64,
@@ -244,6 +242,20 @@ impl Timeline {
     /// # Panics
     ///
     /// If the path is empty, longer than [`MAX_PATH`], or names a hop twice.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// // The hops in path order, and the shortest quiet spell that is a stall.
+    /// let path = ["worker.publish", "gateway.write", "client.recv"];
+    /// let timeline = Timeline::new(path, Duration::from_millis(500));
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!(diagnosis.stall, Duration::from_millis(500));
+    /// assert_eq!(diagnosis.hops[1].hop, "gateway.write");
+    /// ```
     pub fn new<I, S>(path: I, stall: Duration) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -265,12 +277,10 @@ impl Timeline {
         }
         Timeline {
             stall_ns: u64::try_from(stall.as_nanos()).unwrap_or(u64::MAX),
-            max_line: DEFAULT_MAX_LINE,
+            max_line: DEFAULT_MAX_RECORD_LINE,
             max_requests: DEFAULT_MAX_REQUESTS,
             max_stalls: DEFAULT_MAX_STALLS,
             only: None,
-            window_ns: None,
-            latest: HashMap::new(),
             sources: Vec::new(),
             requests: HashMap::new(),
             tables: path
@@ -279,10 +289,7 @@ impl Timeline {
                 .collect(),
             path,
             problems: ProblemLog::new(DEFAULT_MAX_PROBLEMS),
-            budget: Budget {
-                left: DEFAULT_MAX_DETAILS,
-            },
-            max_details: DEFAULT_MAX_DETAILS,
+            budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
             lines: 0,
             records: 0,
             filtered: 0,
@@ -290,29 +297,40 @@ impl Timeline {
     }
 
     /// Analyses only the request `id`: other requests' records are counted as filtered.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).request("r2");
+    /// timeline.add_lines("gateway.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.requests, diagnosis.records, diagnosis.filtered), (1, 1, 1));
+    /// ```
     pub fn request(mut self, id: impl Into<String>) -> Self {
         self.only = Some(id.into().into_boxed_str());
         self
     }
 
-    /// Analyses only the last `window` of each hop's clock in each source.
+    /// Reads lines of at most `bytes` (default [`DEFAULT_MAX_RECORD_LINE`]); longer ones are
+    /// skipped as they are read, one problem each.
     ///
-    /// Hop records carry monotonic times of the process that wrote them: times of different
-    /// processes share no origin, and none of them is wall-clock time. So the window is taken
-    /// per source and hop: it ends at the latest record of that hop in that source, which
-    /// [`scan`](Timeline::scan) finds in a first pass over each source; [`read`](Timeline::read)
-    /// then leaves out older records. The records of a source that was not scanned are all
-    /// read. A source holding records of several processes of one hop (the logs of two
-    /// replicas, or of a restart, in one file) mixes their clocks: split it first. A request
-    /// that crosses the window's start may have records at one hop and not at the hop before;
-    /// its stalls there are unknown, and say so.
-    pub fn since(mut self, window: Duration) -> Self {
-        self.window_ns = Some(u64::try_from(window.as_nanos()).unwrap_or(u64::MAX));
-        self
-    }
-
-    /// Reads lines of at most `bytes` (default [`DEFAULT_MAX_LINE`]); longer ones are skipped
-    /// as they are read, one problem each.
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).max_line(1024);
+    /// timeline.add_lines("gateway.jsonl", &"x".repeat(4096));
+    /// let problems = timeline.diagnose().problems;
+    /// assert_eq!(problems.count(ProblemKind::LongLine), 1);
+    /// assert_eq!(problems.examples[0].message, "a line of 4096 bytes (at most 1024): skipped");
+    /// ```
     pub fn max_line(mut self, bytes: usize) -> Self {
         self.max_line = bytes;
         self
@@ -320,6 +338,21 @@ impl Timeline {
 
     /// Analyses at most `n` requests (default [`DEFAULT_MAX_REQUESTS`]); records of later
     /// ones are counted as [`ProblemKind::RequestLimit`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let records = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).max_requests(1);
+    /// timeline.add_lines("gateway.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!(diagnosis.requests, 1);
+    /// assert_eq!(diagnosis.problems.count(ProblemKind::RequestLimit), 1);
+    /// ```
     pub fn max_requests(mut self, n: usize) -> Self {
         self.max_requests = n;
         self
@@ -327,12 +360,44 @@ impl Timeline {
 
     /// Keeps the first `n` problems as examples (default [`DEFAULT_MAX_PROBLEMS`]); all are
     /// counted by kind.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).max_problems(1);
+    /// timeline.add_lines("gateway.jsonl", "not a record\nnor this\n");
+    /// let problems = timeline.diagnose().problems;
+    /// assert_eq!((problems.total, problems.examples.len()), (2, 1));
+    /// assert_eq!(problems.examples[0].line, Some(1));
+    /// assert_eq!(problems.count(ProblemKind::BadRecord), 2);
+    /// ```
     pub fn max_problems(mut self, n: usize) -> Self {
         self.problems.set_max(n);
         self
     }
 
     /// Lists the `n` longest stalls (default [`DEFAULT_MAX_STALLS`]); all are counted.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// // Two requests, quiet for 2 s and for 3 s.
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r2","hop":"worker.publish","seq":1,"t_ns":3000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1)).max_stalls(1);
+    /// timeline.add_lines("worker.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.stalls_total, diagnosis.stalls.len()), (2, 1));
+    /// assert_eq!(diagnosis.stalls[0].request, "r2");
+    /// ```
     pub fn max_stalls(mut self, n: usize) -> Self {
         self.max_stalls = n;
         self
@@ -343,48 +408,58 @@ impl Timeline {
     /// more, catch-up profiles (two each). What would need a hole, a phase, a stall or a
     /// profile not kept is unknown; a quiet spell not kept goes into the stream's sketch (an
     /// upstream gap becomes an upper bound).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1)).max_details(0);
+    /// timeline.add_lines("worker.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// // The quiet spell is counted, but there was no room to keep it as a stall.
+    /// assert_eq!((diagnosis.hops[0].quiet_spells, diagnosis.stalls_total), (1, 0));
+    /// assert_eq!(
+    ///     diagnosis.problems.examples[0].message,
+    ///     "request `r1` at worker.publish: a stall after seq 0 not analysed: the detail budget is spent"
+    /// );
+    /// assert!(diagnosis.problems.count(ProblemKind::DetailLimit) > 0);
+    /// ```
     pub fn max_details(mut self, n: u64) -> Self {
-        let used = self.max_details.saturating_sub(self.budget.left);
-        self.max_details = n;
-        self.budget.left = n.saturating_sub(used);
+        self.budget.set_max(n);
         self
     }
 
     /// Tracks gaps by output position for the first `n` positions of each stream (default
     /// [`DEFAULT_MAX_POSITIONS`]).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// // Four visible events 10 ms apart: gaps end at output positions 1, 2 and 3.
+    /// let records = r#"{"request":"r1","hop":"client.recv","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"client.recv","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"client.recv","seq":2,"t_ns":20000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"client.recv","seq":3,"t_ns":30000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["client.recv"], Duration::from_secs(1)).max_positions(2);
+    /// timeline.add_lines("client.jsonl", records);
+    /// let hop = &timeline.diagnose().hops[0];
+    /// assert_eq!(hop.gaps, 3);
+    /// assert_eq!(hop.by_position.len(), 2);
+    /// assert_eq!(hop.by_position[1].max, Duration::from_millis(10));
+    /// assert_eq!(hop.positions_beyond, 2);
+    /// ```
     pub fn max_positions(mut self, n: usize) -> Self {
         for table in &mut self.tables {
             table.set_max_positions(n);
         }
         self
-    }
-
-    /// The first pass of [`since`](Timeline::since): finds the latest time of each hop in the
-    /// records of `source`. Does nothing without a window.
-    ///
-    /// # Errors
-    ///
-    /// What reading returns.
-    pub fn scan(&mut self, source: &str, reader: impl Read) -> io::Result<()> {
-        if self.window_ns.is_none() {
-            return Ok(());
-        }
-        let source = self.source(source);
-        let (path, latest) = (&self.path, &mut self.latest);
-        each_line(
-            BufReader::with_capacity(1 << 16, reader),
-            self.max_line,
-            |_, line| {
-                let Line::Text(text) = line else { return };
-                let Ok(record) = parse::parse(text) else {
-                    return;
-                };
-                if let Some(hop) = path.iter().position(|h| **h == *record.hop) {
-                    let t = latest.entry((source, hop as u8)).or_insert(0);
-                    *t = (*t).max(record.t_ns);
-                }
-            },
-        )
     }
 
     /// Reads the hop records of `source` (JSON lines, any hops, blank lines skipped), naming
@@ -395,13 +470,145 @@ impl Timeline {
     ///
     /// What reading returns; the records read before the error count (the error is also a
     /// problem of the diagnosis).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    ///
+    /// not a record
+    /// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":0,"kind":"end","reason":"completed","idle_ns":0}
+    /// "#;
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+    /// // Any reader: a file (`File::open("gateway.jsonl")?`), standard input, bytes.
+    /// timeline.read("gateway.jsonl", records.as_bytes())?;
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.lines, diagnosis.records), (4, 2));
+    /// let problem = &diagnosis.problems.examples[0];
+    /// assert_eq!((problem.source.as_str(), problem.line), ("gateway.jsonl", Some(3)));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn read(&mut self, source: &str, reader: impl Read) -> io::Result<()> {
         let id = self.source(source);
+        self.read_from(id, source, reader, None)
+    }
+
+    /// Reads the hop records of `source` from `input`, as [`read`](Timeline::read) does, but
+    /// only the last `window` of each hop's clock there: older records are counted as
+    /// filtered.
+    ///
+    /// Hop records carry monotonic times of the process that wrote them: times of different
+    /// processes share no origin, and none of them is wall-clock time. So the window is taken
+    /// per hop in `input`: it ends at that hop's latest record in `input`, which a first pass
+    /// finds; the second pass, from where `input` stood before the first, takes the records.
+    /// `input` is read twice, so it must [`Seek`]: a file, or a [`Cursor`](io::Cursor) over
+    /// records held in memory. A stream that can be read only once (standard input, a socket)
+    /// cannot be windowed, and does not compile:
+    ///
+    /// ```compile_fail
+    /// # use std::time::Duration;
+    /// # use streamgate::timeline::Timeline;
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+    /// timeline.read_last("-", std::io::stdin(), Duration::from_secs(600))?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    ///
+    /// An input holding records of several processes of one hop (the logs of two replicas, or
+    /// of a restart, in one file) mixes their clocks: split it first. A request that crosses
+    /// the window's start may have records at one hop and not at the hop before; its stalls
+    /// there are unknown, and say so.
+    ///
+    /// # Errors
+    ///
+    /// What reading or seeking returns. After an error in the first pass nothing is taken
+    /// (where the window ends is not known); after one in the second, the records read before
+    /// it count. Either is also a problem of the diagnosis.
+    ///
+    /// # Examples
+    ///
+    /// The last 5 s of the worker's clock in a file: the request before them is left out.
+    ///
+    /// ```
+    /// use std::io::Cursor;
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"old","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"old","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}
+    /// {"request":"new","hop":"worker.publish","seq":0,"t_ns":10000000000,"bytes":3,"kind":"visible"}
+    /// {"request":"new","hop":"worker.publish","seq":1,"t_ns":12000000000,"bytes":3,"kind":"visible"}
+    /// "#;
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1));
+    /// // A file would do as well: `File::open("worker.jsonl")?`.
+    /// timeline.read_last("worker.jsonl", Cursor::new(records), Duration::from_secs(5))?;
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.requests, diagnosis.filtered), (1, 2));
+    /// assert_eq!(diagnosis.stalls[0].request, "new");
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn read_last(
+        &mut self,
+        source: &str,
+        mut input: impl Read + Seek,
+        window: Duration,
+    ) -> io::Result<()> {
+        let id = self.source(source);
+        let window_ns = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        let starts = match self.window_starts(&mut input, window_ns) {
+            Ok(starts) => starts,
+            Err(error) => {
+                self.problems
+                    .add(ProblemKind::Unreadable, source, None, || error.to_string());
+                return Err(error);
+            }
+        };
+        self.read_from(id, source, input, Some(&starts))
+    }
+
+    /// The first pass of [`read_last`](Timeline::read_last): where the window starts at each
+    /// hop of the path (its latest time in `input`, less `window_ns`; 0 for a hop with no
+    /// record there), leaving `input` where it stood.
+    fn window_starts(&self, mut input: impl Read + Seek, window_ns: u64) -> io::Result<Vec<u64>> {
+        let start = input.stream_position()?;
+        let mut latest: Vec<Option<u64>> = vec![None; self.path.len()];
+        each_line(
+            BufReader::with_capacity(1 << 16, &mut input),
+            self.max_line,
+            |_, line| {
+                let Line::Text(text) = line else { return };
+                let Ok(record) = parse::parse(text) else {
+                    return;
+                };
+                if let Some(hop) = self.path.iter().position(|h| **h == *record.hop) {
+                    let t = &mut latest[hop];
+                    *t = Some(t.map_or(record.t_ns, |t| t.max(record.t_ns)));
+                }
+            },
+        )?;
+        input.seek(SeekFrom::Start(start))?;
+        Ok(latest
+            .into_iter()
+            .map(|t| t.map_or(0, |t| t.saturating_sub(window_ns)))
+            .collect())
+    }
+
+    /// Reads the records of `source` (interned as `id`) from `reader`; with `starts`, only
+    /// those at or after the start of their hop's window.
+    fn read_from(
+        &mut self,
+        id: u16,
+        source: &str,
+        reader: impl Read,
+        starts: Option<&[u64]>,
+    ) -> io::Result<()> {
         let max_line = self.max_line;
         let result = each_line(
             BufReader::with_capacity(1 << 16, reader),
             max_line,
-            |n, line| self.line(id, n, line),
+            |n, line| self.line(id, n, line, starts),
         );
         if let Err(error) = &result {
             self.problems
@@ -411,12 +618,51 @@ impl Timeline {
     }
 
     /// Reads the hop records in `text` (see [`read`](Timeline::read)).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+    /// timeline.add_lines(
+    ///     "gateway.jsonl",
+    ///     r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#,
+    /// );
+    /// assert_eq!(timeline.diagnose().records, 1);
+    /// ```
     pub fn add_lines(&mut self, source: &str, text: &str) {
         // Reading from a slice cannot fail.
         let _ = self.read(source, text.as_bytes());
     }
 
-    /// Adds one record.
+    /// Adds one record, as a hop made it (see [`HopRecord`]), naming `source` in any problem
+    /// found.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::Kind;
+    /// use streamgate::probe::{HopRecord, RecordKind};
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let mut timeline = Timeline::new(["client.recv"], Duration::from_secs(1));
+    /// for (seq, t_ms) in [(0, 0), (1, 10), (2, 1500)] {
+    ///     let record = HopRecord {
+    ///         request: "r1".into(),
+    ///         hop: "client.recv".into(),
+    ///         seq,
+    ///         t_ns: t_ms * 1_000_000,
+    ///         bytes: 5,
+    ///         kind: RecordKind::Event(Kind::Visible),
+    ///     };
+    ///     timeline.add_record("client", &record);
+    /// }
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!((diagnosis.stalls[0].after, diagnosis.stalls[0].seq), (Some(1), Some(2)));
+    /// ```
     pub fn add_record(&mut self, source: &str, record: &HopRecord) {
         let id = self.source(source);
         if let Err(error) = parse::check(&record.request) {
@@ -432,10 +678,29 @@ impl Timeline {
             bytes: record.bytes,
             kind: record.kind,
         };
-        self.take(id, None, &parsed);
+        self.take(id, None, &parsed, None);
     }
 
     /// A problem not tied to a line: an input that could not be opened, for one.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::fs::File;
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{ProblemKind, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+    /// let name = "/nonexistent/gateway.jsonl";
+    /// match File::open(name) {
+    ///     Ok(file) => timeline.read(name, file)?,
+    ///     Err(error) => timeline.add_problem(ProblemKind::Unreadable, name, &error.to_string()),
+    /// }
+    /// let problems = timeline.diagnose().problems;
+    /// assert_eq!(problems.count(ProblemKind::Unreadable), 1);
+    /// assert_eq!(problems.examples[0].line, None);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn add_problem(&mut self, kind: ProblemKind, source: &str, message: &str) {
         self.problems.add(kind, source, None, || message.to_owned());
     }
@@ -450,7 +715,7 @@ impl Timeline {
         (self.sources.len() - 1) as u16
     }
 
-    fn line(&mut self, source: u16, number: u64, line: Line<'_>) {
+    fn line(&mut self, source: u16, number: u64, line: Line<'_>, starts: Option<&[u64]>) {
         self.lines = self.lines.saturating_add(1);
         let name = &self.sources[usize::from(source)];
         match line {
@@ -466,7 +731,7 @@ impl Timeline {
                     return;
                 }
                 match parse::parse(text) {
-                    Ok(parsed) => self.take(source, Some(number), &parsed),
+                    Ok(parsed) => self.take(source, Some(number), &parsed, starts),
                     Err(error) => {
                         self.problems
                             .add(ProblemKind::BadRecord, name, Some(number), || {
@@ -478,7 +743,13 @@ impl Timeline {
         }
     }
 
-    fn take(&mut self, source: u16, line: Option<u64>, record: &Parsed<'_>) {
+    fn take(
+        &mut self,
+        source: u16,
+        line: Option<u64>,
+        record: &Parsed<'_>,
+        starts: Option<&[u64]>,
+    ) {
         if self
             .only
             .as_deref()
@@ -497,13 +768,9 @@ impl Timeline {
             return;
         };
         let hop = hop as u8;
-        if let Some(window) = self.window_ns {
-            if let Some(&latest) = self.latest.get(&(source, hop)) {
-                if record.t_ns < latest.saturating_sub(window) {
-                    self.filtered = self.filtered.saturating_add(1);
-                    return;
-                }
-            }
+        if starts.is_some_and(|starts| record.t_ns < starts[usize::from(hop)]) {
+            self.filtered = self.filtered.saturating_add(1);
+            return;
         }
         let rec = Rec {
             seq: record.seq,
@@ -520,7 +787,6 @@ impl Timeline {
             budget,
             sources,
             max_requests,
-            window_ns,
             records,
             ..
         } = self;
@@ -550,7 +816,7 @@ impl Timeline {
                     // Grow once, to the path's length, rather than doubling.
                     streams.reserve_exact(path.len() - streams.len());
                 }
-                streams.push(Stream::new(hop, source, window_ns.is_some()));
+                streams.push(RequestAtHop::new(hop, source));
                 streams.len() - 1
             }
         };
@@ -564,6 +830,7 @@ impl Timeline {
             line,
             request: &record.request,
             hop: &path[usize::from(hop)],
+            windowed: starts.is_some(),
         };
         if streams[at].add(&rec, &mut cx) {
             cx.table.records = cx.table.records.saturating_add(1);
@@ -571,8 +838,30 @@ impl Timeline {
         }
     }
 
-    /// Names the hop each stall began at, from everything read so far. It can be called
-    /// again after reading more.
+    /// Names the hop each stall began at, from everything read so far (see the
+    /// [module](self) for the rule). It can be called again after reading more.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{Blame, Timeline};
+    ///
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1));
+    /// timeline.add_lines(
+    ///     "worker.jsonl",
+    ///     r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}"#,
+    /// );
+    /// assert!(!timeline.diagnose().has_stalls());
+    /// // Two seconds later on the worker's clock, the next event.
+    /// timeline.add_lines(
+    ///     "worker.jsonl",
+    ///     r#"{"request":"r1","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#,
+    /// );
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!(diagnosis.stalls[0].gap, Duration::from_secs(2));
+    /// assert_eq!(diagnosis.stalls[0].blame, Blame::Began);
+    /// ```
     pub fn diagnose(&self) -> Diagnosis {
         #[derive(Default, Clone)]
         struct Counts {
@@ -713,7 +1002,7 @@ impl fmt::Debug for Timeline {
             .field("stall", &Duration::from_nanos(self.stall_ns))
             .field("requests", &self.requests.len())
             .field("records", &self.records)
-            .field("details_left", &self.budget.left)
+            .field("details_left", &self.budget.left())
             .finish_non_exhaustive()
     }
 }

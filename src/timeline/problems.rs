@@ -6,6 +6,30 @@ use super::parse::cut;
 const MAX_MESSAGE: usize = 240;
 
 /// What kind of thing was wrong with the input.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::{ProblemKind, Timeline};
+///
+/// let records = r#"{"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.rite","seq":2,"t_ns":0,"bytes":3,"kind":"visible"}"#;
+/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+/// timeline.add_lines("gateway.jsonl", records);
+/// let problems = timeline.diagnose().problems;
+/// assert_eq!(problems.count(ProblemKind::OutOfOrder), 1);
+/// assert_eq!(problems.count(ProblemKind::UnknownHop), 1);
+/// // As reports and JSON name them, in the order they list them.
+/// let named: Vec<String> = problems
+///     .counts
+///     .iter()
+///     .map(|(kind, n)| format!("{} {n}", kind.as_str()))
+///     .collect();
+/// assert_eq!(named, ["unknown_hop 1", "out_of_order 1"]);
+/// assert!(ProblemKind::ALL.iter().all(|kind| !kind.as_str().is_empty()));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ProblemKind {
@@ -83,6 +107,24 @@ impl ProblemKind {
 }
 
 /// Something wrong with the input, and where.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::{ProblemKind, Timeline};
+///
+/// let records = r#"{"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.rite","seq":2,"t_ns":0,"bytes":3,"kind":"visible"}"#;
+/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+/// timeline.add_lines("gateway.jsonl", records);
+/// let problems = timeline.diagnose().problems;
+/// let first = &problems.examples[0];
+/// assert_eq!((first.source.as_str(), first.line), ("gateway.jsonl", Some(2)));
+/// assert_eq!(first.kind, ProblemKind::OutOfOrder);
+/// assert_eq!(first.message, "request `r1` at gateway.write: seq 0 after seq 1");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Problem {
@@ -97,6 +139,23 @@ pub struct Problem {
 }
 
 /// The problems found: the first few as examples, and how many of each kind in all.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::{ProblemKind, Timeline};
+///
+/// let records = r#"{"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.rite","seq":2,"t_ns":0,"bytes":3,"kind":"visible"}"#;
+/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+/// timeline.add_lines("gateway.jsonl", records);
+/// let problems = timeline.diagnose().problems;
+/// assert!(!problems.is_empty());
+/// assert_eq!((problems.total, problems.examples.len()), (2, 2));
+/// assert_eq!(problems.count(ProblemKind::BadRecord), 0);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct Problems {

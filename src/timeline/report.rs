@@ -11,6 +11,28 @@ use super::table::PositionGap;
 use crate::end::EndReason;
 
 /// Who a stall is blamed on.
+///
+/// # Examples
+///
+/// The gateway was quiet for 2 s; the worker before it has no records of the request, so
+/// where the stall began cannot be told.
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::{Blame, Timeline};
+///
+/// let records = r#"{"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+/// let mut timeline = Timeline::new(["worker.publish", "gateway.write"], Duration::from_secs(1));
+/// timeline.add_lines("gateway.jsonl", records);
+/// let stall = &timeline.diagnose().stalls[0];
+/// let said = match &stall.blame {
+///     Blame::Began => format!("began at {}", stall.hop),
+///     Blame::Unknown(why) => format!("seen at {}, unknown: {why}", stall.hop),
+///     _ => format!("seen at {}", stall.hop), // `Blame` may grow
+/// };
+/// assert_eq!(said, "seen at gateway.write, unknown: no records of this request at worker.publish");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Blame {
@@ -24,6 +46,32 @@ pub enum Blame {
 }
 
 /// A stall, at the hop it began at (or was seen at, when the blame is unknown).
+///
+/// # Examples
+///
+/// The gateway was quiet for 2 s between events 0 and 1, while the worker before it sent them
+/// 10 ms apart: the stall began at the gateway.
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::{Blame, Timeline};
+///
+/// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+/// let mut timeline = Timeline::new(["worker.publish", "gateway.write"], Duration::from_secs(1));
+/// timeline.add_lines("records.jsonl", records);
+/// let diagnosis = timeline.diagnose();
+/// let stall = &diagnosis.stalls[0];
+/// assert_eq!((stall.request.as_str(), stall.hop.as_str()), ("r1", "gateway.write"));
+/// // From the progress record of event 0 to that of event 1; `None` would be the start or end.
+/// assert_eq!((stall.after, stall.seq, stall.end_reason), (Some(0), Some(1), None));
+/// assert_eq!(stall.gap, Duration::from_secs(2));
+/// assert_eq!(stall.upstream_gap, Some(Duration::from_millis(10)));
+/// assert!(stall.upstream_gap_exact);
+/// assert_eq!(stall.blame, Blame::Began);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Stall {
@@ -54,6 +102,27 @@ pub struct Stall {
 }
 
 /// One hop's gaps and stalls over every request.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::Timeline;
+///
+/// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+/// let mut timeline = Timeline::new(["worker.publish", "gateway.write"], Duration::from_secs(1));
+/// timeline.add_lines("records.jsonl", records);
+/// let diagnosis = timeline.diagnose();
+/// let [worker, gateway] = &diagnosis.hops[..] else { panic!("one summary per hop") };
+/// assert_eq!((worker.hop.as_str(), worker.gaps), ("worker.publish", 1));
+/// assert_eq!(worker.max, Duration::from_millis(10));
+/// assert_eq!((gateway.quiet_spells, gateway.began, gateway.passed_on), (1, 1, 0));
+/// assert_eq!(gateway.p99, Duration::from_secs(2));
+/// assert_eq!(gateway.records, 2);
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct HopSummary {
@@ -105,7 +174,8 @@ pub struct Diagnosis {
     pub records: u64,
     /// Lines read (blank ones included).
     pub lines: u64,
-    /// Records left out by the request filter or the `since` window.
+    /// Records left out by the request filter or the window of
+    /// [`Timeline::read_last`](super::Timeline::read_last).
     pub filtered: u64,
     /// Stalls found: began at a hop, or unknown.
     pub stalls_total: u64,
@@ -135,12 +205,54 @@ fn span(stall: &Stall) -> String {
 }
 
 impl Diagnosis {
-    /// Whether any stall was found (began at a hop, or unknown).
+    /// Whether any stall was found (began at a hop, or unknown): the `diagnose` command's exit
+    /// status.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish", "gateway.write"], Duration::from_secs(1));
+    /// timeline.add_lines("records.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert!(diagnosis.has_stalls());
+    /// ```
     pub fn has_stalls(&self) -> bool {
         self.stalls_total > 0
     }
 
     /// A report for people: the stalls, a table per hop, and the problems.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish", "gateway.write"], Duration::from_secs(1));
+    /// timeline.add_lines("records.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// let report = diagnosis.report();
+    /// let lines: Vec<&str> = report.lines().collect();
+    /// assert_eq!(lines[0], "1 requests, 4 records from 4 lines; a stall is a quiet spell of 1000 ms or more");
+    /// assert_eq!(lines[1], "1 stalls (0 unknown):");
+    /// assert_eq!(
+    ///     lines[2],
+    ///     "  began at gateway.write    request r1: seq 0 -> seq 1, quiet 2000.0 ms (upstream quiet 10.0 ms)"
+    /// );
+    /// // Then a table of gaps and stalls per hop, and the problems in the input, if any.
+    /// assert!(lines[3].trim_start().starts_with("hop"));
+    /// ```
     pub fn report(&self) -> String {
         let mut out = Vec::new();
         self.write_report(&mut out)
@@ -153,6 +265,17 @@ impl Diagnosis {
     /// # Errors
     ///
     /// What writing to `out` returns (a closed pipe, for one).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let diagnosis = Timeline::new(["gateway.write"], Duration::from_secs(1)).diagnose();
+    /// diagnosis.write_report(&mut std::io::stdout().lock())?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn write_report(&self, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
@@ -285,6 +408,29 @@ impl Diagnosis {
     ///  "problems":{"total":..,"counts":{KIND:N,..},"examples":[{"source":..,"line":N|null,
     ///    "kind":..,"message":..}]}}
     /// ```
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"gateway.write","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish", "gateway.write"], Duration::from_secs(1));
+    /// timeline.add_lines("records.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// let json: serde_json::Value = serde_json::from_str(&diagnosis.to_json())?;
+    /// assert_eq!(json["stalls_total"], 1);
+    /// let stall = &json["stalls"][0];
+    /// assert_eq!(stall["hop"], "gateway.write");
+    /// assert_eq!(stall["blame"], "began");
+    /// assert_eq!(stall["gap_ms"], 2000.0);
+    /// assert_eq!(json["hops"][0]["max_ms"], 10.0);
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
     pub fn to_json(&self) -> String {
         serde_json::to_string(&self.json()).expect("plain data serializes")
     }
@@ -294,6 +440,19 @@ impl Diagnosis {
     /// # Errors
     ///
     /// What writing to `out` returns.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::Timeline;
+    ///
+    /// let diagnosis = Timeline::new(["gateway.write"], Duration::from_secs(1)).diagnose();
+    /// let mut out = Vec::new();
+    /// diagnosis.write_json(&mut out)?;
+    /// assert_eq!(out, diagnosis.to_json().into_bytes());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn write_json(&self, out: &mut impl Write) -> io::Result<()> {
         serde_json::to_writer(&mut *out, &self.json()).map_err(io::Error::from)
     }

@@ -6,6 +6,27 @@ use std::time::Duration;
 use crate::probe::Histogram;
 
 /// The gaps that ended at one output position, over every request.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::timeline::Timeline;
+///
+/// // Two requests: their second events came 10 ms and 30 ms after their first.
+/// let records = r#"{"request":"r1","hop":"client.recv","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r1","hop":"client.recv","seq":1,"t_ns":10000000,"bytes":3,"kind":"visible"}
+/// {"request":"r2","hop":"client.recv","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+/// {"request":"r2","hop":"client.recv","seq":1,"t_ns":30000000,"bytes":3,"kind":"visible"}"#;
+/// let mut timeline = Timeline::new(["client.recv"], Duration::from_secs(1));
+/// timeline.add_lines("client.jsonl", records);
+/// let by_position = &timeline.diagnose().hops[0].by_position;
+/// // Position 0 is each stream's first visible event: no gap ends there.
+/// assert_eq!(by_position[0].count, 0);
+/// assert_eq!(by_position[1].count, 2);
+/// assert_eq!(by_position[1].max, Duration::from_millis(30));
+/// assert_eq!(by_position[1].mean, Duration::from_millis(20));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct PositionGap {

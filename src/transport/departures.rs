@@ -38,10 +38,10 @@ pin_project! {
     /// [`TunedStream`](super::TunedStream) asks the kernel after each write, which times most
     /// departures exactly; while bytes stay unsent after a write, this asks again after
     /// [`DEPARTURE_CHECK`], backing off to [`DEPARTURE_CHECK_MAX`] (a client that keeps up
-    /// costs no timer). One connection carries one stream at a time for
-    /// the offsets to hold: HTTP/1.1, or a raw socket through
-    /// [`FrameWriter`](super::FrameWriter). Over HTTP/2 (check the request's version) the
-    /// connection interleaves streams: do not use it there.
+    /// costs no timer). One connection carries one stream at a time for the offsets to hold:
+    /// HTTP/1.1, or a raw socket written to as below or through `transport::FrameWriter`
+    /// (feature `io`). Over HTTP/2 (check the request's version) the connection interleaves
+    /// streams: do not use it there.
     ///
     /// When the frames end, this stream ends once their bytes have left the kernel (or the
     /// kernel holds none of the connection's bytes), or once the connection can no longer send
@@ -52,23 +52,39 @@ pin_project! {
     ///
     /// # Examples
     ///
-    /// ```no_run
+    /// ```
+    /// use std::pin::pin;
+    ///
+    /// use futures_util::StreamExt;
     /// use streamgate::probe::HopProbe;
-    /// use streamgate::transport::{Departures, FrameWriter, ListenOptions, TunedListener};
-    /// use streamgate::{Gate, GateExt, sse::SseEvent};
+    /// use streamgate::transport::{Departures, ListenOptions, TunedListener};
+    /// use streamgate::{EndReason, Gate, GateExt, sse::SseEvent};
+    /// use tokio::io::AsyncWriteExt;
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> std::io::Result<()> {
-    /// let listener = TunedListener::bind("127.0.0.1:0".parse().unwrap(), ListenOptions::default())?;
+    /// let addr = "127.0.0.1:0".parse().unwrap();
+    /// let listener = TunedListener::bind(addr, ListenOptions::default())?;
+    /// let _client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
+    /// let (mut socket, _) = listener.accept().await?;
     /// let (written, sent) = (HopProbe::new("worker.write"), HopProbe::new("worker.sent"));
-    /// let (socket, _) = listener.accept().await?;
     /// let consumer = Gate::new().spawn(|_, mut tx| async move {
     ///     tx.send(SseEvent::data("hi")).await?;
     ///     Ok::<_, streamgate::SendError<SseEvent>>(())
     /// });
     /// let frames = consumer.sse().with_ids().probe(&written, "req-1");
     /// let frames = Departures::new(frames, socket.send_queue(), sent.recorder("req-1"));
-    /// FrameWriter::new(socket).forward(frames, |_, _| {}).await?;
+    /// let mut frames = pin!(frames);
+    /// // Each frame is written as it comes; the stream ends once the last one's bytes left.
+    /// while let Some(frame) = frames.next().await {
+    ///     socket.write_all(frame.bytes()).await?;
+    /// }
+    /// // Where the kernel tells what it has sent (Linux):
+    /// if cfg!(target_os = "linux") {
+    ///     let snapshot = sent.snapshot();
+    ///     assert_eq!(snapshot.counters.visible_events(), 1);
+    ///     assert_eq!(snapshot.streams_ended[EndReason::Completed], 1);
+    /// }
     /// # Ok(())
     /// # }
     /// ```

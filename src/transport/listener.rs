@@ -49,6 +49,26 @@ pub const DEFAULT_KEEPALIVE: Duration = Duration::from_secs(15);
 /// error). Older kernels never fail a connection whose probes are answered: there only the gate's
 /// policy ends it. A vanished client answers nothing, and every kernel fails it after the user
 /// timeout.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::transport::{ListenOptions, TunedListener};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// let options = ListenOptions::default()
+///     .backlog(4096)
+///     // Fewer bytes stuck in the kernel for a client that stopped reading.
+///     .notsent_lowat(Some(8 * 1024))
+///     .user_timeout(Some(Duration::from_secs(30)))
+///     .keepalive(Some(Duration::from_secs(20)));
+/// let listener = TunedListener::bind("127.0.0.1:0".parse().unwrap(), options)?;
+/// assert_eq!(listener.options(), options);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ListenOptions {
     backlog: u32,
@@ -120,7 +140,7 @@ impl Default for ListenOptions {
 ///
 /// Accepted connections are [`TunedStream`]s, whose [`SendQueue`](super::SendQueue) tells what
 /// the kernel still holds. Usable with `axum::serve` (feature `axum`), with
-/// [`Server`](super::Server) (feature `server`, HTTP/1.1 and HTTP/2 on one port) and with a
+/// `transport::Server` (feature `server`, HTTP/1.1 and HTTP/2 on one port) and with a
 /// hand-written hyper accept loop.
 ///
 /// # Examples
@@ -154,6 +174,23 @@ impl TunedListener {
     /// # Panics
     ///
     /// If called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::transport::{ListenOptions, TunedListener};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let addr = "127.0.0.1:0".parse().unwrap();
+    /// let listener = TunedListener::bind(addr, ListenOptions::default())?;
+    /// let client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
+    /// let (socket, peer) = listener.accept().await?;
+    /// assert_eq!(peer, client.local_addr()?);
+    /// assert!(socket.get_ref().nodelay()?);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn bind(addr: SocketAddr, options: ListenOptions) -> io::Result<Self> {
         let socket = if addr.is_ipv4() {
             TcpSocket::new_v4()?
@@ -185,6 +222,10 @@ impl TunedListener {
     ///
     /// What `accept` returns for the listener as a whole (out of file descriptors, say); the
     /// caller decides whether to wait before trying again.
+    ///
+    /// # Examples
+    ///
+    /// See [`bind`](Self::bind).
     pub async fn accept(&self) -> io::Result<(TunedStream, SocketAddr)> {
         loop {
             match self.listener.accept().await {

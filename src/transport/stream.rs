@@ -25,7 +25,7 @@ impl TunedStream {
     /// Wraps an accepted (or connected) stream.
     pub fn new(stream: TcpStream) -> Self {
         let queue = SendQueue {
-            shared: Arc::new(Shared {
+            shared: Arc::new(QueueState {
                 fd: RwLock::new(Some(std::os::fd::AsRawFd::as_raw_fd(&stream))),
                 written: AtomicU64::new(0),
                 watchers: AtomicUsize::new(0),
@@ -145,13 +145,40 @@ impl AsyncWrite for TunedStream {
 ///
 /// Cheap to clone; every clone answers [`io::ErrorKind::NotConnected`] once the connection is
 /// dropped, and [`io::ErrorKind::Unsupported`] off Linux.
+///
+/// # Examples
+///
+/// ```
+/// use std::io::ErrorKind;
+/// use streamgate::transport::{ListenOptions, TunedListener};
+/// use tokio::io::AsyncWriteExt;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> std::io::Result<()> {
+/// let listener = TunedListener::bind("127.0.0.1:0".parse().unwrap(), ListenOptions::default())?;
+/// let _client = tokio::net::TcpStream::connect(listener.local_addr()?).await?;
+/// let (mut socket, _) = listener.accept().await?;
+/// let queue = socket.send_queue();
+/// socket.write_all(b"data: hi\n\n").await?;
+/// assert_eq!(queue.written(), 10);
+/// match queue.unsent() {
+///     // At most what was written; a client that stopped reading leaves it growing.
+///     Ok(unsent) => assert!(unsent <= 10),
+///     Err(error) => assert_eq!(error.kind(), ErrorKind::Unsupported),
+/// }
+/// drop(socket);
+/// assert_eq!(queue.unsent().unwrap_err().kind(), ErrorKind::NotConnected);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug, Clone)]
 pub struct SendQueue {
-    shared: Arc<Shared>,
+    shared: Arc<QueueState>,
 }
 
+/// What every handle on one connection's send queue shares with the connection.
 #[derive(Debug)]
-struct Shared {
+struct QueueState {
     /// The connection's descriptor while it is open.
     fd: RwLock<Option<RawFd>>,
     written: AtomicU64,
@@ -269,6 +296,27 @@ impl SendQueue {
 /// # Errors
 ///
 /// What the `ioctl` returns; [`io::ErrorKind::Unsupported`] off Linux.
+///
+/// # Examples
+///
+/// Any socket will do, a standard library one included:
+///
+/// ```
+/// use std::io::Write;
+/// use std::net::{TcpListener, TcpStream};
+/// use streamgate::transport::{unacknowledged_bytes, unsent_bytes};
+///
+/// let listener = TcpListener::bind("127.0.0.1:0")?;
+/// let mut client = TcpStream::connect(listener.local_addr()?)?;
+/// client.write_all(b"hello")?;
+/// if cfg!(target_os = "linux") {
+///     // Unsent bytes are unacknowledged too (and both only shrink once the writes stop).
+///     let unacknowledged = unacknowledged_bytes(&client)?;
+///     let unsent = unsent_bytes(&client)?;
+///     assert!(unsent <= unacknowledged && unacknowledged <= 5);
+/// }
+/// # Ok::<(), std::io::Error>(())
+/// ```
 pub fn unsent_bytes(socket: &impl AsFd) -> io::Result<usize> {
     queue_ioctl(socket.as_fd(), Queue::Unsent)
 }
@@ -279,6 +327,10 @@ pub fn unsent_bytes(socket: &impl AsFd) -> io::Result<usize> {
 /// # Errors
 ///
 /// What the `ioctl` returns; [`io::ErrorKind::Unsupported`] off Linux.
+///
+/// # Examples
+///
+/// See [`unsent_bytes`].
 pub fn unacknowledged_bytes(socket: &impl AsFd) -> io::Result<usize> {
     queue_ioctl(socket.as_fd(), Queue::Unacknowledged)
 }

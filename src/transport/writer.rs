@@ -61,6 +61,32 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     ///
     /// The first write error; the rest of `frames` is dropped with it (for a gated stream, that
     /// cancels the generator).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::transport::FrameWriter;
+    /// use streamgate::{Gate, GateExt, sse::SseEvent};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> std::io::Result<()> {
+    /// let consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     for token in ["Hel", "lo"] {
+    ///         tx.send(SseEvent::data(token)).await?;
+    ///     }
+    ///     Ok::<_, streamgate::SendError<SseEvent>>(())
+    /// });
+    /// let mut writer = FrameWriter::new(Vec::new());
+    /// let mut completions = Vec::new();
+    /// let written = writer
+    ///     .forward(consumer.sse().with_ids(), |_frame, at| completions.push(at))
+    ///     .await?;
+    /// assert_eq!(written, 2);
+    /// assert_eq!(completions.len(), 2);
+    /// assert_eq!(writer.get_ref().as_slice(), b"id: 0\ndata: Hel\n\nid: 1\ndata: lo\n\n");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub async fn forward<S>(
         &mut self,
         frames: S,

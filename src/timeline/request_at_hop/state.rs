@@ -1,27 +1,17 @@
-//! One request at one hop: a compact state, updated record by record, whose size does not grow
-//! with healthy records.
-//!
-//! A healthy stream (seqs without holes, no stall, no hidden phase) is the fixed fields alone:
-//! the run of seqs seen, the last progress and visible records, the end, and a sketch of its
-//! short quiet spells. Holes in the seqs (a coalescing hop, dropped records), hidden phases and
-//! stalls are *details*, kept in a box allocated only when a stream has one, and counted
-//! against the timeline's detail budget. When the budget is spent, the stream remembers from
-//! which seq on it knows less, and every answer that needs more says "unknown".
-//!
-//! After each stall that ends at a seq (at hops after the first), the stream also keeps a
-//! *catch-up profile* (104 bytes, two details): the highest seq it recorded within 1, 1.5, 2,
-//! 3, 4, 6, ... 768 times the stall threshold after the record that ended the stall, and how
-//! soon its end record came. The hop before it asks it whether it was behind and caught up
-//! (see `blame`). A stream keeps at most `MAX_SPELLS` stalls, so that judging one against the
-//! stalls of the hops beside it stays cheap (a binary search while its stalls follow each
-//! other in seq order, as they do unless a resume went back).
+//! The state of one request at one hop, updated record by record: its fixed fields, the sketch
+//! of its short quiet spells, and the questions the blame rule asks it.
 
 use crate::chunk::Kind;
 use crate::end::EndReason;
 use crate::probe::RecordKind;
+use crate::timeline::budget::DetailBudget;
+use crate::timeline::problems::{ProblemKind, ProblemLog};
+use crate::timeline::table::HopTable;
 
-use super::problems::{ProblemKind, ProblemLog};
-use super::table::HopTable;
+use super::catch_up::{CATCH_UP_DETAILS, CatchUp};
+use super::flags::{Flag, Flags};
+use super::range_set::RangeSet;
+use super::spell::Spell;
 
 /// Idle time an end record may claim beyond what its hop's records show (a writer that reads
 /// its clock twice).
@@ -30,190 +20,32 @@ const IDLE_SLACK_NS: u64 = 1_000_000;
 /// Windows of the sketch of short quiet spells.
 const SKETCH: usize = 8;
 
-/// Steps of a catch-up profile: offsets of 1, 1.5, 2, 3, 4, 6, ... times the stall threshold,
-/// the last 768 times it.
-pub(super) const CATCH_UP_STEPS: usize = 20;
-/// Details a catch-up profile counts for (it is about twice as large as a stall).
-const CATCH_UP_DETAILS: u64 = 2;
 /// Stalls kept per stream; later ones are counted, reported and not analysed, like those past
 /// the detail budget.
-pub(super) const MAX_SPELLS: usize = 256;
-
-/// Offset `k` of a catch-up profile, for a stall threshold of `stall_ns`.
-pub(super) fn catch_up_step(stall_ns: u64, k: usize) -> u64 {
-    let octave = stall_ns.saturating_mul(1 << (k / 2));
-    if k % 2 == 1 {
-        octave.saturating_add(octave / 2)
-    } else {
-        octave
-    }
-}
-
-/// Details (ranges of seqs, stalls) the timeline may still keep, over all streams.
-#[derive(Debug, Clone)]
-pub(super) struct Budget {
-    pub(super) left: u64,
-}
-
-impl Budget {
-    fn take(&mut self) -> bool {
-        self.take_n(1)
-    }
-
-    fn take_n(&mut self, n: u64) -> bool {
-        match self.left.checked_sub(n) {
-            Some(left) => {
-                self.left = left;
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn give(&mut self) {
-        self.left = self.left.saturating_add(1);
-    }
-}
-
-/// A quiet spell at or above the stall threshold at one hop: between the progress record
-/// `after` (`None`: the stream's start at the hop) and the progress record `seq` (`None`: the
-/// stream's end record).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Spell {
-    pub(super) after: Option<u64>,
-    pub(super) seq: Option<u64>,
-    pub(super) quiet_ns: u64,
-    /// For a spell the stream ended in: its end reason.
-    pub(super) reason: Option<EndReason>,
-    /// Whether the progress record `after` was visible (not hidden).
-    pub(super) after_visible: bool,
-}
-
-impl Spell {
-    /// Whether the spell lies within the span from `after` to `seq`: it starts at or after
-    /// `after` and ends at or before `seq` (an end spell counts for a span to the end, unless
-    /// it began before `after`).
-    pub(super) fn within(&self, after: Option<u64>, seq: Option<u64>) -> bool {
-        let starts = match (after, self.after) {
-            (None, _) => true,
-            (Some(_), None) => self.seq.is_none(), // a stream quiet from its start to its end
-            (Some(p), Some(a)) => a >= p,
-        };
-        let ends = match (seq, self.seq) {
-            (None, _) => true,
-            (Some(_), None) => false,
-            (Some(s), Some(b)) => b <= s,
-        };
-        starts && ends
-    }
-
-    /// Whether a hop that never numbered an event from `numbered` on (its end record's seq)
-    /// was behind the hop of this spell when it froze: this hop had taken an event at or past
-    /// it (`self.after`), of a kind the other hop records (visible, or hidden when
-    /// `carries_hidden`).
-    pub(super) fn ahead_of(&self, numbered: u64, carries_hidden: bool) -> bool {
-        self.after.is_some_and(|p| p >= numbered) && (self.after_visible || carries_hidden)
-    }
-}
-
-/// What a stream recorded after the record that ended one of its stalls (a seq `from`, at
-/// `t0` on its clock), in steps of [`catch_up_step`]: the highest seq it had recorded less
-/// than each step's offset after `t0`, and the first step its end record came before.
-#[derive(Debug, Clone)]
-pub(super) struct CatchUp {
-    /// The seq that ended the stall.
-    pub(super) from: u64,
-    t0: u64,
-    /// Step `k` (below `next`): the highest seq recorded less than step `k`'s offset after
-    /// `t0`, minus `from` (cut to `u32::MAX`: an underestimate).
-    within: [u32; CATCH_UP_STEPS],
-    /// The latest record's seq, minus `from`.
-    last: u32,
-    /// Steps below it are final; while open, the later ones are `last` so far.
-    next: u8,
-    /// The first step whose offset the segment's end record came before
-    /// (`CATCH_UP_STEPS`: none, or no end yet).
-    end_within: u8,
-    /// That end record's reason.
-    pub(super) reason: Option<EndReason>,
-}
-
-impl CatchUp {
-    fn new(from: u64, t0: u64) -> Self {
-        CatchUp {
-            from,
-            t0,
-            within: [0; CATCH_UP_STEPS],
-            last: 0,
-            next: 0,
-            end_within: CATCH_UP_STEPS as u8,
-            reason: None,
-        }
-    }
-
-    /// Takes a record at `t`: the steps it is past are final. `true` while steps are open.
-    fn advance(&mut self, t: u64, stall_ns: u64) -> bool {
-        let offset = t.saturating_sub(self.t0);
-        while usize::from(self.next) < CATCH_UP_STEPS
-            && offset >= catch_up_step(stall_ns, self.next.into())
-        {
-            self.within[usize::from(self.next)] = self.last;
-            self.next += 1;
-        }
-        usize::from(self.next) < CATCH_UP_STEPS
-    }
-
-    fn record(&mut self, seq: u64) {
-        let delta = u32::try_from(seq.saturating_sub(self.from)).unwrap_or(u32::MAX);
-        self.last = self.last.max(delta);
-    }
-
-    /// No later record counts: the open steps keep what they have (exact at the segment's
-    /// end, an underestimate otherwise).
-    fn close(&mut self) {
-        for k in usize::from(self.next)..CATCH_UP_STEPS {
-            self.within[k] = self.last;
-        }
-        self.next = CATCH_UP_STEPS as u8;
-    }
-
-    /// The highest seq recorded less than step `k`'s offset after the stall ended (so far).
-    pub(super) fn seq_within(&self, k: usize) -> u64 {
-        let delta = if k < usize::from(self.next) {
-            self.within[k]
-        } else {
-            self.last
-        };
-        self.from.saturating_add(u64::from(delta))
-    }
-
-    /// Whether the segment's end record came less than step `k`'s offset after the stall
-    /// ended.
-    pub(super) fn ended_within(&self, k: usize) -> bool {
-        usize::from(self.end_within) <= k
-    }
-}
+const MAX_SPELLS: usize = 256;
 
 /// One record, as the state needs it.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Rec {
-    pub(super) seq: u64,
-    pub(super) t_ns: u64,
-    pub(super) kind: RecordKind,
+pub(crate) struct Rec {
+    pub(crate) seq: u64,
+    pub(crate) t_ns: u64,
+    pub(crate) kind: RecordKind,
     /// The interned source it came from.
-    pub(super) source: u16,
+    pub(crate) source: u16,
 }
 
 /// What a record is checked and counted against.
-pub(super) struct Ctx<'a> {
-    pub(super) stall_ns: u64,
-    pub(super) budget: &'a mut Budget,
-    pub(super) table: &'a mut HopTable,
-    pub(super) problems: &'a mut ProblemLog,
-    pub(super) source: &'a str,
-    pub(super) line: Option<u64>,
-    pub(super) request: &'a str,
-    pub(super) hop: &'a str,
+pub(crate) struct Ctx<'a> {
+    pub(crate) stall_ns: u64,
+    pub(crate) budget: &'a mut DetailBudget,
+    pub(crate) table: &'a mut HopTable,
+    pub(crate) problems: &'a mut ProblemLog,
+    pub(crate) source: &'a str,
+    pub(crate) line: Option<u64>,
+    pub(crate) request: &'a str,
+    pub(crate) hop: &'a str,
+    /// Whether the record is read under a window of its hop's clock.
+    pub(crate) windowed: bool,
 }
 
 impl Ctx<'_> {
@@ -222,75 +54,6 @@ impl Ctx<'_> {
         self.problems.add(kind, self.source, self.line, || {
             format!("request `{request}` at {hop}: {}", message())
         });
-    }
-}
-
-/// Sorted, disjoint, non-adjacent inclusive ranges of seqs.
-#[derive(Debug, Clone, Default)]
-pub(super) struct RangeSet {
-    ranges: Vec<(u64, u64)>,
-}
-
-impl RangeSet {
-    /// Adds `seq`; `false` when that needed a new range and the budget had none.
-    fn insert(&mut self, seq: u64, budget: &mut Budget) -> bool {
-        // ranges[..at] start at or below seq.
-        let at = self.ranges.partition_point(|&(lo, _)| lo <= seq);
-        if at > 0 {
-            let (_, hi) = self.ranges[at - 1];
-            if seq <= hi {
-                return true;
-            }
-            if hi.checked_add(1) == Some(seq) {
-                self.ranges[at - 1].1 = seq;
-                if at < self.ranges.len() && seq.checked_add(1) == Some(self.ranges[at].0) {
-                    self.ranges[at - 1].1 = self.ranges[at].1;
-                    self.ranges.remove(at);
-                    budget.give();
-                }
-                return true;
-            }
-        }
-        if at < self.ranges.len() && seq.checked_add(1) == Some(self.ranges[at].0) {
-            self.ranges[at].0 = seq;
-            return true;
-        }
-        if !budget.take() {
-            return false;
-        }
-        self.ranges.insert(at, (seq, seq));
-        true
-    }
-
-    /// Adds a range above every range held (one detail).
-    fn push_highest(&mut self, range: (u64, u64)) {
-        debug_assert!(self.ranges.last().is_none_or(|&(_, hi)| hi < range.0));
-        self.ranges.push(range);
-    }
-
-    fn contains(&self, seq: u64) -> bool {
-        let at = self.ranges.partition_point(|&(lo, _)| lo <= seq);
-        at > 0 && self.ranges[at - 1].1 >= seq
-    }
-
-    /// Whether a range meets `lo..=hi`.
-    fn meets(&self, lo: u64, hi: u64) -> bool {
-        let at = self.ranges.partition_point(|&(_, end)| end < lo);
-        at < self.ranges.len() && self.ranges[at].0 <= hi
-    }
-
-    fn first(&self) -> Option<u64> {
-        self.ranges.first().map(|&(lo, _)| lo)
-    }
-
-    fn pop_if_adjacent_below(&mut self, seq: u64) -> Option<u64> {
-        match self.ranges.last() {
-            Some(&(lo, hi)) if hi.checked_add(1) == Some(seq) => {
-                self.ranges.pop();
-                Some(lo)
-            }
-            _ => None,
-        }
     }
 }
 
@@ -307,36 +70,20 @@ struct Extra {
     /// the sketch only ever bounds shorter ones.
     notable: Vec<Spell>,
     /// The catch-up profiles of the stalls kept that ended at a seq (at hops after the first,
-    /// while the budget lasts), in the order of `spells`; with `CATCHING_UP`, the last is open.
+    /// while the budget lasts), in the order of `spells`; with [`Flag::CatchingUp`], the last
+    /// is open.
     catch_ups: Vec<CatchUp>,
 }
 
-// Flags.
-const RECORD: u16 = 1; // the current segment has a record
-const COVERED: u16 = 1 << 1; // `run` holds seqs
-const PROGRESS: u16 = 1 << 2; // the current segment has a progress record
-const VISIBLE: u16 = 1 << 3; // the current segment has a visible record
-const LAST_VISIBLE: u16 = 1 << 4; // the last progress record was visible
-const ENDED: u16 = 1 << 5; // the current segment has ended
-const HAD_END: u16 = 1 << 6; // some segment had an end record
-const LOST: u16 = 1 << 7; // details from `lost_from` on were not all kept
-const SKETCHED: u16 = 1 << 8; // the sketch holds something
-const SKETCH_BELOW: u16 = 1 << 9; // a quiet below the sketch's base went into its first window
-const WINDOWED: u16 = 1 << 10; // read under a --since window
-const ANY_HIDDEN: u16 = 1 << 11; // some segment had a hidden record
-const ANY_VISIBLE: u16 = 1 << 12; // some segment had a visible record
-const CATCHING_UP: u16 = 1 << 13; // the last catch-up profile is open
-const END_SPELL: u16 = 1 << 14; // the current segment ended in a kept stall (the last spell)
-const UNSORTED: u16 = 1 << 15; // a spell does not start at or after the one before ended
-
-/// One request at one hop.
+/// One request at one hop: 144 bytes however many records it has, and its details, if any
+/// (see the [module](super)).
 #[derive(Debug, Clone)]
-pub(super) struct Stream {
+pub(crate) struct RequestAtHop {
     /// The hop's index in the path.
-    pub(super) hop: u8,
+    pub(crate) hop: u8,
     /// The sketch's window width: `1 << shift` seqs.
     shift: u8,
-    flags: u16,
+    flags: Flags,
     /// The interned source of the current segment.
     source: u16,
     /// The last end record's reason.
@@ -353,11 +100,11 @@ pub(super) struct Stream {
     progress_t: u64,
     /// The current segment's last visible record's time.
     visible_t: u64,
-    /// The highest seq of a visible record (with `ANY_VISIBLE`).
+    /// The highest seq of a visible record (with [`Flag::AnyVisible`]).
     visible_seq: u64,
     /// The last end record's idle time (cut to what the records allow).
     end_idle: u64,
-    /// With `LOST`: the first seq about which details may be missing.
+    /// With [`Flag::Lost`]: the first seq about which details may be missing.
     lost_from: u64,
     /// The sketch: window `i` holds 1 + the longest short quiet spell (in µs, rounded up)
     /// ending at a seq in `base + i << shift ..`, or 0.
@@ -366,12 +113,12 @@ pub(super) struct Stream {
     extra: Option<Box<Extra>>,
 }
 
-impl Stream {
-    pub(super) fn new(hop: u8, source: u16, windowed: bool) -> Self {
-        Stream {
+impl RequestAtHop {
+    pub(crate) fn new(hop: u8, source: u16) -> Self {
+        RequestAtHop {
             hop,
             shift: 0,
-            flags: if windowed { WINDOWED } else { 0 },
+            flags: Flags::default(),
             source,
             reason: None,
             visible: 0,
@@ -390,30 +137,18 @@ impl Stream {
         }
     }
 
-    fn has(&self, flag: u16) -> bool {
-        self.flags & flag != 0
-    }
-
-    fn set(&mut self, flag: u16, on: bool) {
-        if on {
-            self.flags |= flag;
-        } else {
-            self.flags &= !flag;
-        }
-    }
-
     fn extra(&mut self) -> &mut Extra {
         self.extra.get_or_insert_with(Default::default)
     }
 
     /// Checks `rec` against the stream and takes it in, or reports why not. Returns whether it
     /// was taken.
-    pub(super) fn add(&mut self, rec: &Rec, cx: &mut Ctx<'_>) -> bool {
-        if self.has(ENDED) {
+    pub(crate) fn add(&mut self, rec: &Rec, cx: &mut Ctx<'_>) -> bool {
+        if self.flags.has(Flag::Ended) {
             // Records after an end: a resumed stream (a new subscriber, in another process or
             // later on this one's clock) starts a new segment. Anything else is stray.
             if rec.source != self.source || rec.t_ns > self.last_t {
-                self.flags &= !(RECORD | PROGRESS | VISIBLE | LAST_VISIBLE | ENDED | END_SPELL);
+                self.flags.remove_all(&Flag::SEGMENT);
                 self.visible = 0;
                 self.source = rec.source;
                 cx.table.resumes = cx.table.resumes.saturating_add(1);
@@ -430,7 +165,7 @@ impl Stream {
                 return false;
             }
         }
-        if self.has(RECORD) {
+        if self.flags.has(Flag::Record) {
             let (seq, last) = (rec.seq, self.last_seq);
             let refused = if matches!(rec.kind, RecordKind::End { .. }) {
                 // One past the last seq, which saturates at u64::MAX.
@@ -459,7 +194,7 @@ impl Stream {
                 return false;
             }
         }
-        if self.has(CATCHING_UP) {
+        if self.flags.has(Flag::CatchingUp) {
             self.catch_up(rec, cx.stall_ns);
         }
         match rec.kind {
@@ -469,7 +204,10 @@ impl Stream {
         self.source = rec.source;
         self.last_seq = rec.seq;
         self.last_t = rec.t_ns;
-        self.flags |= RECORD;
+        self.flags.insert(Flag::Record);
+        if cx.windowed {
+            self.flags.insert(Flag::Windowed);
+        }
         true
     }
 
@@ -479,7 +217,7 @@ impl Stream {
             self.lose(from, cx);
         }
         if kind == Kind::Hidden {
-            self.flags |= ANY_HIDDEN;
+            self.flags.insert(Flag::AnyHidden);
             if !self.extra().hidden.insert(seq, cx.budget) {
                 self.lose(seq, cx);
             }
@@ -487,7 +225,7 @@ impl Stream {
         if kind == Kind::Control {
             return;
         }
-        if self.has(PROGRESS) {
+        if self.flags.has(Flag::Progress) {
             // t >= the last record's time >= the last progress record's time.
             let quiet = t.saturating_sub(self.progress_t);
             if quiet >= cx.stall_ns {
@@ -496,7 +234,7 @@ impl Stream {
                     seq: Some(seq),
                     quiet_ns: quiet,
                     reason: None,
-                    after_visible: self.has(LAST_VISIBLE),
+                    after_visible: self.flags.has(Flag::LastVisible),
                 };
                 // Only the hop before asks for a catch-up: the first hop has none.
                 if self.spell(spell, cx) && self.hop > 0 {
@@ -508,7 +246,7 @@ impl Stream {
                     seq: Some(seq),
                     quiet_ns: quiet,
                     reason: None,
-                    after_visible: self.has(LAST_VISIBLE),
+                    after_visible: self.flags.has(Flag::LastVisible),
                 };
                 self.extra().notable.push(spell);
             } else {
@@ -518,27 +256,27 @@ impl Stream {
         }
         self.progress_seq = seq;
         self.progress_t = t;
-        self.flags |= PROGRESS;
+        self.flags.insert(Flag::Progress);
         let visible = kind == Kind::Visible;
         if visible {
-            if self.has(VISIBLE) {
+            if self.flags.has(Flag::Visible) {
                 cx.table.gap(self.visible, t.saturating_sub(self.visible_t));
             }
             self.visible_t = t;
-            if !self.has(ANY_VISIBLE) || seq > self.visible_seq {
+            if !self.flags.has(Flag::AnyVisible) || seq > self.visible_seq {
                 self.visible_seq = seq;
             }
-            self.flags |= ANY_VISIBLE;
+            self.flags.insert(Flag::AnyVisible);
             self.visible = self.visible.saturating_add(1);
-            self.flags |= VISIBLE;
+            self.flags.insert(Flag::Visible);
         }
-        self.set(LAST_VISIBLE, visible);
+        self.flags.set(Flag::LastVisible, visible);
     }
 
     fn end(&mut self, rec: &Rec, reason: EndReason, idle: u64, cx: &mut Ctx<'_>) {
         // The idle time runs on the hop's clock: since the last progress record, or since the
         // stream began there, which is after the clock's start.
-        let (bound, since) = if self.has(PROGRESS) {
+        let (bound, since) = if self.flags.has(Flag::Progress) {
             (
                 rec.t_ns.saturating_sub(self.progress_t),
                 Some(self.progress_seq),
@@ -557,16 +295,12 @@ impl Stream {
             });
         }
         let idle = idle.min(bound);
-        if self.has(CATCHING_UP) {
+        if self.flags.has(Flag::CatchingUp) {
             // The segment ends: so does the profile of its last stall.
             if let Some(catch_up) = self.extra.as_mut().and_then(|e| e.catch_ups.last_mut()) {
-                if usize::from(catch_up.next) < CATCH_UP_STEPS {
-                    catch_up.end_within = catch_up.next;
-                    catch_up.reason = Some(reason);
-                }
-                catch_up.close();
+                catch_up.end(reason);
             }
-            self.flags &= !CATCHING_UP;
+            self.flags.remove(Flag::CatchingUp);
         }
         if idle >= cx.stall_ns {
             let spell = Spell {
@@ -574,26 +308,27 @@ impl Stream {
                 seq: None,
                 quiet_ns: idle,
                 reason: Some(reason),
-                after_visible: since.is_some() && self.has(LAST_VISIBLE),
+                after_visible: since.is_some() && self.flags.has(Flag::LastVisible),
             };
             if self.spell(spell, cx) {
-                self.flags |= END_SPELL;
+                self.flags.insert(Flag::EndSpell);
             }
         }
-        if self.has(LAST_VISIBLE) {
+        if self.flags.has(Flag::LastVisible) {
             cx.table.gap(self.visible, idle);
         }
         self.end_idle = idle;
         self.reason = Some(reason);
-        self.flags |= ENDED | HAD_END;
+        self.flags.insert(Flag::Ended);
+        self.flags.insert(Flag::HadEnd);
     }
 
     /// Adds `seq` to the seqs seen; `Err(from)` when a hole could not be kept and what is known
     /// of seqs from `from` on is incomplete.
-    fn cover(&mut self, seq: u64, budget: &mut Budget) -> Result<(), u64> {
-        if !self.has(COVERED) {
+    fn cover(&mut self, seq: u64, budget: &mut DetailBudget) -> Result<(), u64> {
+        if !self.flags.has(Flag::Covered) {
             self.run = (seq, seq);
-            self.flags |= COVERED;
+            self.flags.insert(Flag::Covered);
             return Ok(());
         }
         let (lo, hi) = self.run;
@@ -641,7 +376,7 @@ impl Stream {
                 .last()
                 .is_none_or(|last| last.seq.is_some_and(|b| spell.after >= Some(b)));
             if !sorted {
-                self.flags |= UNSORTED;
+                self.flags.insert(Flag::Unsorted);
             }
             self.extra().spells.push(spell);
             return true;
@@ -667,7 +402,7 @@ impl Stream {
     /// final without it).
     fn catch_up(&mut self, rec: &Rec, stall_ns: u64) {
         let Some(catch_up) = self.extra.as_mut().and_then(|e| e.catch_ups.last_mut()) else {
-            self.flags &= !CATCHING_UP;
+            self.flags.remove(Flag::CatchingUp);
             return;
         };
         let open = catch_up.advance(rec.t_ns, stall_ns);
@@ -676,16 +411,16 @@ impl Stream {
         }
         if !open {
             catch_up.close();
-            self.flags &= !CATCHING_UP;
+            self.flags.remove(Flag::CatchingUp);
         }
     }
 
     /// Starts the catch-up profile of a stall that ended at `seq`, at `t` (closing the one
     /// before: its open steps keep what they have, an underestimate). Without budget there is
     /// none, and what would need it is unknown.
-    fn open_catch_up(&mut self, seq: u64, t: u64, budget: &mut Budget) {
-        let was_open = self.has(CATCHING_UP);
-        self.flags &= !CATCHING_UP;
+    fn open_catch_up(&mut self, seq: u64, t: u64, budget: &mut DetailBudget) {
+        let was_open = self.flags.has(Flag::CatchingUp);
+        self.flags.remove(Flag::CatchingUp);
         let extra = self.extra();
         if was_open {
             if let Some(last) = extra.catch_ups.last_mut() {
@@ -698,27 +433,27 @@ impl Stream {
         let mut catch_up = CatchUp::new(seq, t);
         catch_up.record(seq);
         extra.catch_ups.push(catch_up);
-        self.flags |= CATCHING_UP;
+        self.flags.insert(Flag::CatchingUp);
     }
 
     /// Notes that details from `from` on are not all kept (reported once per stream).
     fn lose(&mut self, from: u64, cx: &mut Ctx<'_>) {
-        if !self.has(LOST) {
+        if !self.flags.has(Flag::Lost) {
             cx.problem(ProblemKind::DetailLimit, || {
                 format!("details from seq {from} on not all kept (detail budget spent): what needs them is unknown")
             });
         }
-        self.flags |= LOST;
+        self.flags.insert(Flag::Lost);
         self.lost_from = self.lost_from.min(from);
     }
 
     fn sketch(&mut self, seq: u64, quiet_ns: u64) {
-        if !self.has(SKETCHED) {
+        if !self.flags.has(Flag::Sketched) {
             self.base = seq;
-            self.flags |= SKETCHED;
+            self.flags.insert(Flag::Sketched);
         }
         if seq < self.base {
-            self.flags |= SKETCH_BELOW;
+            self.flags.insert(Flag::SketchBelow);
         }
         let offset = seq.saturating_sub(self.base);
         // Widen the windows until the seq fits: shift stops at 61 at the latest, where any
@@ -739,13 +474,13 @@ impl Stream {
     // ---- Questions blame asks.
 
     /// The quiet spells at or above the threshold that were kept.
-    pub(super) fn spells(&self) -> &[Spell] {
+    pub(crate) fn spells(&self) -> &[Spell] {
         self.extra.as_ref().map_or(&[], |extra| &extra.spells)
     }
 
     /// Whether the hop recorded `seq`: `None` when that is not known (details lost).
-    pub(super) fn covers(&self, seq: u64) -> Option<bool> {
-        let known = self.has(COVERED)
+    pub(crate) fn covers(&self, seq: u64) -> Option<bool> {
+        let known = self.flags.has(Flag::Covered)
             && ((self.run.0..=self.run.1).contains(&seq)
                 || self.extra.as_ref().is_some_and(|e| e.earlier.contains(seq)));
         if known {
@@ -758,8 +493,8 @@ impl Stream {
     }
 
     /// The lowest seq recorded.
-    pub(super) fn first_seq(&self) -> Option<u64> {
-        if !self.has(COVERED) {
+    pub(crate) fn first_seq(&self) -> Option<u64> {
+        if !self.flags.has(Flag::Covered) {
             return None;
         }
         let earlier = self.extra.as_ref().and_then(|e| e.earlier.first());
@@ -768,37 +503,37 @@ impl Stream {
 
     /// Whether details from `seq` on may be missing.
     fn lost_at(&self, seq: u64) -> bool {
-        self.has(LOST) && seq >= self.lost_from
+        self.flags.has(Flag::Lost) && seq >= self.lost_from
     }
 
     /// The first seq from which details may be missing.
-    pub(super) fn lost_from(&self) -> Option<u64> {
-        self.has(LOST).then_some(self.lost_from)
+    pub(crate) fn lost_from(&self) -> Option<u64> {
+        self.flags.has(Flag::Lost).then_some(self.lost_from)
     }
 
-    pub(super) fn had_end(&self) -> bool {
-        self.has(HAD_END)
+    pub(crate) fn had_end(&self) -> bool {
+        self.flags.has(Flag::HadEnd)
     }
 
-    pub(super) fn windowed(&self) -> bool {
-        self.has(WINDOWED)
+    pub(crate) fn windowed(&self) -> bool {
+        self.flags.has(Flag::Windowed)
     }
 
     /// Whether the hop recorded a hidden event of the request (it carries hidden events).
-    pub(super) fn carries_hidden(&self) -> bool {
-        self.has(ANY_HIDDEN)
+    pub(crate) fn carries_hidden(&self) -> bool {
+        self.flags.has(Flag::AnyHidden)
     }
 
     /// Whether the hop recorded a visible event after `after` (`None`: at all).
-    pub(super) fn visible_after(&self, after: Option<u64>) -> bool {
-        self.has(ANY_VISIBLE) && after.is_none_or(|p| self.visible_seq > p)
+    pub(crate) fn visible_after(&self, after: Option<u64>) -> bool {
+        self.flags.has(Flag::AnyVisible) && after.is_none_or(|p| self.visible_seq > p)
     }
 
     /// Whether a kept spell lies within the span from `after` to `seq` (see [`Spell::within`]).
     /// For the span a stream ended in, `behind` is its end record's seq and whether it carries
     /// hidden events: a spell that hop was behind (see [`Spell::ahead_of`]) does not count.
     /// `None` when spells past `lost_from` may be missing.
-    pub(super) fn stalled_within(
+    pub(crate) fn stalled_within(
         &self,
         after: Option<u64>,
         seq: Option<u64>,
@@ -808,7 +543,7 @@ impl Stream {
             behind.is_some_and(|(numbered, hidden)| spell.ahead_of(numbered, hidden))
         };
         let spells = self.spells();
-        let found = if self.has(UNSORTED) {
+        let found = if self.flags.has(Flag::Unsorted) {
             spells
                 .iter()
                 .any(|spell| spell.within(after, seq) && !excluded(spell))
@@ -834,8 +569,8 @@ impl Stream {
     }
 
     /// For the stall the stream's last segment ended in: its end record's seq and whether the
-    /// stream carries hidden events (what [`stalled_within`](Stream::stalled_within) takes).
-    pub(super) fn behind(&self, spell: &Spell) -> Option<(u64, bool)> {
+    /// stream carries hidden events (what [`stalled_within`](RequestAtHop::stalled_within) takes).
+    pub(crate) fn behind(&self, spell: &Spell) -> Option<(u64, bool)> {
         let (numbered, last) = self.final_end()?;
         last.filter(|last| std::ptr::eq(*last, spell))
             .map(|_| (numbered, self.carries_hidden()))
@@ -844,7 +579,7 @@ impl Stream {
     /// Whether a kept stall here waited on `up`, a stall of the hop before: `up` lies within
     /// its span (and this hop was not behind it, for the stall it ended in). `None` when a
     /// stall that would may be missing (details lost).
-    pub(super) fn waited_on(&self, up: &Spell) -> Option<bool> {
+    pub(crate) fn waited_on(&self, up: &Spell) -> Option<bool> {
         let waits = |own: &Spell| {
             up.within(own.after, own.seq)
                 && !self
@@ -852,7 +587,7 @@ impl Stream {
                     .is_some_and(|(numbered, hidden)| up.ahead_of(numbered, hidden))
         };
         let spells = self.spells();
-        let waited = if self.has(UNSORTED) {
+        let waited = if self.flags.has(Flag::Unsorted) {
             spells.iter().any(waits)
         } else {
             // Sorted and disjoint: only the last spell starting at or before `up` can hold it,
@@ -872,9 +607,9 @@ impl Stream {
     }
 
     /// The kept stall with the highest seq at or before `p` that ended at a seq.
-    pub(super) fn latest_stall_by(&self, p: u64) -> Option<&Spell> {
+    pub(crate) fn latest_stall_by(&self, p: u64) -> Option<&Spell> {
         let spells = self.spells();
-        if self.has(UNSORTED) {
+        if self.flags.has(Flag::Unsorted) {
             return spells
                 .iter()
                 .filter(|spell| spell.seq.is_some_and(|s| s <= p))
@@ -886,9 +621,9 @@ impl Stream {
     }
 
     /// The catch-up profile of the stall that ended at `seq`, if kept.
-    pub(super) fn catch_up_after(&self, seq: u64) -> Option<&CatchUp> {
+    pub(crate) fn catch_up_after(&self, seq: u64) -> Option<&CatchUp> {
         let catch_ups = &self.extra.as_ref()?.catch_ups;
-        if self.has(UNSORTED) {
+        if self.flags.has(Flag::Unsorted) {
             return catch_ups.iter().rev().find(|c| c.from == seq);
         }
         // In the order of the spells they follow: by seq.
@@ -898,17 +633,20 @@ impl Stream {
 
     /// When the stream's last segment has ended: its end record's seq (one past the last
     /// event the hop numbered) and, if the stream ended in a stall, that stall.
-    pub(super) fn final_end(&self) -> Option<(u64, Option<&Spell>)> {
-        if !self.has(ENDED) {
+    pub(crate) fn final_end(&self) -> Option<(u64, Option<&Spell>)> {
+        if !self.flags.has(Flag::Ended) {
             return None;
         }
-        let spell = self.spells().last().filter(|_| self.has(END_SPELL));
+        let spell = self
+            .spells()
+            .last()
+            .filter(|_| self.flags.has(Flag::EndSpell));
         Some((self.last_seq, spell))
     }
 
     /// Whether the hop has a hidden record strictly between `after` and `seq` (`None` for
     /// either end: open). `None` when that is not known.
-    pub(super) fn hidden_between(&self, after: Option<u64>, seq: Option<u64>) -> Option<bool> {
+    pub(crate) fn hidden_between(&self, after: Option<u64>, seq: Option<u64>) -> Option<bool> {
         let lo = match after {
             None => Some(0),
             Some(p) => p.checked_add(1),
@@ -935,7 +673,7 @@ impl Stream {
     /// an upper bound. Spells of a tenth of the threshold or more are kept exactly; shorter ones
     /// are bounded by the sketch's windows, exact (to the microsecond) while the windows are one
     /// seq wide.
-    pub(super) fn quiet_within(
+    pub(crate) fn quiet_within(
         &self,
         after: Option<u64>,
         seq: Option<u64>,
@@ -958,7 +696,7 @@ impl Stream {
                     }
                 }
             }
-            if self.has(SKETCHED) {
+            if self.flags.has(Flag::Sketched) {
                 let first = (from.saturating_sub(self.base) >> self.shift) as usize;
                 let last = ((to.saturating_sub(self.base) >> self.shift) as usize).min(SKETCH - 1);
                 if first < SKETCH {
@@ -969,13 +707,13 @@ impl Stream {
                         }
                     }
                 }
-                bound_exact &= self.shift == 0 && !self.has(SKETCH_BELOW);
+                bound_exact &= self.shift == 0 && !self.flags.has(Flag::SketchBelow);
             }
         }
         // A trailing stall here is one the other hop was behind (or it would have been passed
         // on): not a quiet over its span, unless nothing else is known.
         if seq.is_none()
-            && self.has(HAD_END)
+            && self.flags.has(Flag::HadEnd)
             && (self.end_idle < stall_ns || (known.is_none() && bound.is_none()))
         {
             known = max(known, self.end_idle);
@@ -992,18 +730,19 @@ impl Stream {
 
 #[cfg(test)]
 mod tests {
+    use super::super::catch_up::catch_up_step;
     use super::*;
 
     #[test]
     fn a_healthy_stream_is_its_fixed_fields() {
         // The size the docs quote (a request at a hop: about 150 bytes).
         assert!(
-            std::mem::size_of::<Stream>() <= 160,
+            std::mem::size_of::<RequestAtHop>() <= 160,
             "{}",
-            std::mem::size_of::<Stream>()
+            std::mem::size_of::<RequestAtHop>()
         );
-        let mut budget = Budget { left: 0 };
-        let mut stream = Stream::new(0, 0, false);
+        let mut budget = DetailBudget::new(0);
+        let mut stream = RequestAtHop::new(0, 0);
         for seq in 0..10_000 {
             stream.cover(seq, &mut budget).unwrap();
             stream.sketch(seq, seq);
@@ -1016,12 +755,12 @@ mod tests {
         // What the docs quote: a stall 48 bytes, a catch-up profile 104.
         assert_eq!(std::mem::size_of::<Spell>(), 48);
         assert_eq!(std::mem::size_of::<CatchUp>(), 104);
-        assert_eq!(std::mem::size_of::<Stream>(), 144);
+        assert_eq!(std::mem::size_of::<RequestAtHop>(), 144);
     }
 
     fn ctx_run(
-        stream: &mut Stream,
-        budget: &mut Budget,
+        stream: &mut RequestAtHop,
+        budget: &mut DetailBudget,
         records: &[(u64, u64, Option<EndReason>)],
     ) {
         let mut table = HopTable::new(4);
@@ -1045,6 +784,7 @@ mod tests {
                 line: None,
                 request: "r",
                 hop: "h",
+                windowed: false,
             };
             assert!(stream.add(&rec, &mut cx), "{seq}");
         }
@@ -1052,8 +792,8 @@ mod tests {
 
     #[test]
     fn a_catch_up_profile_holds_the_highest_seq_within_each_step() {
-        let mut budget = Budget { left: 100 };
-        let mut stream = Stream::new(1, 0, false);
+        let mut budget = DetailBudget::new(100);
+        let mut stream = RequestAtHop::new(1, 0);
         // A stall from 4 to 5 (ending at 10 s), then 6..=9 at +0.2 s, 10..=20 at +1.1 s,
         // 21 at +2 s, 22 at +2.8 s and the end at +3.5 s.
         let mut records = vec![(4, 0, None), (5, 10_000, None)];
@@ -1064,7 +804,8 @@ mod tests {
         records.push((23, 13_500, Some(EndReason::Cancelled)));
         ctx_run(&mut stream, &mut budget, &records);
         assert_eq!(
-            budget.left, 93,
+            budget.left(),
+            93,
             "the stall, its profile and four notable quiets"
         );
         assert_eq!(stream.latest_stall_by(4), None);
@@ -1082,16 +823,16 @@ mod tests {
 
         // The first hop keeps none (no hop before it asks). Each counts as two details; one
         // that does not fit is not kept.
-        let mut first = Stream::new(0, 0, false);
+        let mut first = RequestAtHop::new(0, 0);
         ctx_run(&mut first, &mut budget, &records[..2]);
         assert!(first.catch_up_after(5).is_none());
-        let mut many = Stream::new(1, 0, false);
+        let mut many = RequestAtHop::new(1, 0);
         let stalls: Vec<_> = (0..40).map(|seq| (seq, seq * 2_000, None)).collect();
-        let mut budget = Budget { left: 3 * 39 - 1 };
+        let mut budget = DetailBudget::new(3 * 39 - 1);
         ctx_run(&mut many, &mut budget, &stalls);
         assert!((1..39).all(|seq| many.catch_up_after(seq).is_some()));
         assert!(many.catch_up_after(39).is_none() && many.catch_up_after(0).is_none());
-        assert_eq!(budget.left, 1);
+        assert_eq!(budget.left(), 1);
     }
 
     #[test]
@@ -1104,7 +845,7 @@ mod tests {
             rng % below
         };
         for _ in 0..200 {
-            let mut stream = Stream::new(1, 0, false);
+            let mut stream = RequestAtHop::new(1, 0);
             let (mut seq, mut spells) = (next(3), Vec::new());
             for _ in 0..next(12) {
                 let after = seq;
@@ -1123,7 +864,8 @@ mod tests {
                 seq += next(3);
             }
             stream.extra().spells = spells;
-            stream.flags |= ENDED | END_SPELL;
+            stream.flags.insert(Flag::Ended);
+            stream.flags.insert(Flag::EndSpell);
             stream.last_seq = seq + 1;
             for _ in 0..30 {
                 let after = (next(4) > 0).then(|| next(seq + 2));
@@ -1137,13 +879,13 @@ mod tests {
                     after_visible: next(2) == 0,
                 };
                 let p = next(seq + 2);
-                stream.flags &= !UNSORTED;
+                stream.flags.remove(Flag::Unsorted);
                 let sorted = (
                     stream.stalled_within(after, to, behind),
                     stream.waited_on(&up),
                     stream.latest_stall_by(p).cloned(),
                 );
-                stream.flags |= UNSORTED;
+                stream.flags.insert(Flag::Unsorted);
                 let scanned = (
                     stream.stalled_within(after, to, behind),
                     stream.waited_on(&up),
@@ -1155,26 +897,8 @@ mod tests {
     }
 
     #[test]
-    fn range_sets_merge_and_count_their_ranges() {
-        let mut budget = Budget { left: 3 };
-        let mut set = RangeSet::default();
-        for seq in [5, 7, 6, 1, u64::MAX, 2, 0] {
-            assert!(set.insert(seq, &mut budget), "{seq}");
-        }
-        assert_eq!(set.ranges, vec![(0, 2), (5, 7), (u64::MAX, u64::MAX)]);
-        assert_eq!(budget.left, 0);
-        assert!(!set.insert(10, &mut budget), "no budget for a new range");
-        assert!(set.insert(8, &mut budget), "extending needs none");
-        assert!(set.insert(4, &mut budget) && set.insert(3, &mut budget));
-        assert_eq!(set.ranges, vec![(0, 8), (u64::MAX, u64::MAX)]);
-        assert_eq!(budget.left, 1, "the merge gave one back");
-        assert!(set.contains(u64::MAX) && set.contains(0) && !set.contains(9));
-        assert!(set.meets(9, u64::MAX) && set.meets(8, 8) && !set.meets(9, u64::MAX - 1));
-    }
-
-    #[test]
     fn spells_within_a_span_start_and_end_inside_it() {
-        let mut stream = Stream::new(1, 0, false);
+        let mut stream = RequestAtHop::new(1, 0);
         let spells = [
             (Some(4), Some(5)),
             (Some(9), None),
@@ -1220,7 +944,7 @@ mod tests {
             Some(false)
         );
         // Spells past the budget are unknown.
-        stream.flags |= LOST;
+        stream.flags.insert(Flag::Lost);
         stream.lost_from = 20;
         assert_eq!(stream.stalled_within(Some(10), None, None), None);
         assert_eq!(stream.stalled_within(Some(10), Some(19), None), Some(false));
@@ -1228,7 +952,7 @@ mod tests {
 
     #[test]
     fn the_sketch_widens_and_bounds_from_above() {
-        let mut stream = Stream::new(0, 0, false);
+        let mut stream = RequestAtHop::new(0, 0);
         stream.sketch(1, 5_000_000);
         assert_eq!(
             stream.quiet_within(Some(0), Some(1), u64::MAX),
