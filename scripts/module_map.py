@@ -45,8 +45,11 @@ def concept(path):
     paragraph = " ".join(lines)
     if not paragraph:
         return None
-    sentence = re.match(r"(.+?[.:])(\s|$)", paragraph)
-    return (sentence.group(1) if sentence else paragraph).rstrip(":.") + "."
+    # Intra-doc links read as their text.
+    paragraph = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", paragraph)
+    paragraph = re.sub(r"\[(`[^\]]+`)\]", r"\1", paragraph)
+    sentence = re.match(r"(.+?\.)(\s|$)", paragraph)
+    return (sentence.group(1) if sentence else paragraph).rstrip(".") + "."
 
 
 def table(root):
