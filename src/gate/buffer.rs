@@ -23,8 +23,8 @@ use std::time::Instant;
 use tokio::time::Instant as Clock;
 use tokio_util::sync::CancellationToken;
 
-use super::end::{BoxError, GateError};
-use super::group::Budget;
+use super::budget::ByteBudget;
+use super::error::{BoxError, GateError};
 use super::policy::Policy;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
@@ -61,7 +61,7 @@ pub(crate) struct Config {
     pub(crate) max_bytes: usize,
     pub(crate) policy: Policy,
     pub(crate) first_id: u64,
-    pub(crate) budget: Option<std::sync::Arc<Budget>>,
+    pub(crate) budget: Option<std::sync::Arc<ByteBudget>>,
 }
 
 /// Shared by the generator's sender, the consumer, the gate's task and every handle.

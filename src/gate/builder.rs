@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Buffer, Config};
 use super::consumer::Consumer;
-use super::end::BoxError;
+use super::error::BoxError;
 use super::group::Group;
 use super::handle::GateHandle;
 use super::policy::Policy;

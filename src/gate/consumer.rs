@@ -10,7 +10,7 @@ use futures_core::{FusedStream, Stream};
 use tokio::task::coop;
 
 use super::buffer::{Batch, Buffer};
-use super::end::GateError;
+use super::error::GateError;
 use super::handle::GateHandle;
 use crate::chunk::Chunk;
 use crate::probe::{Observation, Observed, Seen};

@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use super::budget::ByteBudget;
 use super::handle::GateHandle;
 use crate::end::EndReason;
 
@@ -58,7 +59,7 @@ pub struct Group {
 }
 
 struct Inner {
-    budget: Option<Arc<Budget>>,
+    budget: Option<Arc<ByteBudget>>,
     shutting_down: AtomicBool,
     members: Mutex<Members>,
 }
@@ -67,39 +68,6 @@ struct Inner {
 struct Members {
     next: u64,
     handles: HashMap<u64, GateHandle>,
-}
-
-/// The byte budget shared by a group's gates.
-pub(crate) struct Budget {
-    limit: usize,
-    used: AtomicUsize,
-    gates: AtomicUsize,
-}
-
-impl Budget {
-    /// Whether a gate holding `held` bytes may add `len` more: never past the budget (what a
-    /// gate holds beyond its share stays held, so a share alone would not bound the sum), and
-    /// for a gate over its fair share, not into the group's last share.
-    pub(crate) fn admits(&self, held: usize, len: usize) -> bool {
-        let after = self.used.load(Ordering::Relaxed).saturating_add(len);
-        if after > self.limit {
-            return false;
-        }
-        let share = self.limit / self.gates.load(Ordering::Relaxed).max(1);
-        held.saturating_add(len) <= share || after <= self.limit - share
-    }
-
-    pub(crate) fn add(&self, bytes: usize) {
-        if bytes > 0 {
-            self.used.fetch_add(bytes, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn sub(&self, bytes: usize) {
-        if bytes > 0 {
-            self.used.fetch_sub(bytes, Ordering::Relaxed);
-        }
-    }
 }
 
 /// A gate's membership, held by its release: leaving the group is part of the release.
@@ -113,7 +81,7 @@ impl Drop for Membership {
         if let Some(inner) = self.group.upgrade() {
             let removed = inner.lock().handles.remove(&self.id);
             if let Some(budget) = &inner.budget {
-                budget.gates.fetch_sub(1, Ordering::Relaxed);
+                budget.leave();
             }
             drop(removed);
         }
@@ -161,11 +129,7 @@ impl Group {
     pub fn with_budget(bytes: usize) -> Self {
         Group {
             inner: Arc::new(Inner {
-                budget: Some(Arc::new(Budget {
-                    limit: bytes.max(1),
-                    used: AtomicUsize::new(0),
-                    gates: AtomicUsize::new(0),
-                })),
+                budget: Some(Arc::new(ByteBudget::new(bytes))),
                 shutting_down: AtomicBool::new(false),
                 members: Mutex::new(Members::default()),
             }),
@@ -207,8 +171,8 @@ impl Group {
         let budget = self.inner.budget.as_deref();
         GroupStats {
             gates,
-            buffered_bytes: budget.map(|b| b.used.load(Ordering::Relaxed)),
-            budget: budget.map(|b| b.limit),
+            buffered_bytes: budget.map(ByteBudget::used),
+            budget: budget.map(ByteBudget::limit),
         }
     }
 
@@ -222,7 +186,7 @@ impl Group {
         members.next += 1;
         members.handles.insert(id, handle.clone());
         if let Some(budget) = &self.inner.budget {
-            budget.gates.fetch_add(1, Ordering::Relaxed);
+            budget.join();
         }
         Some(Membership {
             group: Arc::downgrade(&self.inner),
@@ -231,7 +195,7 @@ impl Group {
     }
 
     /// The group's byte budget, for a joining gate's buffer.
-    pub(crate) fn shared_budget(&self) -> Option<Arc<Budget>> {
+    pub(crate) fn shared_budget(&self) -> Option<Arc<ByteBudget>> {
         self.inner.budget.clone()
     }
 }

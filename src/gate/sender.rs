@@ -9,7 +9,7 @@ use tokio::task::coop;
 use tokio_util::sync::{WaitForCancellationFuture, WaitForCancellationFutureOwned};
 
 use super::buffer::{Buffer, Refused};
-use super::end::BoxError;
+use super::error::BoxError;
 use crate::chunk::Chunk;
 use crate::end::EndReason;
 use crate::sync::Arc;
