@@ -134,11 +134,11 @@ impl<T: Chunk> Stream for Consumer<T> {
         let item = ready!(this.buffer.poll_recv(cx, &mut this.batch));
         budget.made_progress();
         Poll::Ready(item.map(|result| {
-            result.map(|entry| Event {
-                first: entry.first,
-                last: entry.last,
-                chunk: entry.chunk,
-                enqueued_at: entry.enqueued_at,
+            result.map(|queued| Event {
+                first: queued.first,
+                last: queued.last,
+                chunk: queued.chunk,
+                enqueued_at: queued.enqueued_at,
                 waiting: this.batch.len(),
             })
         }))
