@@ -813,9 +813,7 @@ async fn absurd_durations_wait_for_ever_without_overflow() {
     // Policy limits too long to represent never fire.
     for policy in [
         Policy::disconnect(Duration::MAX),
-        Policy::Backpressure {
-            max_pause: Some(Duration::MAX),
-        },
+        Policy::backpressure().max_pause(Some(Duration::MAX)),
     ] {
         let (mut tx, mut consumer) = Gate::new().max_events(1).policy(policy).channel::<String>();
         tx.try_send("a".into()).unwrap();
@@ -833,9 +831,7 @@ async fn absurd_durations_wait_for_ever_without_overflow() {
 async fn a_zero_policy_limit_ends_the_stream_as_soon_as_the_buffer_is_full() {
     for policy in [
         Policy::disconnect(Duration::ZERO),
-        Policy::Backpressure {
-            max_pause: Some(Duration::ZERO),
-        },
+        Policy::backpressure().max_pause(Some(Duration::ZERO)),
     ] {
         let releases = Releases::default();
         let mut consumer =

@@ -204,9 +204,36 @@ fn counting_gate(gate: Gate) -> (Consumer<String>, Arc<AtomicU64>) {
     (consumer, produced)
 }
 
+/// A pause limit is set only through `max_pause`, so a policy that waits for ever says so; the
+/// limit can still be read by matching on the policy.
+#[test]
+fn a_policy_says_its_pause_limit() {
+    let limit = |policy: Policy| match policy {
+        Policy::Backpressure { max_pause, .. } | Policy::Coalesce { max_pause, .. } => max_pause,
+        Policy::Disconnect { after, .. } => Some(after),
+        _ => unreachable!("every policy is matched"),
+    };
+    let second = Some(Duration::from_secs(1));
+    assert_eq!(
+        limit(Policy::backpressure()),
+        Some(streamgate::DEFAULT_MAX_PAUSE)
+    );
+    assert_eq!(
+        limit(Policy::coalesce()),
+        Some(streamgate::DEFAULT_MAX_PAUSE)
+    );
+    assert_eq!(limit(Policy::backpressure().max_pause(None)), None);
+    assert_eq!(limit(Policy::coalesce().max_pause(second)), second);
+    assert!(Policy::coalesce().max_pause(None) != Policy::backpressure().max_pause(None));
+    // `Disconnect` has no pause limit: its `after` stands.
+    let disconnect = Policy::disconnect(Duration::from_secs(10));
+    assert_eq!(disconnect.max_pause(None), disconnect);
+    assert_eq!(Policy::default(), Policy::backpressure());
+}
+
 #[tokio::test(start_paused = true)]
 async fn backpressure_pauses_the_generator_while_the_consumer_stalls() {
-    let unlimited = Policy::Backpressure { max_pause: None };
+    let unlimited = Policy::backpressure().max_pause(None);
     let (mut consumer, produced) = counting_gate(Gate::new().max_events(8).policy(unlimited));
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -238,9 +265,7 @@ async fn the_default_policy_ends_a_reader_that_stopped() {
 
 #[tokio::test(start_paused = true)]
 async fn backpressure_max_pause_ends_a_stalled_stream() {
-    let policy = Policy::Backpressure {
-        max_pause: Some(Duration::from_secs(5)),
-    };
+    let policy = Policy::backpressure().max_pause(Some(Duration::from_secs(5)));
     let (mut consumer, produced) = counting_gate(Gate::new().max_events(8).policy(policy));
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_millis(4900)).await;
@@ -294,7 +319,7 @@ async fn coalesce_is_bounded_by_bytes_and_then_pauses() {
         Gate::new()
             .max_events(4)
             .max_bytes(100)
-            .policy(Policy::Coalesce { max_pause: None }),
+            .policy(Policy::coalesce().max_pause(None)),
     );
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(3600)).await;

@@ -348,8 +348,8 @@ async fn budget_schedule(seed: u64, policy: Policy) {
 #[test]
 fn the_budget_bounds_the_group_and_refuses_the_streams_holding_the_most() {
     for seed in 1..=4 {
-        paused(move || budget_schedule(seed, Policy::Backpressure { max_pause: None }));
-        paused(move || budget_schedule(seed, Policy::Coalesce { max_pause: None }));
+        paused(move || budget_schedule(seed, Policy::backpressure().max_pause(None)));
+        paused(move || budget_schedule(seed, Policy::coalesce().max_pause(None)));
     }
 }
 

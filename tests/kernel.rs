@@ -187,7 +187,7 @@ async fn stopped_reader_released(
 /// (`None`: not within 6 s).
 async fn stopped_reader_released_after(options: ListenOptions) -> Option<Duration> {
     const AFTER: Duration = Duration::from_secs(2);
-    let policy = Policy::Disconnect { after: AFTER };
+    let policy = Policy::disconnect(AFTER);
     let (reason, after) = stopped_reader_released(options, policy, AFTER * 3).await?;
     assert_eq!(reason, EndReason::SlowConsumer);
     Some(after)
@@ -512,7 +512,7 @@ async fn the_user_timeout_ends_a_stopped_reader_on_kernels_with_the_zero_window_
     // timeout, as `ListenOptions` documents.
     let user_timeout = Duration::from_secs(1);
     let options = ListenOptions::default().user_timeout(Some(user_timeout));
-    let policy = Policy::Backpressure { max_pause: None };
+    let policy = Policy::backpressure().max_pause(None);
     let (reason, after) = stopped_reader_released(options, policy, HANG)
         .await
         .expect("the connection fails");

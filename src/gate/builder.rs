@@ -44,7 +44,7 @@ const DEFAULT_CHANNEL_STOP_GRACE: Duration = Duration::from_secs(10);
 /// runtime needs it enabled (`#[tokio::main]` and `Builder::enable_all` do). The default
 /// policy has a pause limit, so on a runtime built without `enable_time` the gate's task
 /// panics with tokio's "timers are disabled" message the first time a consumer falls behind;
-/// give such a runtime `Policy::Backpressure { max_pause: None }`.
+/// give such a runtime `Policy::backpressure().max_pause(None)`.
 ///
 /// Two shapes:
 /// - [`spawn`](Gate::spawn) (and [`stream`](Gate::stream), [`try_stream`](Gate::try_stream)):

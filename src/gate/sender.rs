@@ -39,8 +39,8 @@ pub struct Sender<T: Chunk> {
     in_task: bool,
     /// `finish` or `abort` has been called.
     done: bool,
-    /// A `send` or `ready` has already failed: the caller ignored it if it waits to send
-    /// again.
+    /// A `send` or `ready` has already failed: a spawned generator that waits to send again
+    /// ignored it, and is parked (see [`send`](Sender::send)).
     failed: bool,
     /// A spawned generator with no stop grace: it is dropped at the end, so a send that meets
     /// the end (racing it on another thread) parks at once rather than failing.
@@ -78,11 +78,36 @@ impl<T: Chunk> Sender<T> {
     /// Hands the chunk back when the stream has ended; the chunk is counted in
     /// [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end). A generator should
     /// stop then (`tx.send(chunk).await?` returns from it, which is also how a spawned
-    /// generator finishes its step within the stop grace). A send after one that already
-    /// failed never completes: a loop that ignores the error is parked there, making at most
-    /// one more chunk, rather than left to spin making chunks nobody reads (a spawned
-    /// generator parked so is dropped when its stop grace runs out). With the default stop
-    /// grace of zero, a spawned generator is not polled again after the end at all.
+    /// generator finishes its step within the stop grace).
+    ///
+    /// The sender of a spawned generator ([`Gate::spawn`](crate::Gate::spawn)) never completes
+    /// a send after one that already failed: a generator that ignores the error is parked
+    /// there, making at most one more chunk, rather than left to spin making chunks nobody
+    /// reads, and it is dropped when its stop grace runs out. With the default stop grace of
+    /// zero, a spawned generator is not polled again after the end at all.
+    ///
+    /// The sender of a [`Gate::channel`](crate::Gate::channel) belongs to an engine loop that
+    /// serves many streams, which must never be parked by one of them: there every send after
+    /// the end fails at once, again, handing its chunk back (and counting it in
+    /// `chunks_after_end`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, SendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     for token in ["Hel", "lo"] {
+    ///         tx.send(token.to_owned()).await?; // waits while the buffer is full
+    ///     }
+    ///     Ok::<_, SendError<String>>(())
+    /// });
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "Hel");
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -90,8 +115,8 @@ impl<T: Chunk> Sender<T> {
     /// So an engine loop must not poll it once and drop it (`now_or_never()`): a full buffer
     /// would silently lose the token. Use [`try_send`](Sender::try_send), which hands it back.
     pub async fn send(&mut self, chunk: T) -> Result<(), SendError<T>> {
-        if self.failed {
-            // The error was ignored: count what was made, and stop this caller here.
+        if self.failed && self.in_task {
+            // A spawned generator ignored the error: count what was made, and stop it here.
             drop(self.try_send(chunk));
             return std::future::pending().await;
         }
@@ -152,10 +177,12 @@ impl<T: Chunk> Sender<T> {
     /// clock runs. Under `Coalesce` it waits for room for an event of its own even when a
     /// `try_send` would merge: try first, wait when refused.
     ///
-    /// Once it (or a `send`) has failed, it never completes again: a loop that ignores the end
-    /// is parked rather than left to spin.
+    /// For a spawned generator's sender, once it (or a `send`) has failed, it never completes
+    /// again: a generator that ignores the end is parked rather than left to spin. A
+    /// [`Gate::channel`](crate::Gate::channel) sender's engine loop is never parked: there it
+    /// returns `Ready(Err(Closed))` again at once.
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
-        if self.failed {
+        if self.failed && self.in_task {
             return Poll::Pending;
         }
         let budget = ready!(coop::poll_proceed(cx));
