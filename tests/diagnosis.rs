@@ -191,7 +191,7 @@ async fn worker_stream(
             }
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
         });
-    let frames = events.sse().with_ids().probe(&hops.probes[WRITE], id);
+    let frames = events.sse().probe(&hops.probes[WRITE], id);
     SseResponse::new(frames).into_response()
 }
 

@@ -124,7 +124,7 @@ async fn serve(
                     }
                     Ok::<_, streamgate::SendError<SseEvent>>(())
                 });
-            async move { SseResponse::new(consumer.sse().with_ids().heartbeat(heartbeat)) }
+            async move { SseResponse::new(consumer.sse().heartbeat(heartbeat)) }
         }),
     );
     let listener = TunedListener::bind(addr, options).expect("bind");
@@ -409,7 +409,7 @@ async fn departures_name_the_kernel_when_events_sit_in_it() {
         }
         Ok::<_, streamgate::SendError<SseEvent>>(())
     });
-    let frames = consumer.sse().with_ids().probe(&write, "r");
+    let frames = consumer.sse().probe(&write, "r");
     let frames = Departures::new(frames, socket.send_queue(), sent.recorder("r"));
     let writer = tokio::spawn(async move {
         let mut socket = FrameWriter::new(socket);

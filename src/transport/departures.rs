@@ -66,7 +66,7 @@ pin_project! {
     ///     tx.send(SseEvent::data("hi")).await?;
     ///     Ok::<_, streamgate::SendError<SseEvent>>(())
     /// });
-    /// let frames = consumer.sse().with_ids().probe(&written, "req-1");
+    /// let frames = consumer.sse().probe(&written, "req-1");
     /// let frames = Departures::new(frames, socket.send_queue(), sent.recorder("req-1"));
     /// FrameWriter::new(socket).forward(frames, |_, _| {}).await?;
     /// # Ok(())
