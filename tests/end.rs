@@ -763,6 +763,46 @@ async fn ids_tile_the_output_on_two_threads() {
     }
 }
 
+/// `Completed` is not a reason to end a stream early: `cancel_with` refuses it, says so, and
+/// leaves the stream as it was (it used to end it quietly as `Cancelled`).
+#[tokio::test(start_paused = true)]
+async fn cancel_with_completed_is_refused_and_the_stream_goes_on() {
+    let releases = Releases::default();
+    let (mut tx, mut consumer) = releases.gate().channel::<String>();
+    let handle = consumer.handle();
+    tx.try_send(token(0)).unwrap();
+    let refused = handle
+        .cancel_with(EndReason::Completed)
+        .expect_err("completed is not an early end");
+    assert_eq!(
+        refused.to_string(),
+        "`completed` is not a reason to end a stream early"
+    );
+    assert_eq!(handle.end_reason(), None, "the stream is untouched");
+    assert!(!tx.is_closed());
+    tx.try_send(token(1))
+        .expect("the stream still takes chunks");
+    tx.finish();
+    let (events, end) = drain(&mut consumer).await;
+    assert!(end.is_none(), "{end:?}");
+    assert_eq!(events.len(), 2);
+    timeout(HANG, handle.released()).await.expect("released");
+    assert_eq!(releases.once().0, EndReason::Completed);
+    // Every other reason is an early end, and the first one stands.
+    let (_tx, consumer) = Gate::new().channel::<String>();
+    let handle = consumer.handle();
+    assert_eq!(
+        handle.cancel_with(EndReason::SlowConsumer),
+        Ok(EndReason::SlowConsumer)
+    );
+    assert_eq!(
+        handle.cancel_with(EndReason::Shutdown),
+        Ok(EndReason::SlowConsumer)
+    );
+    assert!(handle.cancel_with(EndReason::Completed).is_err());
+    assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+}
+
 // Bad configuration: a documented clamp, never a panic.
 
 #[tokio::test(start_paused = true)]

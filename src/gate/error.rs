@@ -65,3 +65,38 @@ impl Error for GateError {
         self.source.as_deref().map(|e| e as &(dyn Error + 'static))
     }
 }
+
+/// The error of [`GateHandle::cancel_with`](crate::GateHandle::cancel_with): it was given
+/// [`EndReason::Completed`], which is not a reason to end a stream early. The stream was left
+/// as it was.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::{EndReason, Gate};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (_tx, consumer) = Gate::new().channel::<String>();
+/// let handle = consumer.handle();
+/// let refused = handle.cancel_with(EndReason::Completed).unwrap_err();
+/// assert_eq!(refused.to_string(), "`completed` is not a reason to end a stream early");
+/// assert_eq!(handle.end_reason(), None, "the stream goes on");
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelError(());
+
+impl CancelError {
+    pub(crate) fn completed() -> Self {
+        CancelError(())
+    }
+}
+
+impl fmt::Display for CancelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("`completed` is not a reason to end a stream early")
+    }
+}
+
+impl Error for CancelError {}

@@ -146,7 +146,8 @@ impl Group {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let handles: Vec<GateHandle> = self.inner.lock().handles.values().cloned().collect();
         for handle in &handles {
-            handle.cancel_with(EndReason::Shutdown);
+            // An early end: never refused.
+            let _ = handle.cancel_with(EndReason::Shutdown);
         }
         let all = async {
             for handle in &handles {

@@ -5,6 +5,7 @@ use std::future::poll_fn;
 use std::task::{Context, Poll};
 
 use super::buffer::Buffer;
+use super::error::CancelError;
 use super::stats::GateStats;
 use crate::chunk::Chunk;
 use crate::end::EndReason;
@@ -68,19 +69,40 @@ impl GateHandle {
     /// [`EndReason::Cancelled`] unless it has already ended, and the generator is stopped. The
     /// consumer still receives the events that were waiting, then the error.
     pub fn cancel(&self) {
-        self.cancel_with(EndReason::Cancelled);
+        self.status.end(EndReason::Cancelled);
     }
 
     /// Like [`cancel`](GateHandle::cancel), with the reason to report (e.g.
-    /// [`EndReason::Shutdown`], so a shutdown is not counted as a user's stop). `Completed` is
-    /// not a reason to cut a stream short: it is reported as `Cancelled`. Returns the reason
-    /// that stands (the first end wins).
-    pub fn cancel_with(&self, reason: EndReason) -> EndReason {
-        let reason = match reason {
-            EndReason::Completed => EndReason::Cancelled,
-            reason => reason,
-        };
-        self.status.end(reason)
+    /// [`EndReason::Shutdown`], so a shutdown is not counted as a user's stop). Returns the
+    /// reason that stands (the first end wins).
+    ///
+    /// # Errors
+    ///
+    /// [`CancelError`] for [`EndReason::Completed`], which is not a reason to cut a stream
+    /// short (a stream completes when its consumer has every event): the stream is left as it
+    /// was.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (_tx, consumer) = Gate::new().channel::<String>();
+    /// let handle = consumer.handle();
+    /// // A server draining for a deploy: not counted as a user's stop.
+    /// assert_eq!(handle.cancel_with(EndReason::Shutdown), Ok(EndReason::Shutdown));
+    /// // The first end stands.
+    /// assert_eq!(handle.cancel_with(EndReason::Cancelled), Ok(EndReason::Shutdown));
+    /// assert!(handle.cancel_with(EndReason::Completed).is_err());
+    /// # }
+    /// ```
+    pub fn cancel_with(&self, reason: EndReason) -> Result<EndReason, CancelError> {
+        if reason == EndReason::Completed {
+            return Err(CancelError::completed());
+        }
+        Ok(self.status.end(reason))
     }
 
     /// Whether the stream has been released (the generator's work stopped and the release hook

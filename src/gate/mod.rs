@@ -28,7 +28,7 @@ mod tests;
 
 pub use self::builder::{DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_RELEASE_TIMEOUT, Gate};
 pub use self::consumer::{Consumer, Event};
-pub use self::error::{BoxError, GateError};
+pub use self::error::{BoxError, CancelError, GateError};
 pub use self::group::{Group, GroupStats, ShutdownReport};
 pub use self::handle::GateHandle;
 pub use self::policy::{DEFAULT_MAX_PAUSE, Policy};

@@ -175,7 +175,7 @@ fn a_waiting_send_races_the_end() {
                 (first, second)
             })
         });
-        handle.cancel_with(EndReason::Shutdown);
+        handle.cancel_with(EndReason::Shutdown).unwrap();
         let (first, second) = engine.join().unwrap();
         let stats = buffer.stats();
         assert_eq!(stats.end_reason, Some(EndReason::Shutdown));
