@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::HANG;
-use common::gate::{Releases, drain, drain_within};
+use common::gate::{Releases, TICK, drain, drain_within};
 use futures_util::StreamExt;
 use streamgate::{EndReason, Gate, GateHandle, Policy, Sender, TrySendError};
 use tokio::time::{Instant, sleep, timeout};
@@ -171,7 +171,11 @@ async fn closed_resolves_at_every_end() {
     timeout(HANG, tx.closed())
         .await
         .expect("closed at slow end");
-    assert!(start.elapsed() >= Duration::from_secs(1));
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited <= Duration::from_secs(1) + TICK,
+        "closed {waited:?} after the refusal"
+    );
     assert_eq!(
         consumer.handle().end_reason(),
         Some(EndReason::SlowConsumer)
@@ -515,6 +519,14 @@ async fn one_engine_loop_feeds_many_streams_and_no_stream_holds_it_up() {
             }
             Reader::Stops => {
                 assert_eq!(reason, EndReason::SlowConsumer, "stream {i}");
+                // It took 5 events and its 4 slots filled within the engine's first 10 steps
+                // (one token per stream per millisecond): the end is `after` later, on the
+                // paused clock.
+                let ended = ended_at - start;
+                assert!(
+                    ended >= after && ended <= after + Duration::from_millis(10) + TICK,
+                    "stream {i} ended after {ended:?}"
+                );
                 assert_eq!(ids, (0..5).collect::<Vec<_>>());
                 assert!(stats.events_undelivered > 0);
             }

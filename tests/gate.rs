@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::gate::TICK;
 use common::{HANG, Rng};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -253,18 +254,26 @@ async fn backpressure_pauses_the_generator_while_the_consumer_stalls() {
 
 #[tokio::test(start_paused = true)]
 async fn the_default_policy_ends_a_reader_that_stopped() {
+    let start = tokio::time::Instant::now();
     let (consumer, produced) = counting_gate(Gate::new().max_events(8));
     let handle = consumer.handle();
     tokio::time::sleep(streamgate::DEFAULT_MAX_PAUSE - Duration::from_millis(100)).await;
     assert_eq!(handle.end_reason(), None);
     handle.released().await;
     assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+    // The buffer was full from the start: the pause limit ran from there.
+    let waited = start.elapsed();
+    assert!(
+        waited <= streamgate::DEFAULT_MAX_PAUSE + TICK,
+        "ended after {waited:?}"
+    );
     assert_eq!(produced.load(Ordering::SeqCst), 8);
     drop(consumer);
 }
 
 #[tokio::test(start_paused = true)]
 async fn backpressure_max_pause_ends_a_stalled_stream() {
+    let start = tokio::time::Instant::now();
     let policy = Policy::backpressure().max_pause(Some(Duration::from_secs(5)));
     let (mut consumer, produced) = counting_gate(Gate::new().max_events(8).policy(policy));
     let handle = consumer.handle();
@@ -272,6 +281,11 @@ async fn backpressure_max_pause_ends_a_stalled_stream() {
     assert_eq!(handle.end_reason(), None);
     handle.released().await;
     assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+    let waited = start.elapsed();
+    assert!(
+        waited <= Duration::from_secs(5) + TICK,
+        "ended after {waited:?}"
+    );
     assert_eq!(produced.load(Ordering::SeqCst), 8);
     // The waiting events are still delivered, then the reason.
     let (events, end) = drain(&mut consumer).await;
@@ -376,10 +390,16 @@ async fn disconnect_ends_a_stopped_reader_after_the_deadline() {
     for _ in 0..2 {
         consumer.next().await.unwrap().unwrap();
     }
+    let stopped = tokio::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(9_900)).await;
     assert_eq!(handle.end_reason(), None);
     handle.released().await;
     assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+    let waited = stopped.elapsed();
+    assert!(
+        waited <= Duration::from_secs(10) + TICK,
+        "ended {waited:?} after the last take"
+    );
     assert_eq!(produced.load(Ordering::SeqCst), 10);
     let (events, end) = drain(&mut consumer).await;
     assert_eq!((events.len(), end), (8, Some(EndReason::SlowConsumer)));
