@@ -37,6 +37,24 @@ pub trait GateExt: Stream {
     /// unless it has one of its own ([`without_ids`](EncodeSse::without_ids) leaves them out),
     /// ending an early end with a terminal `event: error` frame.
     ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, GateExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("Hello".to_owned()).unwrap();
+    /// tx.abort(std::io::Error::other("out of KV blocks"));
+    /// let frames: Vec<_> = consumer.sse().collect().await;
+    /// assert_eq!(&frames[0].bytes()[..], b"id: 0\ndata: Hello\n\n");
+    /// // The early end, visible to the client.
+    /// assert!(frames[1].bytes().starts_with(b"event: error\n"));
+    /// # }
+    /// ```
+    ///
     /// Only a gated stream has `.sse()`; any other is refused where it is written:
     ///
     /// ```compile_fail,E0277

@@ -14,6 +14,34 @@ pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 ///
 /// Every event delivered before it is intact; a consumer that sees `GateError` knows the output
 /// it has is a prefix, not the whole.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use streamgate::{EndReason, Gate};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+/// tx.try_send("partial".to_owned()).unwrap();
+/// tx.abort(std::io::Error::other("out of KV blocks"));
+/// let mut output = String::new();
+/// while let Some(item) = consumer.next().await {
+///     match item {
+///         Ok(event) => output.push_str(event.chunk()),
+///         Err(error) => {
+///             // The output is a prefix: say why it stopped.
+///             assert_eq!(error.reason(), EndReason::GeneratorError);
+///             assert_eq!(error.to_string(), "stream ended: generator failed");
+///             let source = std::error::Error::source(&error).unwrap();
+///             assert_eq!(source.to_string(), "out of KV blocks");
+///         }
+///     }
+/// }
+/// assert_eq!(output, "partial");
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct GateError {
     reason: EndReason,

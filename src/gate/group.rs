@@ -113,6 +113,19 @@ pub struct GroupStats {
 
 impl Group {
     /// A group without a byte budget.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::new();
+    /// let (_tx, _consumer) = Gate::new().group(&group).channel::<String>();
+    /// assert_eq!((group.stats().gates, group.stats().budget), (1, None));
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Group {
             inner: Arc::new(Inner {
@@ -126,6 +139,21 @@ impl Group {
     /// A group whose buffers hold at most `bytes` together (see the type's docs for what
     /// happens when it is reached). A budget of 0 is taken as 1: every gate still admits one
     /// chunk at a time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::with_budget(1024 * 1024);
+    /// let (mut tx, _consumer) = Gate::new().group(&group).channel::<String>();
+    /// tx.try_send("Hello".to_owned()).unwrap();
+    /// let stats = group.stats();
+    /// assert_eq!((stats.buffered_bytes, stats.budget), (Some(5), Some(1024 * 1024)));
+    /// # }
+    /// ```
     pub fn with_budget(bytes: usize) -> Self {
         Group {
             inner: Arc::new(Inner {
@@ -142,6 +170,29 @@ impl Group {
     /// Each consumer still receives the events that were waiting, then the end (an SSE
     /// transport writes its terminal `event: error` frame and closes the body), so a server's
     /// graceful shutdown is not held open by streams that heartbeats would keep alive.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use streamgate::{EndReason, Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::new();
+    /// let (mut tx, mut consumer) = Gate::new().group(&group).channel::<String>();
+    /// tx.try_send("t0 ".to_owned()).unwrap();
+    /// // The engine lets go of a stream's sender once the stream has ended.
+    /// tokio::spawn(async move { tx.closed_owned().await });
+    /// let report = group.shutdown(Duration::from_secs(5)).await;
+    /// assert_eq!((report.ended, report.released), (1, 1));
+    /// // The consumer gets what waited, then the end (an SSE transport writes its error frame).
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "t0 ");
+    /// let error = consumer.next().await.unwrap().unwrap_err();
+    /// assert_eq!(error.reason(), EndReason::Shutdown);
+    /// # }
+    /// ```
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let handles: Vec<GateHandle> = self.inner.lock().handles.values().cloned().collect();
@@ -162,11 +213,46 @@ impl Group {
     }
 
     /// Whether [`shutdown`](Group::shutdown) has been called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::{EndReason, Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::new();
+    /// group.shutdown(Duration::from_secs(1)).await;
+    /// assert!(group.is_shutting_down());
+    /// // A stream started now ends at once.
+    /// let (_tx, consumer) = Gate::new().group(&group).channel::<String>();
+    /// assert_eq!(consumer.handle().end_reason(), Some(EndReason::Shutdown));
+    /// # }
+    /// ```
     pub fn is_shutting_down(&self) -> bool {
         self.inner.shutting_down.load(Ordering::SeqCst)
     }
 
     /// A snapshot of the group.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::with_budget(4096);
+    /// let (mut tx, consumer) = Gate::new().group(&group).channel::<String>();
+    /// tx.try_send("abc".to_owned()).unwrap();
+    /// let stats = group.stats();
+    /// assert_eq!((stats.gates, stats.buffered_bytes), (1, Some(3)));
+    /// drop(consumer); // what it held is no longer counted
+    /// assert_eq!(group.stats().buffered_bytes, Some(0));
+    /// # drop(tx);
+    /// # }
+    /// ```
     pub fn stats(&self) -> GroupStats {
         let gates = self.inner.lock().handles.len();
         let budget = self.inner.budget.as_deref();

@@ -95,7 +95,8 @@ impl Policy {
     /// use std::time::Duration;
     /// use streamgate::{Gate, Policy};
     ///
-    /// let gate = Gate::new().policy(Policy::backpressure().max_pause(Some(Duration::from_secs(5))));
+    /// let policy = Policy::backpressure().max_pause(Some(Duration::from_secs(5)));
+    /// let gate = Gate::new().policy(policy);
     /// # drop(gate);
     /// ```
     pub const fn backpressure() -> Self {
@@ -151,7 +152,8 @@ impl Policy {
     /// use streamgate::Policy;
     ///
     /// let short = Policy::backpressure().max_pause(Some(Duration::from_secs(1)));
-    /// assert!(matches!(short, Policy::Backpressure { max_pause: Some(d), .. } if d == Duration::from_secs(1)));
+    /// let second = Some(Duration::from_secs(1));
+    /// assert!(matches!(short, Policy::Backpressure { max_pause, .. } if max_pause == second));
     /// // A runtime built without tokio's timer needs a policy without a limit.
     /// let untimed = Policy::coalesce().max_pause(None);
     /// assert!(matches!(untimed, Policy::Coalesce { max_pause: None, .. }));

@@ -161,6 +161,25 @@ impl<T: Chunk> Sender<T> {
     ///
     /// [`TrySendError::Full`] or [`TrySendError::Ended`], with the chunk. An ended stream counts
     /// the chunk in [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, TrySendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, consumer) = Gate::new().max_events(1).channel::<String>();
+    /// tx.try_send("a".to_owned()).unwrap();
+    /// // Full: the engine keeps the token for the next step.
+    /// let held = match tx.try_send("b".to_owned()) {
+    ///     Err(TrySendError::Full(token)) => token,
+    ///     other => panic!("{other:?}"),
+    /// };
+    /// drop(consumer); // the client left
+    /// assert!(tx.try_send(held).unwrap_err().is_ended());
+    /// # }
+    /// ```
     pub fn try_send(&mut self, chunk: T) -> Result<(), TrySendError<T>> {
         let at = self.stamp.then(Instant::now);
         self.buffer
@@ -197,18 +216,71 @@ impl<T: Chunk> Sender<T> {
     }
 
     /// Waits for room for one more event; see [`poll_ready`](Sender::poll_ready).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().max_events(1).channel::<String>();
+    /// tx.try_send("a".to_owned()).unwrap();
+    /// let held = tx.try_send("b".to_owned()).unwrap_err().into_inner();
+    /// let reader = tokio::spawn(async move {
+    ///     let first = consumer.next().await;
+    ///     (first, consumer)
+    /// });
+    /// tx.ready().await.expect("room, once the consumer took \"a\"");
+    /// tx.try_send(held).unwrap();
+    /// # let (first, _consumer) = reader.await.unwrap();
+    /// # assert_eq!(first.unwrap().unwrap().chunk(), "a");
+    /// # }
+    /// ```
     pub async fn ready(&mut self) -> Result<(), Closed> {
         poll_fn(|cx| self.poll_ready(cx)).await
     }
 
     /// Completes when the stream has ended, for whatever reason (including completion): an
     /// engine learns that a stream is over without sending to it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (tx, consumer) = Gate::new().channel::<String>();
+    /// consumer.handle().cancel(); // a user pressed Stop
+    /// tx.closed().await;
+    /// assert!(tx.is_closed());
+    /// # drop(consumer);
+    /// # }
+    /// ```
     pub fn closed(&self) -> WaitForCancellationFuture<'_> {
         self.buffer.token().cancelled()
     }
 
     /// Like [`closed`](Sender::closed), a future that does not borrow the sender, so an
     /// engine can wait on many streams' ends while it goes on sending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, consumer) = Gate::new().channel::<String>();
+    /// let ended = tokio::spawn(tx.closed_owned());
+    /// tx.try_send("a".to_owned()).unwrap(); // the sender is still the engine's
+    /// drop(consumer);
+    /// ended.await.unwrap();
+    /// assert!(tx.is_closed());
+    /// # }
+    /// ```
     pub fn closed_owned(&self) -> WaitForCancellationFutureOwned {
         self.buffer.token().clone().cancelled_owned()
     }
@@ -221,6 +293,23 @@ impl<T: Chunk> Sender<T> {
 
     /// The producer is done: the stream completes once the consumer has taken every event
     /// already sent. Returning `Ok` from a spawned generator does the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("last".to_owned()).unwrap();
+    /// tx.finish();
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "last");
+    /// assert!(consumer.next().await.is_none());
+    /// assert_eq!(consumer.handle().end_reason(), Some(EndReason::Completed));
+    /// # }
+    /// ```
     pub fn finish(mut self) {
         self.done = true;
         self.stop_producing();
@@ -229,6 +318,24 @@ impl<T: Chunk> Sender<T> {
 
     /// Ends the stream as [`GeneratorError`](EndReason::GeneratorError) with `error` as its
     /// source: the consumer receives the events already sent, then the error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("partial".to_owned()).unwrap();
+    /// tx.abort(std::io::Error::other("device lost"));
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "partial");
+    /// let error = consumer.next().await.unwrap().unwrap_err();
+    /// assert_eq!(error.reason(), EndReason::GeneratorError);
+    /// assert_eq!(std::error::Error::source(&error).unwrap().to_string(), "device lost");
+    /// # }
+    /// ```
     pub fn abort(mut self, error: impl Into<BoxError>) {
         self.done = true;
         self.stop_producing();
