@@ -153,9 +153,9 @@ pub use chunk::{Chunk, Kind};
 pub use end::{EndCounters, EndCounts, EndReason, UnknownEndReason};
 pub use ext::GateExt;
 pub use gate::{
-    BoxError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_MAX_PAUSE,
-    DEFAULT_RELEASE_TIMEOUT, Event, Gate, GateError, GateHandle, GateStats, Group, GroupStats,
-    Policy, SendError, Sender, ShutdownReport, TrySendError,
+    BoxError, CancelError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_PAUSE, DEFAULT_RELEASE_TIMEOUT, Event, Gate, GateError, GateHandle, GateStats,
+    Group, GroupStats, Policy, SendError, Sender, ShutdownReport, TrySendError,
 };
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]

@@ -340,7 +340,7 @@ impl<C: Chunk + Clone> Entry<C> {
             pump.wake();
         }
         shared.expired();
-        self.handle.cancel_with(reason);
+        let _ = self.handle.cancel_with(reason);
     }
 
     /// What the subscriber `key` reads next: an event, its end, or nothing yet (its waker is

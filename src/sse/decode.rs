@@ -144,7 +144,7 @@ where
 
 impl Observed for Result<SseEvent, DecodeError> {
     /// A decoded event is observed with the upstream's seq when its id is a number (as this
-    /// crate's servers send with `with_ids`), and with the kind the upstream marked (see
+    /// crate's `.sse()` writes it), and with the kind the upstream marked (see
     /// [`SseDecoder`](super::SseDecoder)), so a gateway's `recv` hop lines up with the
     /// upstream's hops. An `event: error` frame is the
     /// stream's last event, ending it `upstream_error`, as does a failed upstream; a limit

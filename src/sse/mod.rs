@@ -63,7 +63,7 @@ mod heartbeat;
 
 pub use self::decode::DecodeSse;
 pub use self::decoder::{DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, DecodeError, SseDecoder};
-pub use self::encode::EncodeSse;
+pub use self::encode::{EncodeSse, GateItem};
 #[cfg(feature = "redis")]
 pub(crate) use self::encode::{end_frame, error_frame};
 pub use self::event::{FieldError, SseEvent};

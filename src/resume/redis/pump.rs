@@ -50,7 +50,7 @@ where
 {
     let keys = Keys::new(&id);
     if run(&store, &id, &keys, &handle, &mut frames).await.is_err() {
-        handle.cancel_with(EndReason::ConsumerGone);
+        let _ = handle.cancel_with(EndReason::ConsumerGone);
     }
     lock(&store.pumped).remove(&id);
 }
@@ -99,7 +99,7 @@ where
                     alone_since = None;
                 } else if alone_since.get_or_insert_with(Instant::now).elapsed() >= options.grace {
                     // Nobody came back in time.
-                    handle.cancel_with(EndReason::ConsumerGone);
+                    let _ = handle.cancel_with(EndReason::ConsumerGone);
                     store.expired.fetch_add(1, Ordering::Relaxed);
                     return store.query(redis::pipe().del(&keys.all()).ignore()).await;
                 }

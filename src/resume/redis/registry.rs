@@ -44,7 +44,7 @@ impl std::error::Error for RegisterError {}
 /// client can resume through any instance sharing the Redis.
 ///
 /// [`register`](RedisRegistry::register) takes a gated stream's [`Consumer`], encodes it as SSE
-/// with ids (`.sse().with_ids()`: frames must cross processes) and spawns a pump on this
+/// with ids (as `.sse()` writes them: frames must cross processes) and spawns a pump on this
 /// instance that appends each frame to the stream's log in Redis; [`RedisSubscriber`]s on any
 /// instance read the log from a position, then live (`XREAD BLOCK` on a connection of their
 /// own), as frames ready for the transport.
@@ -280,12 +280,7 @@ impl RedisRegistry {
             .map_err(unavailable)?;
         lock(&self.store.pumped).insert(id.clone(), Pumped::default());
         let handle = consumer.handle();
-        tokio::spawn(pump(
-            self.store.clone(),
-            id,
-            handle,
-            consumer.sse().with_ids(),
-        ));
+        tokio::spawn(pump(self.store.clone(), id, handle, consumer.sse()));
         Ok(subscriber)
     }
 
