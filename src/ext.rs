@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::gate::BoxError;
 use crate::probe::{HopProbe, Observed, Probed};
-use crate::sse::{DecodeSse, EncodeSse, Heartbeat, SseDecoder, SseFrame};
+use crate::sse::{DecodeSse, EncodeSse, GateItem, Heartbeat, SseDecoder, SseFrame};
 
 /// Combinators for the streams along the data path, as methods on any [`Stream`].
 ///
@@ -27,16 +27,45 @@ use crate::sse::{DecodeSse, EncodeSse, Heartbeat, SseDecoder, SseFrame};
 ///     Ok::<_, streamgate::SendError<SseEvent>>(())
 /// });
 /// let frames: Vec<_> = consumer.sse().heartbeat(Duration::from_secs(15)).collect().await;
-/// assert_eq!(&frames[0].bytes()[..], b"data: hello\n\n");
+/// assert_eq!(&frames[0].bytes()[..], b"id: 0\ndata: hello\n\n");
 /// # }
 /// ```
 pub trait GateExt: Stream {
     /// Encodes a gated stream (a [`Consumer`](crate::Consumer) of chunks that convert into
-    /// [`SseEvent`](crate::sse::SseEvent)s) as SSE frames, one per event, ending an early end
-    /// with a terminal `event: error` frame.
+    /// [`SseEvent`](crate::sse::SseEvent)s, or a stream that passes its items on: see
+    /// [`GateItem`]) as SSE frames, one per event, each with its event id as its `id:`
+    /// unless it has one of its own ([`without_ids`](EncodeSse::without_ids) leaves them out),
+    /// ending an early end with a terminal `event: error` frame.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, GateExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("Hello".to_owned()).unwrap();
+    /// tx.abort(std::io::Error::other("out of KV blocks"));
+    /// let frames: Vec<_> = consumer.sse().collect().await;
+    /// assert_eq!(&frames[0].bytes()[..], b"id: 0\ndata: Hello\n\n");
+    /// // The early end, visible to the client.
+    /// assert!(frames[1].bytes().starts_with(b"event: error\n"));
+    /// # }
+    /// ```
+    ///
+    /// Only a gated stream has `.sse()`; any other is refused where it is written:
+    ///
+    /// ```compile_fail,E0277
+    /// use streamgate::GateExt;
+    ///
+    /// let frames = futures_util::stream::iter(["not", "gated"]).sse();
+    /// ```
     fn sse(self) -> EncodeSse<Self>
     where
         Self: Sized,
+        Self::Item: GateItem,
     {
         EncodeSse::new(self)
     }

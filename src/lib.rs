@@ -74,7 +74,13 @@
 //!   `TCP_NODELAY`, a large backlog and a bounded send buffer;
 //! - [`probe`]: per-hop gap counters (histogram, stalls, gaps by output position, buffer age)
 //!   and hop records ([`GateExt::probe`]);
-//! - [`timeline`]: from the hop records of several processes, the hop where each stall began.
+//! - [`resume`]: resumable streams, a disconnect not being a stop: a registry of replay logs
+//!   (in memory, or in Redis with feature `redis`) that subscribers attach to at an event id;
+//! - `timeline` (feature `timeline`): from the hop records of several processes, the hop where
+//!   each stall began.
+//!
+//! Every end is named by one [`EndReason`], wherever it is recorded (the gate, the probes, hop
+//! records, the timeline), and [`EndCounters`] counts ends by it.
 //!
 //! # Feature flags
 //!
@@ -147,9 +153,9 @@ pub use chunk::{Chunk, Kind};
 pub use end::{EndCounters, EndCounts, EndReason, UnknownEndReason};
 pub use ext::GateExt;
 pub use gate::{
-    BoxError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_MAX_PAUSE,
-    DEFAULT_RELEASE_TIMEOUT, Event, Gate, GateError, GateHandle, GateStats, Group, GroupStats,
-    Policy, SendError, Sender, ShutdownReport, TrySendError,
+    BoxError, CancelError, Closed, Consumer, DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_PAUSE, DEFAULT_RELEASE_TIMEOUT, Event, Gate, GateError, GateHandle, GateStats,
+    Group, GroupStats, Policy, SendError, Sender, ShutdownReport, TrySendError,
 };
 #[cfg(feature = "otel")]
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]

@@ -1,8 +1,8 @@
 //! Send, Sync and Unpin of every public type, asserted so a change cannot silently lose them.
 
 use streamgate::{
-    Consumer, EndReason, Event, Gate, GateError, GateHandle, GateStats, Kind, Policy, SendError,
-    Sender,
+    CancelError, Consumer, EndReason, Event, Gate, GateError, GateHandle, GateStats, Kind, Policy,
+    SendError, Sender,
 };
 
 fn send<T: Send>() {}
@@ -36,6 +36,8 @@ fn public_types_are_send_sync_unpin() {
     unpin::<GateHandle>();
     send::<GateError>();
     sync::<GateError>();
+    send::<CancelError>();
+    sync::<CancelError>();
     send::<Gate>();
     unpin::<Gate>();
     send::<Event<String>>();

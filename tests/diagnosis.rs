@@ -166,9 +166,7 @@ async fn worker_stream(
 ) -> Response {
     let id = request_id(&request);
     let mut publish = hops.probes[PUBLISH].recorder(id.as_str());
-    let policy = Policy::Coalesce {
-        max_pause: Some(Duration::from_secs(30)),
-    };
+    let policy = Policy::coalesce().max_pause(Some(Duration::from_secs(30)));
     let events = Gate::new()
         .max_events(4)
         .policy(policy)
@@ -193,7 +191,7 @@ async fn worker_stream(
             }
             Ok::<_, Box<dyn std::error::Error + Send + Sync>>(())
         });
-    let frames = events.sse().with_ids().probe(&hops.probes[WRITE], id);
+    let frames = events.sse().probe(&hops.probes[WRITE], id);
     SseResponse::new(frames).into_response()
 }
 

@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use common::HANG;
-use common::gate::{Releases, drain, drain_within};
+use common::gate::{Releases, TICK, drain, drain_within};
 use futures_util::StreamExt;
 use streamgate::{EndReason, Gate, GateHandle, Policy, Sender, TrySendError};
 use tokio::time::{Instant, sleep, timeout};
@@ -171,7 +171,11 @@ async fn closed_resolves_at_every_end() {
     timeout(HANG, tx.closed())
         .await
         .expect("closed at slow end");
-    assert!(start.elapsed() >= Duration::from_secs(1));
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1) && waited <= Duration::from_secs(1) + TICK,
+        "closed {waited:?} after the refusal"
+    );
     assert_eq!(
         consumer.handle().end_reason(),
         Some(EndReason::SlowConsumer)
@@ -371,12 +375,8 @@ async fn disconnect_spares_a_reader_that_trickles_with_try_send() {
 async fn a_reader_that_caught_up_is_not_ended_while_the_engine_is_quiet() {
     for policy in [
         Policy::disconnect(Duration::from_secs(10)),
-        Policy::Backpressure {
-            max_pause: Some(Duration::from_secs(10)),
-        },
-        Policy::Coalesce {
-            max_pause: Some(Duration::from_secs(10)),
-        },
+        Policy::backpressure().max_pause(Some(Duration::from_secs(10))),
+        Policy::coalesce().max_pause(Some(Duration::from_secs(10))),
     ] {
         let (mut tx, mut consumer) = Gate::new()
             .max_events(2)
@@ -519,6 +519,14 @@ async fn one_engine_loop_feeds_many_streams_and_no_stream_holds_it_up() {
             }
             Reader::Stops => {
                 assert_eq!(reason, EndReason::SlowConsumer, "stream {i}");
+                // It took 5 events and its 4 slots filled within the engine's first 10 steps
+                // (one token per stream per millisecond): the end is `after` later, on the
+                // paused clock.
+                let ended = ended_at - start;
+                assert!(
+                    ended >= after && ended <= after + Duration::from_millis(10) + TICK,
+                    "stream {i} ended after {ended:?}"
+                );
                 assert_eq!(ids, (0..5).collect::<Vec<_>>());
                 assert!(stats.events_undelivered > 0);
             }
@@ -581,24 +589,75 @@ async fn the_release_of_a_channel_waits_for_the_engine_within_the_stop_grace() {
     );
 }
 
-/// A task that ignores a failed send and sends again is parked there, not left to spin making
-/// chunks nobody reads: at most two chunks after the end (the failed one and the parked one).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_send_after_a_failed_send_parks_the_caller() {
+/// An engine loop serves many streams, so a send it retries on one ended stream must not park
+/// it: on a channel gate every send (and `ready`) after the end fails again at once, handing
+/// the chunk back, and each chunk is counted as made after the end.
+#[tokio::test(start_paused = true)]
+async fn a_send_after_a_failed_send_fails_again_at_once_on_a_channel() {
     let (mut tx, consumer) = Gate::new().max_events(2).channel::<String>();
     let handle = consumer.handle();
     drop(consumer);
-    let careless = tokio::spawn(async move {
-        loop {
-            let _ = tx.send("t ".to_owned()).await;
+    for i in 0..3 {
+        let token = format!("t{i} ");
+        let mut send = pin!(tx.send(token.clone()));
+        match poll_once(&mut send) {
+            Poll::Ready(Err(refused)) => assert_eq!(refused.into_inner(), token),
+            Poll::Ready(Ok(())) => panic!("send {i} was accepted on an ended stream"),
+            Poll::Pending => panic!("send {i} on an ended stream parks the engine loop"),
         }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!careless.is_finished(), "parked, not returned");
+    }
+    for i in 0..2 {
+        let mut ready = pin!(tx.ready());
+        assert!(
+            matches!(poll_once(&mut ready), Poll::Ready(Err(_))),
+            "ready {i} on an ended stream does not fail at once"
+        );
+    }
     let stats = handle.stats();
     assert_eq!(stats.end_reason, Some(EndReason::ConsumerGone));
-    assert!(stats.chunks_after_end <= 2, "{stats:?}");
-    careless.abort();
+    assert_eq!(stats.chunks_after_end, 3, "{stats:?}");
+}
+
+/// A spawned generator that ignores a failed send and sends again is parked there, not left to
+/// spin making chunks nobody reads: exactly two chunks after the end (the failed one and the
+/// one it is parked in), until its stop grace runs out.
+#[tokio::test(start_paused = true)]
+async fn a_send_after_a_failed_send_parks_a_spawned_generator() {
+    let returned = Arc::new(AtomicUsize::new(0));
+    let counted = returned.clone();
+    let consumer = Gate::new()
+        .max_events(1)
+        .stop_grace(Duration::from_secs(1200))
+        .spawn(move |_, mut tx| async move {
+            loop {
+                let _ = tx.send("t ".to_owned()).await;
+                counted.fetch_add(1, Ordering::SeqCst);
+            }
+            #[allow(unreachable_code)]
+            Ok::<_, streamgate::SendError<String>>(())
+        });
+    let handle = consumer.handle();
+    // The first send is in, the second waits for room.
+    while handle.stats().chunks_sent == 0 {
+        tokio::task::yield_now().await;
+    }
+    drop(consumer);
+    sleep(Duration::from_secs(600)).await;
+    assert_eq!(
+        returned.load(Ordering::SeqCst),
+        2,
+        "the accepted send and the failed one returned; the next one is parked"
+    );
+    let stats = handle.stats();
+    assert_eq!(stats.end_reason, Some(EndReason::ConsumerGone));
+    assert_eq!(stats.chunks_after_end, 2, "{stats:?}");
+    assert!(!handle.is_released(), "parked within its stop grace");
+    timeout(PAUSED_HANG, handle.released())
+        .await
+        .expect("released when the grace runs out");
+    let stats = handle.stats();
+    assert!(stats.stop_forced, "{stats:?}");
+    assert_eq!(stats.end_to_stop, Some(Duration::from_secs(1200)));
 }
 
 /// The generator's token is a child of the stream's: a generator cancelling it does not end the

@@ -2,6 +2,7 @@
 
 mod common;
 
+use common::gate::TICK;
 use common::{HANG, Rng};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -204,9 +205,36 @@ fn counting_gate(gate: Gate) -> (Consumer<String>, Arc<AtomicU64>) {
     (consumer, produced)
 }
 
+/// A pause limit is set only through `max_pause`, so a policy that waits for ever says so; the
+/// limit can still be read by matching on the policy.
+#[test]
+fn a_policy_says_its_pause_limit() {
+    let limit = |policy: Policy| match policy {
+        Policy::Backpressure { max_pause, .. } | Policy::Coalesce { max_pause, .. } => max_pause,
+        Policy::Disconnect { after, .. } => Some(after),
+        _ => unreachable!("every policy is matched"),
+    };
+    let second = Some(Duration::from_secs(1));
+    assert_eq!(
+        limit(Policy::backpressure()),
+        Some(streamgate::DEFAULT_MAX_PAUSE)
+    );
+    assert_eq!(
+        limit(Policy::coalesce()),
+        Some(streamgate::DEFAULT_MAX_PAUSE)
+    );
+    assert_eq!(limit(Policy::backpressure().max_pause(None)), None);
+    assert_eq!(limit(Policy::coalesce().max_pause(second)), second);
+    assert!(Policy::coalesce().max_pause(None) != Policy::backpressure().max_pause(None));
+    // `Disconnect` has no pause limit: its `after` stands.
+    let disconnect = Policy::disconnect(Duration::from_secs(10));
+    assert_eq!(disconnect.max_pause(None), disconnect);
+    assert_eq!(Policy::default(), Policy::backpressure());
+}
+
 #[tokio::test(start_paused = true)]
 async fn backpressure_pauses_the_generator_while_the_consumer_stalls() {
-    let unlimited = Policy::Backpressure { max_pause: None };
+    let unlimited = Policy::backpressure().max_pause(None);
     let (mut consumer, produced) = counting_gate(Gate::new().max_events(8).policy(unlimited));
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -226,27 +254,38 @@ async fn backpressure_pauses_the_generator_while_the_consumer_stalls() {
 
 #[tokio::test(start_paused = true)]
 async fn the_default_policy_ends_a_reader_that_stopped() {
+    let start = tokio::time::Instant::now();
     let (consumer, produced) = counting_gate(Gate::new().max_events(8));
     let handle = consumer.handle();
     tokio::time::sleep(streamgate::DEFAULT_MAX_PAUSE - Duration::from_millis(100)).await;
     assert_eq!(handle.end_reason(), None);
     handle.released().await;
     assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+    // The buffer was full from the start: the pause limit ran from there.
+    let waited = start.elapsed();
+    assert!(
+        waited <= streamgate::DEFAULT_MAX_PAUSE + TICK,
+        "ended after {waited:?}"
+    );
     assert_eq!(produced.load(Ordering::SeqCst), 8);
     drop(consumer);
 }
 
 #[tokio::test(start_paused = true)]
 async fn backpressure_max_pause_ends_a_stalled_stream() {
-    let policy = Policy::Backpressure {
-        max_pause: Some(Duration::from_secs(5)),
-    };
+    let start = tokio::time::Instant::now();
+    let policy = Policy::backpressure().max_pause(Some(Duration::from_secs(5)));
     let (mut consumer, produced) = counting_gate(Gate::new().max_events(8).policy(policy));
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_millis(4900)).await;
     assert_eq!(handle.end_reason(), None);
     handle.released().await;
     assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+    let waited = start.elapsed();
+    assert!(
+        waited <= Duration::from_secs(5) + TICK,
+        "ended after {waited:?}"
+    );
     assert_eq!(produced.load(Ordering::SeqCst), 8);
     // The waiting events are still delivered, then the reason.
     let (events, end) = drain(&mut consumer).await;
@@ -294,7 +333,7 @@ async fn coalesce_is_bounded_by_bytes_and_then_pauses() {
         Gate::new()
             .max_events(4)
             .max_bytes(100)
-            .policy(Policy::Coalesce { max_pause: None }),
+            .policy(Policy::coalesce().max_pause(None)),
     );
     let handle = consumer.handle();
     tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -351,10 +390,16 @@ async fn disconnect_ends_a_stopped_reader_after_the_deadline() {
     for _ in 0..2 {
         consumer.next().await.unwrap().unwrap();
     }
+    let stopped = tokio::time::Instant::now();
     tokio::time::sleep(Duration::from_millis(9_900)).await;
     assert_eq!(handle.end_reason(), None);
     handle.released().await;
     assert_eq!(handle.end_reason(), Some(EndReason::SlowConsumer));
+    let waited = stopped.elapsed();
+    assert!(
+        waited <= Duration::from_secs(10) + TICK,
+        "ended {waited:?} after the last take"
+    );
     assert_eq!(produced.load(Ordering::SeqCst), 10);
     let (events, end) = drain(&mut consumer).await;
     assert_eq!((events.len(), end), (8, Some(EndReason::SlowConsumer)));

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use common::gate::{Releases, drain};
+use common::gate::{Releases, TICK, drain};
 use common::{HANG, Rng};
 use futures_util::StreamExt;
 use streamgate::{Consumer, EndReason, Gate, Group, Policy, SendError, TrySendError};
@@ -95,9 +95,16 @@ fn shutdown_ends_every_member_as_shutdown_and_waits_for_their_release() {
         assert_eq!(group.stats().gates, 4);
         assert!(!group.is_shutting_down());
 
+        let start = tokio::time::Instant::now();
         let report = timeout(HANG, group.shutdown(Duration::from_secs(5)))
             .await
             .expect("shutdown within its grace");
+        // It waited for the engine's stream until its grace ran out, and no longer.
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(5) && waited <= Duration::from_secs(5) + TICK,
+            "the shutdown took {waited:?}"
+        );
         assert!(group.is_shutting_down());
         // The engine still holds its sender: its release waits for the engine (a channel's
         // default stop grace, 10 s, is longer than the shutdown's 5 s).
@@ -221,7 +228,11 @@ fn shutdown_releases_a_generator_that_never_stops() {
             report.released, 1,
             "the stubborn one is still in its stop grace"
         );
-        assert!(start.elapsed() >= Duration::from_secs(1));
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_secs(1) && waited <= Duration::from_secs(1) + TICK,
+            "the shutdown took {waited:?}"
+        );
         assert_eq!(releases.once().0, EndReason::Shutdown);
         let handle = stubborn_consumer.handle();
         timeout(Duration::from_secs(60), handle.released())
@@ -230,7 +241,11 @@ fn shutdown_releases_a_generator_that_never_stops() {
         let (reason, stats) = stubborn.once();
         assert_eq!(reason, EndReason::Shutdown);
         assert!(stats.stop_forced);
-        assert!(stats.end_to_stop.unwrap() >= Duration::from_secs(10));
+        let end_to_stop = stats.end_to_stop.unwrap();
+        assert!(
+            end_to_stop >= Duration::from_secs(10) && end_to_stop <= Duration::from_secs(10) + TICK,
+            "dropped {end_to_stop:?} after the shutdown"
+        );
         drop((consumer, stubborn_consumer));
     });
 }
@@ -348,8 +363,8 @@ async fn budget_schedule(seed: u64, policy: Policy) {
 #[test]
 fn the_budget_bounds_the_group_and_refuses_the_streams_holding_the_most() {
     for seed in 1..=4 {
-        paused(move || budget_schedule(seed, Policy::Backpressure { max_pause: None }));
-        paused(move || budget_schedule(seed, Policy::Coalesce { max_pause: None }));
+        paused(move || budget_schedule(seed, Policy::backpressure().max_pause(None)));
+        paused(move || budget_schedule(seed, Policy::coalesce().max_pause(None)));
     }
 }
 

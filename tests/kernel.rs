@@ -124,7 +124,7 @@ async fn serve(
                     }
                     Ok::<_, streamgate::SendError<SseEvent>>(())
                 });
-            async move { SseResponse::new(consumer.sse().with_ids().heartbeat(heartbeat)) }
+            async move { SseResponse::new(consumer.sse().heartbeat(heartbeat)) }
         }),
     );
     let listener = TunedListener::bind(addr, options).expect("bind");
@@ -187,7 +187,7 @@ async fn stopped_reader_released(
 /// (`None`: not within 6 s).
 async fn stopped_reader_released_after(options: ListenOptions) -> Option<Duration> {
     const AFTER: Duration = Duration::from_secs(2);
-    let policy = Policy::Disconnect { after: AFTER };
+    let policy = Policy::disconnect(AFTER);
     let (reason, after) = stopped_reader_released(options, policy, AFTER * 3).await?;
     assert_eq!(reason, EndReason::SlowConsumer);
     Some(after)
@@ -409,7 +409,7 @@ async fn departures_name_the_kernel_when_events_sit_in_it() {
         }
         Ok::<_, streamgate::SendError<SseEvent>>(())
     });
-    let frames = consumer.sse().with_ids().probe(&write, "r");
+    let frames = consumer.sse().probe(&write, "r");
     let frames = Departures::new(frames, socket.send_queue(), sent.recorder("r"));
     let writer = tokio::spawn(async move {
         let mut socket = FrameWriter::new(socket);
@@ -512,7 +512,7 @@ async fn the_user_timeout_ends_a_stopped_reader_on_kernels_with_the_zero_window_
     // timeout, as `ListenOptions` documents.
     let user_timeout = Duration::from_secs(1);
     let options = ListenOptions::default().user_timeout(Some(user_timeout));
-    let policy = Policy::Backpressure { max_pause: None };
+    let policy = Policy::backpressure().max_pause(None);
     let (reason, after) = stopped_reader_released(options, policy, HANG)
         .await
         .expect("the connection fails");

@@ -131,7 +131,16 @@ async fn each_end_path() {
         usize::MAX,
     );
     let handle = consumer.handle();
+    let start = std::time::Instant::now();
     released_once(&hook, &handle, EndReason::SlowConsumer).await;
+    // The 50 ms deadline runs from the first full buffer, within milliseconds of the start; 2 s
+    // of slack covers any scheduling delay on a loaded machine, while a deadline that was
+    // missed would show as the test's hang.
+    let waited = start.elapsed();
+    assert!(
+        waited < Duration::from_millis(50) + Duration::from_secs(2),
+        "the slow-consumer end came after {waited:?}"
+    );
     drop(consumer);
     assert_eq!(hook.calls().len(), 1);
 }

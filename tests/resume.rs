@@ -28,7 +28,7 @@ fn tokens(
 ) -> Consumer<String> {
     releases
         .gate()
-        .policy(Policy::Backpressure { max_pause: None })
+        .policy(Policy::backpressure().max_pause(None))
         .max_events(4)
         .spawn(move |_, mut tx| async move {
             for i in 0..n {
@@ -584,7 +584,7 @@ async fn a_shutdown_ends_a_detached_stream_paused_at_a_full_log() {
     let consumer = releases
         .gate()
         .group(&group)
-        .policy(Policy::Backpressure { max_pause: None })
+        .policy(Policy::backpressure().max_pause(None))
         .spawn(|_, mut tx| async move {
             for i in 0.. {
                 tx.send(format!("t{i}")).await?;

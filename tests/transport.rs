@@ -50,7 +50,7 @@ fn axum_app(slot: Slot, heartbeat: Duration) -> Router {
                 .unwrap()
                 .take()
                 .expect("one request per consumer");
-            async move { SseResponse::new(consumer.sse().with_ids().heartbeat(heartbeat)) }
+            async move { SseResponse::new(consumer.sse().heartbeat(heartbeat)) }
         }),
     )
 }
@@ -74,7 +74,7 @@ async fn hyper_server(consumer: Consumer<SseEvent>) -> SocketAddr {
         let consumer = Mutex::new(Some(consumer));
         let service = hyper::service::service_fn(move |_request| {
             let consumer = consumer.lock().unwrap().take().unwrap();
-            let body = SseBody::new(consumer.sse().with_ids());
+            let body = SseBody::new(consumer.sse());
             async move {
                 Ok::<_, std::convert::Infallible>(
                     http::Response::builder()

@@ -124,9 +124,9 @@ impl GateFlags {
     pub fn gate(&self, resume: &ResumeFlags) -> streamgate::Gate {
         let pause = resume.grace.is_zero().then_some(self.slow_deadline);
         let policy = match (self.policy, pause) {
-            (PolicyFlag::Coalesce, _) => streamgate::Policy::Coalesce { max_pause: pause },
+            (PolicyFlag::Coalesce, _) => streamgate::Policy::coalesce().max_pause(pause),
             (PolicyFlag::Disconnect, Some(_)) => streamgate::Policy::disconnect(self.slow_deadline),
-            _ => streamgate::Policy::Backpressure { max_pause: pause },
+            _ => streamgate::Policy::backpressure().max_pause(pause),
         };
         streamgate::Gate::new()
             .max_events(self.buffer_events)

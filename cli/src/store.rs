@@ -245,7 +245,7 @@ where
     pub async fn register(&self, name: &str, events: Consumer<C>) -> Result<Frames, RegisterError> {
         match &self.logs {
             Logs::Memory(registry) => match registry.register(name, events) {
-                Ok(subscriber) => Ok(Box::pin(subscriber.sse().with_ids())),
+                Ok(subscriber) => Ok(Box::pin(subscriber.sse())),
                 Err(_duplicate) => Err(RegisterError::Duplicate),
             },
             Logs::Redis(registry) => Ok(Box::pin(registry.register(name, events).await?)),
@@ -261,7 +261,7 @@ where
         match &self.logs {
             Logs::Memory(registry) => {
                 let subscriber = registry.attach(name, after)?;
-                Ok(Box::pin(subscriber.sse().with_ids()))
+                Ok(Box::pin(subscriber.sse()))
             }
             Logs::Redis(registry) => Ok(Box::pin(registry.attach(name, after).await?)),
         }

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::buffer::{Buffer, Config};
 use super::consumer::Consumer;
-use super::end::BoxError;
+use super::error::BoxError;
 use super::group::Group;
 use super::handle::GateHandle;
 use super::policy::Policy;
@@ -44,7 +44,7 @@ const DEFAULT_CHANNEL_STOP_GRACE: Duration = Duration::from_secs(10);
 /// runtime needs it enabled (`#[tokio::main]` and `Builder::enable_all` do). The default
 /// policy has a pause limit, so on a runtime built without `enable_time` the gate's task
 /// panics with tokio's "timers are disabled" message the first time a consumer falls behind;
-/// give such a runtime `Policy::Backpressure { max_pause: None }`.
+/// give such a runtime `Policy::backpressure().max_pause(None)`.
 ///
 /// Two shapes:
 /// - [`spawn`](Gate::spawn) (and [`stream`](Gate::stream), [`try_stream`](Gate::try_stream)):
@@ -96,6 +96,24 @@ pub struct Gate {
 
 impl Gate {
     /// A gate with the default bounds and policy.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, SendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     tx.send("hello".to_owned()).await?;
+    ///     Ok::<_, SendError<String>>(())
+    /// });
+    /// let event = consumer.next().await.unwrap().unwrap();
+    /// assert_eq!((event.id(), event.chunk().as_str()), (0, "hello"));
+    /// assert!(consumer.next().await.is_none(), "completed");
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Gate {
             max_events: DEFAULT_MAX_EVENTS,
@@ -111,6 +129,20 @@ impl Gate {
     }
 
     /// The most events the buffer holds. 0 is taken as 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, TrySendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, _consumer) = Gate::new().max_events(2).channel::<String>();
+    /// tx.try_send("a".to_owned()).unwrap();
+    /// tx.try_send("b".to_owned()).unwrap();
+    /// assert!(matches!(tx.try_send("c".to_owned()), Err(TrySendError::Full(_))));
+    /// # }
+    /// ```
     pub fn max_events(mut self, max_events: usize) -> Self {
         self.max_events = max_events.max(1);
         self
@@ -119,12 +151,46 @@ impl Gate {
     /// The most bytes (by [`Chunk::byte_len`]) the buffer holds. One chunk larger than this is
     /// still admitted into an empty buffer, so an oversized chunk never deadlocks the stream.
     /// 0 is taken as 1.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, TrySendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, _consumer) = Gate::new().max_bytes(8).channel::<String>();
+    /// // Larger than the bound, but the buffer was empty: admitted alone.
+    /// tx.try_send("0123456789".to_owned()).unwrap();
+    /// assert!(matches!(tx.try_send("x".to_owned()), Err(TrySendError::Full(_))));
+    /// # }
+    /// ```
     pub fn max_bytes(mut self, max_bytes: usize) -> Self {
         self.max_bytes = max_bytes.max(1);
         self
     }
 
     /// What to do when the consumer does not keep up.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new()
+    ///     .max_events(1)
+    ///     .policy(Policy::coalesce())
+    ///     .channel::<String>();
+    /// tx.try_send("Hel".to_owned()).unwrap();
+    /// tx.try_send("lo".to_owned()).unwrap(); // merged into the event that waits
+    /// tx.finish();
+    /// let event = consumer.next().await.unwrap().unwrap();
+    /// assert_eq!((event.chunk().as_str(), event.ids()), ("Hello", 0..=1));
+    /// # }
+    /// ```
     pub fn policy(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
@@ -133,6 +199,22 @@ impl Gate {
     /// Stamps each event with the time it entered the buffer
     /// ([`Event::enqueued_at`](crate::Event::enqueued_at)), so a probe on the consumer measures
     /// how long events waited in the gate. Off by default: it costs a clock read per send.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().stamp_events(true).channel::<String>();
+    /// tx.try_send("a".to_owned()).unwrap();
+    /// let event = consumer.next().await.unwrap().unwrap();
+    /// let waited = event.enqueued_at().expect("stamped").elapsed();
+    /// # let _ = waited;
+    /// # }
+    /// ```
     pub fn stamp_events(mut self, stamp: bool) -> Self {
         self.stamp = stamp;
         self
@@ -141,6 +223,21 @@ impl Gate {
     /// The id of the first chunk (0 by default). A gateway re-gating an upstream stream that
     /// starts at id `n` (a resumed stream) starts here, so every hop numbers each event the
     /// same way. Ids do not wrap: past `u64::MAX` every chunk gets `u64::MAX`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // A gateway re-gating an upstream stream that a client resumed after event 41.
+    /// let (mut tx, mut consumer) = Gate::new().first_id(42).channel::<String>();
+    /// tx.try_send("t42 ".to_owned()).unwrap();
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().id(), 42);
+    /// # }
+    /// ```
     pub fn first_id(mut self, id: u64) -> Self {
         self.first_id = id;
         self
@@ -164,6 +261,33 @@ impl Gate {
     /// this long, 10 s by default, so an engine's KV blocks are not counted free while it
     /// still decodes for the stream. Any duration is accepted; one too long to represent waits
     /// for ever.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::{Gate, SendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let consumer = Gate::new()
+    ///     .stop_grace(Duration::from_secs(1))
+    ///     .spawn(|cancel, mut tx| async move {
+    ///         loop {
+    ///             // One decode step: it finishes before the stop is looked at.
+    ///             tokio::time::sleep(Duration::from_millis(10)).await;
+    ///             if cancel.is_cancelled() {
+    ///                 return Ok::<(), SendError<String>>(());
+    ///             }
+    ///             tx.send("t ".to_owned()).await?;
+    ///         }
+    ///     });
+    /// let handle = consumer.handle();
+    /// drop(consumer); // the client left
+    /// handle.released().await;
+    /// assert!(!handle.stats().stop_forced, "it finished its step and returned");
+    /// # }
+    /// ```
     pub fn stop_grace(mut self, grace: Duration) -> Self {
         self.stop_grace = Some(grace);
         self
@@ -183,6 +307,32 @@ impl Gate {
     /// so it should be quick and must not block; see
     /// [`on_release_async`](Gate::on_release_async) for work that awaits.
     /// [`GateHandle::released`] completes after it has returned.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::mpsc;
+    /// use futures_util::StreamExt;
+    /// use streamgate::{EndReason, Gate, SendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (released, calls) = mpsc::channel();
+    /// let mut consumer = Gate::new()
+    ///     .on_release(move |reason, stats| {
+    ///         // Free the stream's KV blocks here.
+    ///         let _ = released.send((reason, stats.events_delivered));
+    ///     })
+    ///     .spawn(|_, mut tx| async move {
+    ///         tx.send("a".to_owned()).await?;
+    ///         tx.send("b".to_owned()).await?;
+    ///         Ok::<_, SendError<String>>(())
+    ///     });
+    /// while consumer.next().await.is_some() {}
+    /// consumer.handle().released().await;
+    /// assert_eq!(calls.recv().unwrap(), (EndReason::Completed, 2));
+    /// # }
+    /// ```
     pub fn on_release<F>(mut self, hook: F) -> Self
     where
         F: FnOnce(EndReason, GateStats) + Send + 'static,
@@ -198,6 +348,30 @@ impl Gate {
     ///
     /// If the runtime shuts down before the release, no runtime is left to await it on: the
     /// future is polled once, so it runs up to its first await.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, SendError, Sender};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let consumer = Gate::new()
+    ///     .on_release_async(|reason, _stats| async move {
+    ///         // An engine's `abort(request_id).await`.
+    ///         tokio::task::yield_now().await;
+    ///         println!("freed after {reason}");
+    ///     })
+    ///     .spawn(|cancel, _tx: Sender<String>| async move {
+    ///         cancel.cancelled().await;
+    ///         Ok::<_, SendError<String>>(())
+    ///     });
+    /// let handle = consumer.handle();
+    /// drop(consumer);
+    /// handle.released().await; // after the hook's future completed
+    /// assert!(!handle.stats().release_timed_out);
+    /// # }
+    /// ```
     pub fn on_release_async<F, Fut>(mut self, hook: F) -> Self
     where
         F: FnOnce(EndReason, GateStats) -> Fut + Send + 'static,
@@ -210,6 +384,27 @@ impl Gate {
     }
 
     /// How long an async release hook may take ([`DEFAULT_RELEASE_TIMEOUT`] by default).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (tx, consumer) = Gate::new()
+    ///     // An engine that never answers its abort.
+    ///     .on_release_async(|_, _| std::future::pending::<()>())
+    ///     .release_timeout(Duration::from_millis(10))
+    ///     .channel::<String>();
+    /// let handle = consumer.handle();
+    /// tx.finish();
+    /// drop(consumer);
+    /// handle.released().await;
+    /// assert!(handle.stats().release_timed_out);
+    /// # }
+    /// ```
     pub fn release_timeout(mut self, timeout: Duration) -> Self {
         self.release_timeout = timeout;
         self
@@ -218,6 +413,20 @@ impl Gate {
     /// Makes the stream a member of `group`: it ends at the group's
     /// [`shutdown`](Group::shutdown) and counts against its byte budget. A gate started after
     /// the shutdown began ends at once, as [`EndReason::Shutdown`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::with_budget(16 * 1024 * 1024);
+    /// let (tx, _consumer) = Gate::new().group(&group).channel::<String>();
+    /// assert_eq!(group.stats().gates, 1);
+    /// # drop(tx);
+    /// # }
+    /// ```
     pub fn group(mut self, group: &Group) -> Self {
         self.group = Some(group.clone());
         self
@@ -229,12 +438,43 @@ impl Gate {
     /// stream ends) and the [`Sender`] for its chunks; its future owns whatever the stream
     /// holds. Returning `Ok` finishes the stream: it completes once the consumer has taken
     /// every event. A generator that hands its `Sender` to another task and returns finishes
-    /// the stream when that sender is dropped (or [`finish`](Sender::finish)ed) instead. An `Err` ends it as [`GeneratorError`](EndReason::GeneratorError); a panic
-    /// is caught and ends it as [`GeneratorPanic`](EndReason::GeneratorPanic).
+    /// the stream when that sender is dropped (or [`finish`](Sender::finish)ed) instead. An
+    /// `Err` ends it as [`GeneratorError`](EndReason::GeneratorError); a panic is caught and
+    /// ends it as [`GeneratorPanic`](EndReason::GeneratorPanic).
     ///
     /// # Panics
     ///
     /// If called outside a tokio runtime, as [`tokio::spawn`] does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{BoxError, EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut consumer = Gate::new().spawn(|cancel, mut tx| async move {
+    ///     for token in ["Hel", "lo"] {
+    ///         if cancel.is_cancelled() {
+    ///             return Ok(()); // asked to stop: finish the step, return
+    ///         }
+    ///         tx.send(token.to_owned()).await?;
+    ///     }
+    ///     Err::<(), BoxError>("the engine failed".into())
+    /// });
+    /// let mut text = String::new();
+    /// let end = loop {
+    ///     match consumer.next().await {
+    ///         Some(Ok(event)) => text.push_str(event.chunk()),
+    ///         Some(Err(error)) => break Some(error.reason()),
+    ///         None => break None,
+    ///     }
+    /// };
+    /// // Every chunk before the error, then the error.
+    /// assert_eq!((text.as_str(), end), ("Hello", Some(EndReason::GeneratorError)));
+    /// # }
+    /// ```
     pub fn spawn<T, F, G, E>(self, generator: F) -> Consumer<T>
     where
         T: Chunk + Send + 'static,
@@ -339,6 +579,21 @@ impl Gate {
     /// # Panics
     ///
     /// If called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::{StreamExt, stream};
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let tokens = stream::iter(["Hel", "lo"].map(String::from));
+    /// let events: Vec<_> = Gate::new().stream(tokens).collect().await;
+    /// let text: String = events.into_iter().map(|e| e.unwrap().into_chunk()).collect();
+    /// assert_eq!(text, "Hello");
+    /// # }
+    /// ```
     pub fn stream<S>(self, generator: S) -> Consumer<S::Item>
     where
         S: Stream + Send + 'static,
@@ -353,6 +608,23 @@ impl Gate {
     /// # Panics
     ///
     /// If called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::{StreamExt, stream};
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// // An upstream body that fails half way.
+    /// let upstream = stream::iter([Ok("Hel".to_owned()), Err(std::io::Error::other("reset"))]);
+    /// let mut consumer = Gate::new().try_stream(upstream);
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "Hel");
+    /// let error = consumer.next().await.unwrap().unwrap_err();
+    /// assert_eq!(error.reason(), EndReason::GeneratorError);
+    /// # }
+    /// ```
     pub fn try_stream<S, T, E>(self, generator: S) -> Consumer<T>
     where
         S: Stream<Item = Result<T, E>> + Send + 'static,

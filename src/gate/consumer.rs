@@ -10,7 +10,7 @@ use futures_core::{FusedStream, Stream};
 use tokio::task::coop;
 
 use super::buffer::{Batch, Buffer};
-use super::end::GateError;
+use super::error::GateError;
 use super::handle::GateHandle;
 use crate::chunk::Chunk;
 use crate::probe::{Observation, Observed, Seen};
@@ -34,6 +34,22 @@ pub struct Event<T> {
 impl<T> Event<T> {
     /// The event's id: the position of its (last) chunk in the generator's output. Ids a
     /// consumer receives strictly increase; this is the SSE `id:` of the event.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("a".to_owned()).unwrap();
+    /// tx.try_send("b".to_owned()).unwrap();
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().id(), 0);
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().id(), 1);
+    /// # }
+    /// ```
     pub fn id(&self) -> u64 {
         self.last
     }
@@ -41,16 +57,66 @@ impl<T> Event<T> {
     /// The ids of every chunk in this event: one id, or under
     /// [`Coalesce`](crate::Policy::Coalesce) the run of chunks merged into it. The ranges of
     /// consecutive events tile the ids with no gap and no overlap.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, Policy};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new()
+    ///     .max_events(1)
+    ///     .policy(Policy::coalesce())
+    ///     .channel::<String>();
+    /// for token in ["a", "b", "c"] {
+    ///     tx.try_send(token.to_owned()).unwrap(); // "b" and "c" merge into "a"
+    /// }
+    /// let event = consumer.next().await.unwrap().unwrap();
+    /// assert_eq!((event.ids(), event.id()), (0..=2, 2));
+    /// # }
+    /// ```
     pub fn ids(&self) -> RangeInclusive<u64> {
         self.first..=self.last
     }
 
     /// The chunk (after `Coalesce`, possibly several of the generator's chunks merged).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("Hello".to_owned()).unwrap();
+    /// let event = consumer.next().await.unwrap().unwrap();
+    /// assert_eq!(event.chunk(), "Hello");
+    /// # }
+    /// ```
     pub fn chunk(&self) -> &T {
         &self.chunk
     }
 
     /// Takes the chunk out.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("Hello".to_owned()).unwrap();
+    /// let text: String = consumer.next().await.unwrap().unwrap().into_chunk();
+    /// assert_eq!(text, "Hello");
+    /// # }
+    /// ```
     pub fn into_chunk(self) -> T {
         self.chunk
     }
@@ -117,6 +183,20 @@ impl<T: Chunk + Send + 'static> Consumer<T> {
     }
 
     /// A handle to this stream's end reason and counters that outlives the consumer.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (_tx, consumer) = Gate::new().channel::<String>();
+    /// let handle = consumer.handle();
+    /// drop(consumer); // given to the transport, whose client left
+    /// assert_eq!(handle.end_reason(), Some(EndReason::ConsumerGone));
+    /// # }
+    /// ```
     pub fn handle(&self) -> GateHandle {
         GateHandle::new(self.buffer.clone())
     }
@@ -134,11 +214,11 @@ impl<T: Chunk> Stream for Consumer<T> {
         let item = ready!(this.buffer.poll_recv(cx, &mut this.batch));
         budget.made_progress();
         Poll::Ready(item.map(|result| {
-            result.map(|entry| Event {
-                first: entry.first,
-                last: entry.last,
-                chunk: entry.chunk,
-                enqueued_at: entry.enqueued_at,
+            result.map(|queued| Event {
+                first: queued.first,
+                last: queued.last,
+                chunk: queued.chunk,
+                enqueued_at: queued.enqueued_at,
                 waiting: this.batch.len(),
             })
         }))

@@ -2,10 +2,11 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
+use super::budget::ByteBudget;
 use super::handle::GateHandle;
 use crate::end::EndReason;
 
@@ -58,7 +59,7 @@ pub struct Group {
 }
 
 struct Inner {
-    budget: Option<Arc<Budget>>,
+    budget: Option<Arc<ByteBudget>>,
     shutting_down: AtomicBool,
     members: Mutex<Members>,
 }
@@ -67,39 +68,6 @@ struct Inner {
 struct Members {
     next: u64,
     handles: HashMap<u64, GateHandle>,
-}
-
-/// The byte budget shared by a group's gates.
-pub(crate) struct Budget {
-    limit: usize,
-    used: AtomicUsize,
-    gates: AtomicUsize,
-}
-
-impl Budget {
-    /// Whether a gate holding `held` bytes may add `len` more: never past the budget (what a
-    /// gate holds beyond its share stays held, so a share alone would not bound the sum), and
-    /// for a gate over its fair share, not into the group's last share.
-    pub(crate) fn admits(&self, held: usize, len: usize) -> bool {
-        let after = self.used.load(Ordering::Relaxed).saturating_add(len);
-        if after > self.limit {
-            return false;
-        }
-        let share = self.limit / self.gates.load(Ordering::Relaxed).max(1);
-        held.saturating_add(len) <= share || after <= self.limit - share
-    }
-
-    pub(crate) fn add(&self, bytes: usize) {
-        if bytes > 0 {
-            self.used.fetch_add(bytes, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn sub(&self, bytes: usize) {
-        if bytes > 0 {
-            self.used.fetch_sub(bytes, Ordering::Relaxed);
-        }
-    }
 }
 
 /// A gate's membership, held by its release: leaving the group is part of the release.
@@ -113,7 +81,7 @@ impl Drop for Membership {
         if let Some(inner) = self.group.upgrade() {
             let removed = inner.lock().handles.remove(&self.id);
             if let Some(budget) = &inner.budget {
-                budget.gates.fetch_sub(1, Ordering::Relaxed);
+                budget.leave();
             }
             drop(removed);
         }
@@ -145,6 +113,19 @@ pub struct GroupStats {
 
 impl Group {
     /// A group without a byte budget.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::new();
+    /// let (_tx, _consumer) = Gate::new().group(&group).channel::<String>();
+    /// assert_eq!((group.stats().gates, group.stats().budget), (1, None));
+    /// # }
+    /// ```
     pub fn new() -> Self {
         Group {
             inner: Arc::new(Inner {
@@ -158,14 +139,25 @@ impl Group {
     /// A group whose buffers hold at most `bytes` together (see the type's docs for what
     /// happens when it is reached). A budget of 0 is taken as 1: every gate still admits one
     /// chunk at a time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::with_budget(1024 * 1024);
+    /// let (mut tx, _consumer) = Gate::new().group(&group).channel::<String>();
+    /// tx.try_send("Hello".to_owned()).unwrap();
+    /// let stats = group.stats();
+    /// assert_eq!((stats.buffered_bytes, stats.budget), (Some(5), Some(1024 * 1024)));
+    /// # }
+    /// ```
     pub fn with_budget(bytes: usize) -> Self {
         Group {
             inner: Arc::new(Inner {
-                budget: Some(Arc::new(Budget {
-                    limit: bytes.max(1),
-                    used: AtomicUsize::new(0),
-                    gates: AtomicUsize::new(0),
-                })),
+                budget: Some(Arc::new(ByteBudget::new(bytes))),
                 shutting_down: AtomicBool::new(false),
                 members: Mutex::new(Members::default()),
             }),
@@ -178,11 +170,35 @@ impl Group {
     /// Each consumer still receives the events that were waiting, then the end (an SSE
     /// transport writes its terminal `event: error` frame and closes the body), so a server's
     /// graceful shutdown is not held open by streams that heartbeats would keep alive.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use streamgate::{EndReason, Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::new();
+    /// let (mut tx, mut consumer) = Gate::new().group(&group).channel::<String>();
+    /// tx.try_send("t0 ".to_owned()).unwrap();
+    /// // The engine lets go of a stream's sender once the stream has ended.
+    /// tokio::spawn(async move { tx.closed_owned().await });
+    /// let report = group.shutdown(Duration::from_secs(5)).await;
+    /// assert_eq!((report.ended, report.released), (1, 1));
+    /// // The consumer gets what waited, then the end (an SSE transport writes its error frame).
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "t0 ");
+    /// let error = consumer.next().await.unwrap().unwrap_err();
+    /// assert_eq!(error.reason(), EndReason::Shutdown);
+    /// # }
+    /// ```
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let handles: Vec<GateHandle> = self.inner.lock().handles.values().cloned().collect();
         for handle in &handles {
-            handle.cancel_with(EndReason::Shutdown);
+            // An early end: never refused.
+            let _ = handle.cancel_with(EndReason::Shutdown);
         }
         let all = async {
             for handle in &handles {
@@ -197,18 +213,53 @@ impl Group {
     }
 
     /// Whether [`shutdown`](Group::shutdown) has been called.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::{EndReason, Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::new();
+    /// group.shutdown(Duration::from_secs(1)).await;
+    /// assert!(group.is_shutting_down());
+    /// // A stream started now ends at once.
+    /// let (_tx, consumer) = Gate::new().group(&group).channel::<String>();
+    /// assert_eq!(consumer.handle().end_reason(), Some(EndReason::Shutdown));
+    /// # }
+    /// ```
     pub fn is_shutting_down(&self) -> bool {
         self.inner.shutting_down.load(Ordering::SeqCst)
     }
 
     /// A snapshot of the group.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, Group};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let group = Group::with_budget(4096);
+    /// let (mut tx, consumer) = Gate::new().group(&group).channel::<String>();
+    /// tx.try_send("abc".to_owned()).unwrap();
+    /// let stats = group.stats();
+    /// assert_eq!((stats.gates, stats.buffered_bytes), (1, Some(3)));
+    /// drop(consumer); // what it held is no longer counted
+    /// assert_eq!(group.stats().buffered_bytes, Some(0));
+    /// # drop(tx);
+    /// # }
+    /// ```
     pub fn stats(&self) -> GroupStats {
         let gates = self.inner.lock().handles.len();
         let budget = self.inner.budget.as_deref();
         GroupStats {
             gates,
-            buffered_bytes: budget.map(|b| b.used.load(Ordering::Relaxed)),
-            budget: budget.map(|b| b.limit),
+            buffered_bytes: budget.map(ByteBudget::used),
+            budget: budget.map(ByteBudget::limit),
         }
     }
 
@@ -222,7 +273,7 @@ impl Group {
         members.next += 1;
         members.handles.insert(id, handle.clone());
         if let Some(budget) = &self.inner.budget {
-            budget.gates.fetch_add(1, Ordering::Relaxed);
+            budget.join();
         }
         Some(Membership {
             group: Arc::downgrade(&self.inner),
@@ -231,7 +282,7 @@ impl Group {
     }
 
     /// The group's byte budget, for a joining gate's buffer.
-    pub(crate) fn shared_budget(&self) -> Option<Arc<Budget>> {
+    pub(crate) fn shared_budget(&self) -> Option<Arc<ByteBudget>> {
         self.inner.budget.clone()
     }
 }

@@ -10,10 +10,11 @@
 //! [`Event`]s; a [`GateHandle`] reads the [`EndReason`] and [`GateStats`]. The gate knows no wire
 //! format and no transport.
 
+mod budget;
 mod buffer;
 mod builder;
 mod consumer;
-mod end;
+mod error;
 mod group;
 mod handle;
 mod policy;
@@ -27,7 +28,7 @@ mod tests;
 
 pub use self::builder::{DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS, DEFAULT_RELEASE_TIMEOUT, Gate};
 pub use self::consumer::{Consumer, Event};
-pub use self::end::{BoxError, GateError};
+pub use self::error::{BoxError, CancelError, GateError};
 pub use self::group::{Group, GroupStats, ShutdownReport};
 pub use self::handle::GateHandle;
 pub use self::policy::{DEFAULT_MAX_PAUSE, Policy};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use tokio::time::{Instant, Sleep};
 
 use super::buffer::Buffer;
-use super::end::BoxError;
+use super::error::BoxError;
 use super::release::Release;
 use crate::chunk::Chunk;
 use crate::end::EndReason;

@@ -9,7 +9,7 @@ use tokio::task::coop;
 use tokio_util::sync::{WaitForCancellationFuture, WaitForCancellationFutureOwned};
 
 use super::buffer::{Buffer, Refused};
-use super::end::BoxError;
+use super::error::BoxError;
 use crate::chunk::Chunk;
 use crate::end::EndReason;
 use crate::sync::Arc;
@@ -39,8 +39,8 @@ pub struct Sender<T: Chunk> {
     in_task: bool,
     /// `finish` or `abort` has been called.
     done: bool,
-    /// A `send` or `ready` has already failed: the caller ignored it if it waits to send
-    /// again.
+    /// A `send` or `ready` has already failed: a spawned generator that waits to send again
+    /// ignored it, and is parked (see [`send`](Sender::send)).
     failed: bool,
     /// A spawned generator with no stop grace: it is dropped at the end, so a send that meets
     /// the end (racing it on another thread) parks at once rather than failing.
@@ -78,11 +78,36 @@ impl<T: Chunk> Sender<T> {
     /// Hands the chunk back when the stream has ended; the chunk is counted in
     /// [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end). A generator should
     /// stop then (`tx.send(chunk).await?` returns from it, which is also how a spawned
-    /// generator finishes its step within the stop grace). A send after one that already
-    /// failed never completes: a loop that ignores the error is parked there, making at most
-    /// one more chunk, rather than left to spin making chunks nobody reads (a spawned
-    /// generator parked so is dropped when its stop grace runs out). With the default stop
-    /// grace of zero, a spawned generator is not polled again after the end at all.
+    /// generator finishes its step within the stop grace).
+    ///
+    /// The sender of a spawned generator ([`Gate::spawn`](crate::Gate::spawn)) never completes
+    /// a send after one that already failed: a generator that ignores the error is parked
+    /// there, making at most one more chunk, rather than left to spin making chunks nobody
+    /// reads, and it is dropped when its stop grace runs out. With the default stop grace of
+    /// zero, a spawned generator is not polled again after the end at all.
+    ///
+    /// The sender of a [`Gate::channel`](crate::Gate::channel) belongs to an engine loop that
+    /// serves many streams, which must never be parked by one of them: there every send after
+    /// the end fails at once, again, handing its chunk back (and counting it in
+    /// `chunks_after_end`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{Gate, SendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     for token in ["Hel", "lo"] {
+    ///         tx.send(token.to_owned()).await?; // waits while the buffer is full
+    ///     }
+    ///     Ok::<_, SendError<String>>(())
+    /// });
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "Hel");
+    /// # }
+    /// ```
     ///
     /// # Cancel safety
     ///
@@ -90,8 +115,8 @@ impl<T: Chunk> Sender<T> {
     /// So an engine loop must not poll it once and drop it (`now_or_never()`): a full buffer
     /// would silently lose the token. Use [`try_send`](Sender::try_send), which hands it back.
     pub async fn send(&mut self, chunk: T) -> Result<(), SendError<T>> {
-        if self.failed {
-            // The error was ignored: count what was made, and stop this caller here.
+        if self.failed && self.in_task {
+            // A spawned generator ignored the error: count what was made, and stop it here.
             drop(self.try_send(chunk));
             return std::future::pending().await;
         }
@@ -136,6 +161,25 @@ impl<T: Chunk> Sender<T> {
     ///
     /// [`TrySendError::Full`] or [`TrySendError::Ended`], with the chunk. An ended stream counts
     /// the chunk in [`GateStats::chunks_after_end`](crate::GateStats::chunks_after_end).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{Gate, TrySendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, consumer) = Gate::new().max_events(1).channel::<String>();
+    /// tx.try_send("a".to_owned()).unwrap();
+    /// // Full: the engine keeps the token for the next step.
+    /// let held = match tx.try_send("b".to_owned()) {
+    ///     Err(TrySendError::Full(token)) => token,
+    ///     other => panic!("{other:?}"),
+    /// };
+    /// drop(consumer); // the client left
+    /// assert!(tx.try_send(held).unwrap_err().is_ended());
+    /// # }
+    /// ```
     pub fn try_send(&mut self, chunk: T) -> Result<(), TrySendError<T>> {
         let at = self.stamp.then(Instant::now);
         self.buffer
@@ -152,10 +196,12 @@ impl<T: Chunk> Sender<T> {
     /// clock runs. Under `Coalesce` it waits for room for an event of its own even when a
     /// `try_send` would merge: try first, wait when refused.
     ///
-    /// Once it (or a `send`) has failed, it never completes again: a loop that ignores the end
-    /// is parked rather than left to spin.
+    /// For a spawned generator's sender, once it (or a `send`) has failed, it never completes
+    /// again: a generator that ignores the end is parked rather than left to spin. A
+    /// [`Gate::channel`](crate::Gate::channel) sender's engine loop is never parked: there it
+    /// returns `Ready(Err(Closed))` again at once.
     pub fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Closed>> {
-        if self.failed {
+        if self.failed && self.in_task {
             return Poll::Pending;
         }
         let budget = ready!(coop::poll_proceed(cx));
@@ -170,18 +216,71 @@ impl<T: Chunk> Sender<T> {
     }
 
     /// Waits for room for one more event; see [`poll_ready`](Sender::poll_ready).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().max_events(1).channel::<String>();
+    /// tx.try_send("a".to_owned()).unwrap();
+    /// let held = tx.try_send("b".to_owned()).unwrap_err().into_inner();
+    /// let reader = tokio::spawn(async move {
+    ///     let first = consumer.next().await;
+    ///     (first, consumer)
+    /// });
+    /// tx.ready().await.expect("room, once the consumer took \"a\"");
+    /// tx.try_send(held).unwrap();
+    /// # let (first, _consumer) = reader.await.unwrap();
+    /// # assert_eq!(first.unwrap().unwrap().chunk(), "a");
+    /// # }
+    /// ```
     pub async fn ready(&mut self) -> Result<(), Closed> {
         poll_fn(|cx| self.poll_ready(cx)).await
     }
 
     /// Completes when the stream has ended, for whatever reason (including completion): an
     /// engine learns that a stream is over without sending to it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (tx, consumer) = Gate::new().channel::<String>();
+    /// consumer.handle().cancel(); // a user pressed Stop
+    /// tx.closed().await;
+    /// assert!(tx.is_closed());
+    /// # drop(consumer);
+    /// # }
+    /// ```
     pub fn closed(&self) -> WaitForCancellationFuture<'_> {
         self.buffer.token().cancelled()
     }
 
     /// Like [`closed`](Sender::closed), a future that does not borrow the sender, so an
     /// engine can wait on many streams' ends while it goes on sending.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::Gate;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, consumer) = Gate::new().channel::<String>();
+    /// let ended = tokio::spawn(tx.closed_owned());
+    /// tx.try_send("a".to_owned()).unwrap(); // the sender is still the engine's
+    /// drop(consumer);
+    /// ended.await.unwrap();
+    /// assert!(tx.is_closed());
+    /// # }
+    /// ```
     pub fn closed_owned(&self) -> WaitForCancellationFutureOwned {
         self.buffer.token().clone().cancelled_owned()
     }
@@ -194,6 +293,23 @@ impl<T: Chunk> Sender<T> {
 
     /// The producer is done: the stream completes once the consumer has taken every event
     /// already sent. Returning `Ok` from a spawned generator does the same.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("last".to_owned()).unwrap();
+    /// tx.finish();
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "last");
+    /// assert!(consumer.next().await.is_none());
+    /// assert_eq!(consumer.handle().end_reason(), Some(EndReason::Completed));
+    /// # }
+    /// ```
     pub fn finish(mut self) {
         self.done = true;
         self.stop_producing();
@@ -202,6 +318,24 @@ impl<T: Chunk> Sender<T> {
 
     /// Ends the stream as [`GeneratorError`](EndReason::GeneratorError) with `error` as its
     /// source: the consumer receives the events already sent, then the error.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+    /// tx.try_send("partial".to_owned()).unwrap();
+    /// tx.abort(std::io::Error::other("device lost"));
+    /// assert_eq!(consumer.next().await.unwrap().unwrap().chunk(), "partial");
+    /// let error = consumer.next().await.unwrap().unwrap_err();
+    /// assert_eq!(error.reason(), EndReason::GeneratorError);
+    /// assert_eq!(std::error::Error::source(&error).unwrap().to_string(), "device lost");
+    /// # }
+    /// ```
     pub fn abort(mut self, error: impl Into<BoxError>) {
         self.done = true;
         self.stop_producing();

@@ -10,6 +10,25 @@ use crate::end::EndReason;
 /// "Wasted tokens" in the sense of the release measures are
 /// [`chunks_after_end`](GateStats::chunks_after_end): chunks the generator produced that nobody
 /// could read because the stream had ended. The release hook receives the final snapshot.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::{EndReason, Gate};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (mut tx, consumer) = Gate::new().channel::<String>();
+/// let handle = consumer.handle();
+/// tx.try_send("Hel".to_owned()).unwrap();
+/// drop(consumer); // the client left with an event unread
+/// assert!(tx.try_send("lo".to_owned()).is_err());
+/// let stats = handle.stats();
+/// assert_eq!(stats.end_reason, Some(EndReason::ConsumerGone));
+/// assert_eq!((stats.chunks_sent, stats.events_delivered), (1, 0));
+/// assert_eq!((stats.events_undelivered, stats.chunks_after_end), (1, 1));
+/// # }
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GateStats {

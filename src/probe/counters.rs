@@ -62,6 +62,38 @@ pub(crate) const FLUSH_EVERY: usize = 64;
 /// 40 s of nothing). Hidden events (a reasoning phase) keep a stream alive: a long reasoning
 /// phase is a long gap but not a stall. Control events (heartbeats, end frames) are counted
 /// only.
+///
+/// # Examples
+///
+/// A stream that froze for two seconds at its fourth token, then went on:
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use streamgate::probe::{HopProbe, Observation};
+/// use streamgate::{EndReason, Kind};
+///
+/// let hop = HopProbe::new("client.recv"); // stalls from 1 s on
+/// let mut recorder = hop.recorder("req-1");
+/// let start = Instant::now();
+/// let ms = Duration::from_millis;
+/// for (seq, at) in [0, 20, 40, 2_040, 2_060].into_iter().enumerate() {
+///     let token = Observation::new(Some(seq as u64), 3, Kind::Visible);
+///     recorder.observe_at(token, start + ms(at));
+/// }
+/// recorder.end_at(EndReason::Completed, start + ms(2_060));
+///
+/// let counters = hop.snapshot().counters;
+/// assert_eq!(counters.visible_events(), 5);
+/// // Four gaps between the tokens, and the last one, to the end (zero here).
+/// assert_eq!(counters.gaps().count(), 5);
+/// assert_eq!(counters.max_gap(), ms(2_000));
+/// assert_eq!((counters.stalls(), counters.stalls_at_end()), (1, 0));
+/// // All of it early in the output: the first position class, 0-63.
+/// let early = counters.by_position()[0];
+/// assert_eq!((early.class, early.gaps, early.stalls), ("0-63", 5, 1));
+/// assert_eq!(early.max, ms(2_000));
+/// assert_eq!(counters.by_position()[1].gaps, 0);
+/// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct GapCounters {
     scalars: [u64; SCALARS],

@@ -12,17 +12,62 @@ use crate::end::EndReason;
 
 /// Bucket boundaries, in seconds, for the crate's histograms: from 100 µs to 10 minutes.
 ///
-/// ```ignore
+/// # Examples
+///
+/// A Prometheus exporter (`metrics-exporter-prometheus`) with these buckets, so that a 5 s
+/// stall shows in the `le="5"` bucket rather than in a short window's summary:
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+/// use streamgate::probe::{HopProbe, METRIC_BUCKETS, Observation, describe_metrics};
+/// use streamgate::{EndReason, Kind};
+///
+/// let recorder = PrometheusBuilder::new()
+///     .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)?
+///     .build_recorder();
+/// let handle = recorder.handle();
+/// // Here a local recorder; an application installs one (see below).
+/// metrics::with_local_recorder(&recorder, || {
+///     describe_metrics();
+///     let hop = HopProbe::new("client.recv");
+///     let mut stream = hop.recorder("req-1");
+///     let start = Instant::now();
+///     let token = |seq| Observation::new(Some(seq), 3, Kind::Visible);
+///     stream.observe_at(token(0), start);
+///     stream.observe_at(token(1), start + Duration::from_secs(5)); // a 5 s stall
+///     stream.end_at(EndReason::Completed, start + Duration::from_secs(5));
+/// });
+///
+/// let page = handle.render();
+/// assert!(page.contains("# HELP streamgate_gap_seconds"));
+/// assert!(page.contains(r#"streamgate_gap_seconds_bucket{hop="client.recv",le="2"} 1"#));
+/// assert!(page.contains(r#"streamgate_gap_seconds_bucket{hop="client.recv",le="5"} 2"#));
+/// assert!(page.contains(r#"streamgate_stalls_total{hop="client.recv"} 1"#));
+/// # Ok::<(), metrics_exporter_prometheus::BuildError>(())
+/// ```
+///
+/// An installed exporter keeps each histogram sample until an upkeep folds it into its
+/// bucket; without its HTTP listener (which runs the upkeep), run it yourself:
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+/// # use streamgate::probe::{METRIC_BUCKETS, describe_metrics};
+/// # #[tokio::main]
+/// # async fn main() -> Result<(), metrics_exporter_prometheus::BuildError> {
 /// let handle = PrometheusBuilder::new()
 ///     .set_buckets_for_metric(Matcher::Prefix("streamgate_".into()), &METRIC_BUCKETS)?
 ///     .install_recorder()?;
-/// // That exporter keeps each histogram sample until an upkeep folds it into its bucket.
+/// describe_metrics();
 /// tokio::spawn(async move {
 ///     loop {
 ///         tokio::time::sleep(Duration::from_secs(1)).await;
 ///         handle.run_upkeep();
 ///     }
 /// });
+/// # Ok(())
+/// # }
 /// ```
 pub const METRIC_BUCKETS: [f64; 22] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
@@ -31,6 +76,8 @@ pub const METRIC_BUCKETS: [f64; 22] = [
 
 /// Describes every metric of the crate (unit and help text) to the recorder in effect: call it
 /// once after installing the recorder, so that an exporter writes `# HELP` lines.
+///
+/// See [`METRIC_BUCKETS`] for an example.
 pub fn describe_metrics() {
     use metrics::{describe_counter, describe_histogram};
     describe_histogram!(

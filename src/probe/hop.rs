@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::counters::{GapCounters, SharedCounters};
 use super::histogram::{AtomicHistogram, Histogram};
-use super::record::RecordSink;
+use super::sink::RecordSink;
 use crate::end::{EndCounters, EndCounts};
 
 /// The default stall threshold: a visible gap of one second.
@@ -62,7 +62,19 @@ pub(crate) struct Hop {
 }
 
 impl HopProbe {
-    /// A hop named `name`, with the default stall threshold and no hop records.
+    /// A hop named `name`, with the default stall threshold ([`DEFAULT_STALL`]) and no hop
+    /// records.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::probe::{DEFAULT_STALL, HopProbe};
+    ///
+    /// let hop = HopProbe::new("gateway.recv");
+    /// assert_eq!(hop.name(), "gateway.recv");
+    /// assert_eq!(hop.stall(), DEFAULT_STALL);
+    /// assert_eq!(hop.snapshot().streams_started, 0);
+    /// ```
     pub fn new(name: impl Into<Arc<str>>) -> Self {
         HopProbe::build(name.into(), DEFAULT_STALL, None)
     }
@@ -133,6 +145,24 @@ impl HopProbe {
     /// The same hop with a different stall threshold: a quiet spell (no visible or hidden
     /// event) at or above it is a stall.
     /// Call before creating recorders; existing clones keep the old settings.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use streamgate::probe::{HopProbe, Observation};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// let hop = HopProbe::new("client.recv").stall_threshold(Duration::from_millis(250));
+    /// let mut recorder = hop.recorder("req-1");
+    /// let start = Instant::now();
+    /// let token = |seq| Observation::new(Some(seq), 4, Kind::Visible);
+    /// recorder.observe_at(token(0), start);
+    /// recorder.observe_at(token(1), start + Duration::from_millis(100)); // a gap
+    /// recorder.observe_at(token(2), start + Duration::from_millis(400)); // a stall
+    /// recorder.end_at(EndReason::Completed, start + Duration::from_millis(400));
+    /// assert_eq!(hop.snapshot().counters.stalls(), 1);
+    /// ```
     pub fn stall_threshold(self, stall: Duration) -> Self {
         let records = self.inner.records.clone();
         let probe = HopProbe::build(self.inner.name.clone(), stall, records);
@@ -144,6 +174,36 @@ impl HopProbe {
     /// The same hop, also writing a [`HopRecord`](super::HopRecord) per event for a sampled
     /// share (`0.0` to `1.0`) of requests. The choice is a hash of the request id, so every hop
     /// in every process that uses the same rate records the same requests.
+    ///
+    /// # Examples
+    ///
+    /// Every request's records, into a file:
+    ///
+    /// ```
+    /// use streamgate::probe::{HopProbe, Observation, RecordSink};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// # let dir = std::env::temp_dir().join(format!("streamgate-doc-{}", std::process::id()));
+    /// # std::fs::create_dir_all(&dir)?;
+    /// let path = dir.join("hops.jsonl");
+    /// # let _ = std::fs::remove_file(&path);
+    /// let sink = RecordSink::to_file(&path)?;
+    /// let hop = HopProbe::new("worker.publish").records(sink.clone(), 1.0);
+    /// let mut recorder = hop.recorder("req-1");
+    /// assert!(recorder.is_sampled());
+    /// recorder.observe(Observation::new(Some(0), 5, Kind::Visible));
+    /// recorder.end(EndReason::Completed);
+    /// sink.sync(); // wait until the writer thread wrote them
+    ///
+    /// let text = std::fs::read_to_string(&path)?;
+    /// let lines: Vec<&str> = text.lines().collect();
+    /// assert_eq!(lines.len(), 2); // the event, then the end
+    /// assert!(lines[0].starts_with(r#"{"request":"req-1","hop":"worker.publish","seq":0,"#));
+    /// assert!(lines[1].contains(r#""kind":"end","reason":"completed""#));
+    /// assert_eq!(sink.written(), 2);
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn records(self, sink: RecordSink, sample: f64) -> Self {
         let threshold = (sample.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
         let stall = Duration::from_nanos(self.inner.stall_ns);
@@ -165,6 +225,31 @@ impl HopProbe {
 
     /// The counters of every stream through this hop so far (live streams up to their last
     /// batch of 64 events or stall).
+    ///
+    /// # Examples
+    ///
+    /// A live stream's events show once its batch is added, at the latest at its end:
+    ///
+    /// ```
+    /// use streamgate::probe::{HopProbe, Observation};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// let hop = HopProbe::new("gateway.write");
+    /// let mut recorder = hop.recorder("req-1");
+    /// for seq in 0..3 {
+    ///     recorder.observe(Observation::new(Some(seq), 4, Kind::Visible));
+    /// }
+    /// let live = hop.snapshot();
+    /// assert_eq!((live.streams_started, live.streams_ended.total()), (1, 0));
+    /// assert_eq!(live.counters.visible_events(), 0); // still in the stream's batch
+    ///
+    /// recorder.end(EndReason::ConsumerGone);
+    /// let ended = hop.snapshot();
+    /// assert_eq!(ended.counters.visible_events(), 3);
+    /// assert_eq!(ended.counters.visible_bytes(), 12);
+    /// assert_eq!(ended.streams_ended[EndReason::ConsumerGone], 1);
+    /// assert_eq!(ended.time_to_first_event.count(), 1);
+    /// ```
     pub fn snapshot(&self) -> HopSnapshot {
         let hop = &self.inner;
         HopSnapshot {

@@ -12,10 +12,45 @@
 //! local time per event, and the end, for a sampled share of requests; the `timeline` module
 //! (feature `timeline`) reads them from several hops and processes and names the hop where
 //! each stall began. Seqs are the gate's event ids ([`Event::id`](crate::Event::id)), which the
-//! SSE encoder writes as `id:`, and kinds travel as a `:hidden` or `:control` comment line
-//! that the decoder reads back, so every hop sees the same event under the same id and kind.
+//! SSE encoder writes as `id:` ([`EncodeSse`](crate::sse::EncodeSse)), and
+//! kinds travel as a `:hidden` or `:control` comment line that the decoder reads back, so
+//! every hop sees the same event under the same id and kind.
 //!
-//! With feature `tracing`, each stream is a span with an event per stall and per end.
+//! A stream's end is an [`EndReason`](crate::EndReason): the one its items said (a gate's
+//! error, a terminal frame), `completed` when the stream simply ran out, `consumer_gone` when
+//! its recorder was dropped first. Hop counters count ends by it ([`HopSnapshot::streams_ended`]),
+//! and an end's hop record carries it ([`RecordKind::End`]).
+//!
+//! With feature `tracing`, each stream is a span with an event per stall and per end; with
+//! feature `otel`, an OpenTelemetry span and the GenAI streaming histograms (module `otel`).
+//!
+//! # Examples
+//!
+//! A gate's events probed where the transport takes them, and what the hop saw:
+//!
+//! ```
+//! use futures_util::StreamExt;
+//! use streamgate::probe::HopProbe;
+//! use streamgate::{EndReason, Gate, GateExt};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let hop = HopProbe::new("worker.publish");
+//! let consumer = Gate::new().spawn(|_, mut tx| async move {
+//!     for i in 0..3 {
+//!         tx.send(format!("t{i} ")).await?;
+//!     }
+//!     Ok::<_, streamgate::SendError<String>>(())
+//! });
+//! let events: Vec<_> = consumer.probe(&hop, "req-1").collect().await;
+//! assert_eq!(events.len(), 3);
+//!
+//! let snapshot = hop.snapshot();
+//! assert_eq!(snapshot.counters.visible_events(), 3);
+//! assert_eq!(snapshot.counters.stalls(), 0);
+//! assert_eq!(snapshot.streams_ended[EndReason::Completed], 1);
+//! # }
+//! ```
 //!
 //! # Metrics (feature `metrics`)
 //!
@@ -30,7 +65,7 @@
 //! | `streamgate_events_total` | counter | events | `hop`, `kind` | events by kind: `visible`, `hidden`, `control` |
 //! | `streamgate_bytes_total` | counter | bytes | `hop`, `kind` | their bytes |
 //! | `streamgate_stalls_total` | counter | stalls | `hop` | quiet spells at or above the hop's stall threshold, the ones streams ended in included |
-//! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](crate::EndReason), and whether they ended in a stall (`true`/`false`); all 16 series of a hop are registered when its first stream starts |
+//! | `streamgate_streams_ended_total` | counter | streams | `hop`, `reason`, `stalled` | streams ended, by [end reason](crate::EndReason), and whether they ended in a stall (`true`/`false`); all 16 series of a hop are registered by the time its first stream starts |
 //! | `streamgate_hop_records_total` | counter | records | `outcome` | hop records `written`, `dropped` (the writer's queue was full) or `failed` (the write failed) |
 //!
 //! Histogram values are reported as measured, each when it is measured (a stream's last gap at
@@ -63,6 +98,7 @@ mod record;
 mod recorder;
 #[cfg(feature = "serde")]
 mod serialize;
+mod sink;
 
 pub use self::counters::{GapCounters, POSITION_CLASSES, PositionGaps};
 #[cfg(feature = "metrics")]
@@ -73,7 +109,6 @@ pub use self::hop::{DEFAULT_STALL, HopProbe, HopSnapshot};
 pub use self::observe::{Observation, Observed, Seen};
 pub use self::probed::Probed;
 pub(crate) use self::record::json_string;
-pub use self::record::{
-    DEFAULT_RECORD_QUEUE, HopRecord, MAX_RECORD_REQUEST, RecordKind, RecordSink,
-};
+pub use self::record::{HopRecord, MAX_RECORD_REQUEST, RecordKind};
 pub use self::recorder::{Recorder, StreamEnd, StreamSummary};
+pub use self::sink::{DEFAULT_RECORD_QUEUE, RecordSink};

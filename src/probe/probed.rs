@@ -17,6 +17,41 @@ pin_project! {
     /// The end of the inner stream is recorded as `completed` unless an item said otherwise
     /// (a terminal error frame, a gate error); dropping it before its end (a response body
     /// dropped because the client left) records `consumer_gone`.
+    ///
+    /// # Examples
+    ///
+    /// A gate's events, probed where the transport takes them:
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::probe::HopProbe;
+    /// use streamgate::{EndReason, Gate, GateExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let hop = HopProbe::new("worker.publish");
+    /// let generate = |_, mut tx: streamgate::Sender<String>| async move {
+    ///     for i in 0..3 {
+    ///         tx.send(format!("t{i} ")).await?;
+    ///     }
+    ///     Ok::<_, streamgate::SendError<String>>(())
+    /// };
+    ///
+    /// let mut events = Gate::new().spawn(generate).probe(&hop, "req-1");
+    /// while let Some(event) = events.next().await {
+    ///     event.expect("the generator completes");
+    /// }
+    /// assert_eq!(events.recorder().summary().visible_events, 3);
+    ///
+    /// // A client that leaves after the first event.
+    /// let mut events = Gate::new().spawn(generate).probe(&hop, "req-2");
+    /// events.next().await;
+    /// drop(events);
+    ///
+    /// let ended = hop.snapshot().streams_ended;
+    /// assert_eq!(ended.occurred(), [(EndReason::Completed, 1), (EndReason::ConsumerGone, 1)]);
+    /// # }
+    /// ```
     #[must_use = "streams do nothing unless polled"]
     pub struct Probed<S> {
         #[pin]
@@ -31,6 +66,8 @@ impl<S> Probed<S> {
     }
 
     /// The stream's recorder, with its counters so far.
+    ///
+    /// See [`Probed`] for an example.
     pub fn recorder(&self) -> &Recorder {
         &self.recorder
     }

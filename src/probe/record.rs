@@ -1,15 +1,27 @@
 //! Hop records: one JSON line per observed event, for timeline analysis across processes.
 
-use std::fmt::{self, Write as _};
-use std::io::{self, Write};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, mpsc};
+use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use crate::chunk::Kind;
 use crate::end::EndReason;
 
 /// What a hop record marks: an event of some kind, or the stream's end at that hop.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::probe::RecordKind;
+/// use streamgate::{EndReason, Kind};
+///
+/// let event = RecordKind::from(Kind::Hidden);
+/// assert_eq!((event.as_str(), event.end()), ("hidden", None));
+///
+/// let end = RecordKind::End { reason: EndReason::ConsumerGone, idle_ns: 40_000_000_000 };
+/// assert_eq!(end.as_str(), "end");
+/// assert_eq!(end.end(), Some((EndReason::ConsumerGone, 40_000_000_000)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecordKind {
     /// An event, with how it counts for progress.
@@ -96,6 +108,32 @@ pub struct HopRecord {
 
 impl HopRecord {
     /// The record's JSON line, without the line break.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::probe::{HopRecord, RecordKind};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// let mut record = HopRecord {
+    ///     request: "req-1".into(),
+    ///     hop: "client.recv".into(),
+    ///     seq: 7,
+    ///     t_ns: 1_500_000,
+    ///     bytes: 12,
+    ///     kind: RecordKind::Event(Kind::Visible),
+    /// };
+    /// assert_eq!(
+    ///     record.to_json_line(),
+    ///     r#"{"request":"req-1","hop":"client.recv","seq":7,"t_ns":1500000,"bytes":12,"kind":"visible"}"#
+    /// );
+    ///
+    /// record.seq = 8;
+    /// record.bytes = 0;
+    /// record.kind = RecordKind::End { reason: EndReason::Completed, idle_ns: 20_000 };
+    /// let end = r#""seq":8,"t_ns":1500000,"bytes":0,"kind":"end","reason":"completed","idle_ns":20000}"#;
+    /// assert!(record.to_json_line().ends_with(end));
+    /// ```
     pub fn to_json_line(&self) -> String {
         let mut line = String::with_capacity(112 + self.request.len() + self.hop.len());
         write_line(
@@ -118,7 +156,8 @@ pub(crate) fn monotonic_ns(at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
-fn write_line(
+/// Writes one record's JSON line (without the line break) to `out`.
+pub(super) fn write_line(
     out: &mut String,
     request: &str,
     hop: &str,
@@ -159,188 +198,6 @@ pub(crate) fn json_string(out: &mut String, text: &str) {
         }
     }
     out.push('"');
-}
-
-/// A record on its way to the writer: shared names, so sending one allocates nothing.
-pub(crate) struct Pending {
-    pub(crate) request: Arc<str>,
-    pub(crate) hop: Arc<str>,
-    pub(crate) seq: u64,
-    pub(crate) t_ns: u64,
-    pub(crate) bytes: u64,
-    pub(crate) kind: RecordKind,
-}
-
-enum Message {
-    Record(Pending),
-    Sync(mpsc::Sender<()>),
-}
-
-/// Where hop records go: a bounded queue to a writer thread that appends JSON lines.
-///
-/// Recording never blocks a stream: when the queue is full the record is dropped and counted
-/// ([`dropped`](RecordSink::dropped)), and a record the writer could not write is counted too
-/// ([`failed`](RecordSink::failed)): never lost silently. With feature `metrics` the counts are
-/// exported once per sink, however many hops share it (`streamgate_hop_records_total`).
-/// Cloning shares the queue.
-#[derive(Clone)]
-pub struct RecordSink {
-    queue: mpsc::SyncSender<Message>,
-    counts: Arc<SinkCounts>,
-}
-
-#[derive(Default)]
-struct SinkCounts {
-    written: AtomicU64,
-    dropped: AtomicU64,
-    failed: AtomicU64,
-}
-
-/// The default queue between probes and the writer: 64 Ki records.
-pub const DEFAULT_RECORD_QUEUE: usize = 64 * 1024;
-
-impl RecordSink {
-    /// Appends records to the file at `path` (created if missing).
-    ///
-    /// # Errors
-    ///
-    /// What opening the file or starting the writer thread returns.
-    pub fn to_file(path: impl AsRef<std::path::Path>) -> io::Result<RecordSink> {
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        RecordSink::to_writer(file, DEFAULT_RECORD_QUEUE)
-    }
-
-    /// Writes records to `writer` from a thread of its own, through a queue of `capacity`.
-    ///
-    /// # Errors
-    ///
-    /// What starting the thread returns.
-    pub fn to_writer(
-        writer: impl Write + Send + 'static,
-        capacity: usize,
-    ) -> io::Result<RecordSink> {
-        let (queue, messages) = mpsc::sync_channel(capacity.max(1));
-        let counts = Arc::new(SinkCounts::default());
-        let shared = counts.clone();
-        std::thread::Builder::new()
-            .name("streamgate-records".into())
-            .spawn(move || write_records(writer, &messages, &shared))?;
-        Ok(RecordSink { queue, counts })
-    }
-
-    /// Queues a record, or counts it as dropped when the queue is full.
-    pub(crate) fn send(&self, record: Pending) {
-        if self.queue.try_send(Message::Record(record)).is_err() {
-            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Waits until every record queued before this call is written and flushed. It blocks the
-    /// calling thread: meant for shutdown, not for a runtime's worker in the middle of serving.
-    pub fn sync(&self) {
-        let (done, wait) = mpsc::channel();
-        if self.queue.send(Message::Sync(done)).is_ok() {
-            let _ = wait.recv();
-        }
-    }
-
-    /// Records written so far.
-    pub fn written(&self) -> u64 {
-        self.counts.written.load(Ordering::Relaxed)
-    }
-
-    /// Records dropped because the queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.counts.dropped.load(Ordering::Relaxed)
-    }
-
-    /// Records the writer could not write (its error, such as a full disk): the write or the
-    /// flush of their batch failed, and the batch was dropped.
-    pub fn failed(&self) -> u64 {
-        self.counts.failed.load(Ordering::Relaxed)
-    }
-}
-
-/// The writer thread: gathers what is queued into one buffer and writes it whenever the queue
-/// runs dry (or the buffer holds [`WRITE_BATCH`] bytes), so lines reach the file in batches
-/// under load and at once when it is quiet. A record counts as written once the write and the
-/// flush of its batch succeeded, and as failed otherwise (its batch is dropped, not retried).
-fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts: &SinkCounts) {
-    let mut batch = Batch::default();
-    while let Ok(first) = messages.recv() {
-        for message in std::iter::once(first).chain(messages.try_iter()) {
-            match message {
-                Message::Record(r) => {
-                    let text = &mut batch.text;
-                    write_line(text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind);
-                    text.push('\n');
-                    batch.records += 1;
-                    if batch.text.len() >= WRITE_BATCH {
-                        batch.write(&mut out, counts);
-                    }
-                }
-                Message::Sync(done) => {
-                    batch.write(&mut out, counts);
-                    let _ = done.send(());
-                }
-            }
-        }
-        batch.write(&mut out, counts);
-    }
-}
-
-/// The most bytes of records the writer gathers before it writes them.
-const WRITE_BATCH: usize = 64 * 1024;
-
-/// Records gathered since the last write.
-#[derive(Default)]
-struct Batch {
-    text: String,
-    records: u64,
-    /// Drops already exported as metrics.
-    #[cfg(feature = "metrics")]
-    exported_dropped: u64,
-}
-
-impl Batch {
-    /// Writes and flushes the batch, and adds its outcome to `counts` (and the metrics).
-    fn write(&mut self, out: &mut impl Write, counts: &SinkCounts) {
-        if self.records == 0 {
-            return;
-        }
-        let records = std::mem::take(&mut self.records);
-        let written = out
-            .write_all(self.text.as_bytes())
-            .and_then(|()| out.flush());
-        self.text.clear();
-        let (written, failed) = match written {
-            Ok(()) => (records, 0),
-            Err(_) => (0, records),
-        };
-        counts.written.fetch_add(written, Ordering::Relaxed);
-        counts.failed.fetch_add(failed, Ordering::Relaxed);
-        #[cfg(feature = "metrics")]
-        {
-            let dropped = counts.dropped.load(Ordering::Relaxed);
-            super::export::records("written", written);
-            super::export::records("failed", failed);
-            super::export::records("dropped", dropped - self.exported_dropped);
-            self.exported_dropped = dropped;
-        }
-    }
-}
-
-impl fmt::Debug for RecordSink {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RecordSink")
-            .field("written", &self.written())
-            .field("dropped", &self.dropped())
-            .field("failed", &self.failed())
-            .finish()
-    }
 }
 
 #[cfg(test)]

@@ -8,13 +8,28 @@ use std::time::{Duration, Instant};
 use super::counters::Batch;
 use super::hop::HopProbe;
 use super::observe::Observation;
-use super::record::{MAX_RECORD_REQUEST, Pending, RecordKind, monotonic_ns};
+use super::record::{MAX_RECORD_REQUEST, RecordKind, monotonic_ns};
+use super::sink::Pending;
 use crate::chunk::Kind;
 use crate::end::EndReason;
 
 impl HopProbe {
     /// A recorder for one stream of request `request` through this hop. An id longer than
     /// [`MAX_RECORD_REQUEST`] bytes is cut (at a character boundary) before it is kept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::probe::{HopProbe, MAX_RECORD_REQUEST};
+    ///
+    /// let hop = HopProbe::new("worker.decode");
+    /// let recorder = hop.recorder("req-1");
+    /// assert_eq!(recorder.request(), "req-1");
+    /// assert_eq!(hop.snapshot().streams_started, 1);
+    ///
+    /// let hostile = "x".repeat(10_000);
+    /// assert_eq!(hop.recorder(hostile).request().len(), MAX_RECORD_REQUEST);
+    /// ```
     pub fn recorder(&self, request: impl Into<Arc<str>>) -> Recorder {
         self.inner.started.fetch_add(1, Ordering::Relaxed);
         let recorder = Recorder::new(self.clone(), bounded(request.into()));
@@ -92,6 +107,36 @@ fn bounded(request: Arc<str>) -> Arc<str> {
 /// a stream frozen for 40 s and then abandoned is a stall of this hop, in its counters, its
 /// metrics, its tracing events and its hop records. Dropping a recorder without `end` records
 /// the end as `consumer_gone` (a response body dropped because its client left).
+///
+/// # Examples
+///
+/// A decode loop that records its own output, hidden reasoning first:
+///
+/// ```
+/// use std::time::Duration;
+/// use streamgate::probe::{HopProbe, Observation};
+/// use streamgate::{EndReason, Kind};
+///
+/// let hop = HopProbe::new("worker.decode");
+/// let mut recorder = hop.recorder("req-1");
+/// for (text, kind) in [("hmm", Kind::Hidden), ("Hel", Kind::Visible), ("lo", Kind::Visible)] {
+///     // No seq: the recorder numbers the events 0, 1, 2 itself.
+///     recorder.observe(Observation::new(None, text.len() as u64, kind));
+/// }
+/// recorder.end(EndReason::Completed);
+///
+/// let summary = recorder.summary();
+/// assert_eq!((summary.hidden_events, summary.visible_events), (1, 2));
+/// assert!(summary.time_to_first_event.is_some());
+/// assert_eq!(summary.stalls, 0);
+/// let end = summary.end.expect("it ended");
+/// assert_eq!((end.reason, end.stalled), (EndReason::Completed, false));
+/// assert!(end.idle < Duration::from_secs(1));
+///
+/// // A recorder dropped before its end: the consumer went away.
+/// drop(hop.recorder("req-2"));
+/// assert_eq!(hop.snapshot().streams_ended[EndReason::ConsumerGone], 1);
+/// ```
 pub struct Recorder {
     hop: HopProbe,
     request: Arc<str>,
@@ -190,11 +235,34 @@ impl Recorder {
     }
 
     /// Records one event, now.
+    ///
+    /// See [`Recorder`] for an example.
     pub fn observe(&mut self, event: Observation) {
         self.observe_at(event, Instant::now());
     }
 
     /// Records one event seen at `at` (for events whose time was taken elsewhere).
+    ///
+    /// # Examples
+    ///
+    /// Events timed where they were read (or in a test, on a made-up clock):
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use streamgate::probe::{HopProbe, Observation};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// let hop = HopProbe::new("client.recv");
+    /// let mut recorder = hop.recorder("req-1");
+    /// let start = Instant::now();
+    /// let token = |seq| Observation::new(Some(seq), 3, Kind::Visible);
+    /// recorder.observe_at(token(0), start + Duration::from_millis(300));
+    /// recorder.observe_at(token(1), start + Duration::from_millis(350));
+    /// let summary = recorder.summary();
+    /// // From the recorder's creation (just before `start`) to the first token.
+    /// assert!(summary.time_to_first_event.unwrap() >= Duration::from_millis(300));
+    /// assert_eq!(summary.max_gap, Duration::from_millis(50));
+    /// ```
     pub fn observe_at(&mut self, event: Observation, at: Instant) {
         if self.ended {
             return; // after its end, a stream has nothing more to record
@@ -278,11 +346,53 @@ impl Recorder {
     /// Records the stream's end ([`EndReason::Completed`], or why it ended early), with how
     /// long it had been quiet, and adds its last counts to the hop. Later calls, and events
     /// after it, record nothing.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::probe::{HopProbe, Observation};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// let hop = HopProbe::new("gateway.write");
+    /// let mut recorder = hop.recorder("req-1");
+    /// recorder.observe(Observation::new(Some(0), 4, Kind::Visible));
+    /// recorder.end(EndReason::SlowConsumer);
+    /// // The first end stands; nothing after it counts.
+    /// recorder.end(EndReason::Completed);
+    /// recorder.observe(Observation::new(Some(1), 4, Kind::Visible));
+    /// drop(recorder);
+    ///
+    /// let snapshot = hop.snapshot();
+    /// assert_eq!(snapshot.streams_ended.occurred(), [(EndReason::SlowConsumer, 1)]);
+    /// assert_eq!(snapshot.counters.visible_events(), 1);
+    /// ```
     pub fn end(&mut self, reason: EndReason) {
         self.end_at(reason, Instant::now());
     }
 
     /// Records the stream's end as seen at `at` (for ends whose time was taken elsewhere).
+    ///
+    /// # Examples
+    ///
+    /// A stream frozen for 40 s, then abandoned: it ended in a stall of this hop.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use streamgate::probe::{HopProbe, Observation};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// let hop = HopProbe::new("client.recv");
+    /// let mut recorder = hop.recorder("req-1");
+    /// let start = Instant::now();
+    /// recorder.observe_at(Observation::new(Some(0), 3, Kind::Visible), start);
+    /// recorder.end_at(EndReason::ConsumerGone, start + Duration::from_secs(40));
+    ///
+    /// let end = recorder.summary().end.unwrap();
+    /// assert_eq!((end.idle, end.stalled), (Duration::from_secs(40), true));
+    /// let counters = hop.snapshot().counters;
+    /// assert_eq!((counters.stalls(), counters.stalls_at_end()), (1, 1));
+    /// assert_eq!(counters.max_gap(), Duration::from_secs(40)); // the last gap, to the end
+    /// ```
     pub fn end_at(&mut self, reason: EndReason, at: Instant) {
         if std::mem::replace(&mut self.ended, true) {
             return;
@@ -336,6 +446,8 @@ impl Recorder {
     }
 
     /// This stream at this hop, so far.
+    ///
+    /// See [`Recorder`] for an example.
     pub fn summary(&self) -> &StreamSummary {
         &self.summary
     }
@@ -349,6 +461,43 @@ impl Recorder {
     /// span in its parent's context, at a hop with [`otel`](HopProbe::otel), so the
     /// upstream's spans are its children; at a hop without, the parent given to
     /// [`recorder_in`](HopProbe::recorder_in), so the caller's trace goes on; otherwise empty.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use http::HeaderMap;
+    /// use opentelemetry::metrics::MeterProvider as _;
+    /// use opentelemetry::trace::{TraceContextExt as _, TracerProvider as _};
+    /// use opentelemetry_sdk::metrics::SdkMeterProvider;
+    /// use opentelemetry_sdk::propagation::TraceContextPropagator;
+    /// use opentelemetry_sdk::trace::SdkTracerProvider;
+    /// use streamgate::otel::OtelHop;
+    /// use streamgate::probe::HopProbe;
+    ///
+    /// opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    /// let mut incoming = HeaderMap::new();
+    /// incoming.insert(
+    ///     "traceparent",
+    ///     "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".parse().unwrap(),
+    /// );
+    /// let parent = streamgate::otel::extract(&incoming);
+    ///
+    /// // At a hop that exports, the stream's own span, in the caller's trace.
+    /// let tracers = SdkTracerProvider::builder().build();
+    /// let meters = SdkMeterProvider::builder().build();
+    /// let otel = OtelHop::new(tracers.tracer("streamgate"), &meters.meter("streamgate"));
+    /// let hop = HopProbe::new("gateway.recv").otel(otel);
+    /// let recorder = hop.recorder_in("req-1", &parent);
+    /// let span = recorder.otel_context().span().span_context().clone();
+    /// assert_eq!(span.trace_id(), parent.span().span_context().trace_id());
+    /// assert_ne!(span.span_id(), parent.span().span_context().span_id());
+    ///
+    /// // At a hop that does not, the caller's context as it came.
+    /// let plain = HopProbe::new("gateway.write").recorder_in("req-1", &parent);
+    /// let mut upstream = HeaderMap::new();
+    /// streamgate::otel::inject(&plain.otel_context(), &mut upstream);
+    /// assert_eq!(upstream["traceparent"], incoming["traceparent"]);
+    /// ```
     #[cfg(feature = "otel")]
     #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
     pub fn otel_context(&self) -> opentelemetry::Context {
@@ -360,6 +509,29 @@ impl Recorder {
     /// Records every item of `stream` with this recorder, as
     /// [`GateExt::probe`](crate::GateExt::probe) does with a new one: for a recorder made
     /// before its stream (to carry its context upstream first, say).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use futures_util::StreamExt;
+    /// use streamgate::probe::HopProbe;
+    /// use streamgate::sse::SseFrame;
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let hop = HopProbe::new("gateway.recv");
+    /// let recorder = hop.recorder("req-1");
+    /// // ... the upstream request is sent, and its frames come back:
+    /// let frame = SseFrame::new(Bytes::from_static(b"data: hi\n\n"), Kind::Visible, Some(0));
+    /// let frames = futures_util::stream::iter([frame]);
+    /// let mut probed = recorder.probe(frames);
+    /// while probed.next().await.is_some() {}
+    /// assert_eq!(probed.recorder().summary().visible_events, 1);
+    /// assert_eq!(hop.snapshot().streams_ended[EndReason::Completed], 1);
+    /// # }
+    /// ```
     pub fn probe<S>(self, stream: S) -> super::Probed<S>
     where
         S: futures_core::Stream,

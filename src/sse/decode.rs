@@ -21,6 +21,38 @@ pin_project! {
     ///
     /// A limit error is yielded and decoding goes on with the next event; an error of the
     /// underlying stream is yielded as [`DecodeError::Upstream`] and ends the stream.
+    ///
+    /// # Examples
+    ///
+    /// An upstream body, however its chunks split the events:
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use futures_util::StreamExt;
+    /// use streamgate::sse::SseDecoder;
+    /// use streamgate::{Chunk, GateExt, Kind};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), streamgate::sse::DecodeError> {
+    /// let chunks = [&b"id: 0\ndata: Hel"[..], b"lo\n\n:hidden\nid: 1\ndata: hm", b"m\n\n"];
+    /// let body = futures_util::stream::iter(chunks.map(|chunk| Ok::<_, std::io::Error>(chunk)));
+    /// let mut events = body.sse_events();
+    /// let first = events.next().await.expect("an event")?;
+    /// assert_eq!((first.id(), first.data_str()), (Some("0"), Some("Hello")));
+    /// assert_eq!(first.kind(), Kind::Visible);
+    /// let second = events.next().await.expect("an event")?;
+    /// assert_eq!((second.data_str(), second.kind()), (Some("hmm"), Kind::Hidden));
+    /// assert!(events.next().await.is_none());
+    /// assert_eq!(events.decoder().last_event_id(), Some("1"));
+    ///
+    /// // With limits of one's own.
+    /// let chunk = Bytes::from_static(b"data: long\n\n");
+    /// let body = futures_util::stream::iter([Ok::<_, std::io::Error>(chunk)]);
+    /// let mut events = body.sse_events_with(SseDecoder::new().max_event(3));
+    /// assert!(events.next().await.expect("an error").is_err());
+    /// # Ok(())
+    /// # }
+    /// ```
     #[must_use = "streams do nothing unless polled"]
     pub struct DecodeSse<S> {
         #[pin]
@@ -50,6 +82,8 @@ impl<S> DecodeSse<S> {
     }
 
     /// The parser, for its last event id.
+    ///
+    /// See [`DecodeSse`] for an example.
     pub fn decoder(&self) -> &SseDecoder {
         &self.decoder
     }
@@ -110,7 +144,7 @@ where
 
 impl Observed for Result<SseEvent, DecodeError> {
     /// A decoded event is observed with the upstream's seq when its id is a number (as this
-    /// crate's servers send with `with_ids`), and with the kind the upstream marked (see
+    /// crate's `.sse()` writes it), and with the kind the upstream marked (see
     /// [`SseDecoder`](super::SseDecoder)), so a gateway's `recv` hop lines up with the
     /// upstream's hops. An `event: error` frame is the
     /// stream's last event, ending it `upstream_error`, as does a failed upstream; a limit

@@ -95,6 +95,28 @@ pub struct SseDecoder {
 
 impl SseDecoder {
     /// A parser with the default limits ([`DEFAULT_MAX_LINE`], [`DEFAULT_MAX_EVENT`]).
+    ///
+    /// # Examples
+    ///
+    /// As a [`Decoder`] over any `AsyncRead`, through tokio-util's `FramedRead`:
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::sse::SseDecoder;
+    /// use tokio_util::codec::FramedRead;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), streamgate::sse::DecodeError> {
+    /// let body: &[u8] = b"event: delta\ndata: hel\ndata: lo\n\n: a comment\ndata: world\n\n";
+    /// let mut events = FramedRead::new(body, SseDecoder::new());
+    /// let first = events.next().await.expect("an event")?;
+    /// assert_eq!((first.event_type(), first.data_str()), ("delta", Some("hel\nlo")));
+    /// let second = events.next().await.expect("an event")?;
+    /// assert_eq!((second.event_type(), second.data_str()), ("message", Some("world")));
+    /// assert!(events.next().await.is_none());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn new() -> Self {
         SseDecoder {
             max_line: DEFAULT_MAX_LINE,
@@ -113,6 +135,25 @@ impl SseDecoder {
 
     /// The longest line accepted, in bytes of its text without the line end (see
     /// [Limits](SseDecoder#limits)); the default is [`DEFAULT_MAX_LINE`].
+    ///
+    /// # Examples
+    ///
+    /// An over-long line is an error; the rest of its event is skipped, and the next one
+    /// decodes:
+    ///
+    /// ```
+    /// use bytes::BytesMut;
+    /// use streamgate::sse::{DecodeError, SseDecoder};
+    /// use tokio_util::codec::Decoder;
+    ///
+    /// let mut decoder = SseDecoder::new().max_line(16);
+    /// let mut input = BytesMut::from("data: this line is too long\ndata: rest\n\ndata: ok\n\n");
+    /// let error = decoder.decode(&mut input).unwrap_err();
+    /// assert!(matches!(error, DecodeError::LineTooLong { limit: 16 }));
+    /// let next = decoder.decode(&mut input)?.expect("the next event");
+    /// assert_eq!(next.data_str(), Some("ok"));
+    /// # Ok::<(), DecodeError>(())
+    /// ```
     pub fn max_line(mut self, max_line: usize) -> Self {
         self.max_line = max_line;
         self
@@ -120,12 +161,45 @@ impl SseDecoder {
 
     /// The largest event data accepted, in bytes of text: its `data:` values joined by LF (see
     /// [Limits](SseDecoder#limits)); the default is [`DEFAULT_MAX_EVENT`].
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::BytesMut;
+    /// use streamgate::sse::{DecodeError, SseDecoder};
+    /// use tokio_util::codec::Decoder;
+    ///
+    /// // Five bytes of data: `abc`, LF, `d`.
+    /// let mut decoder = SseDecoder::new().max_event(4);
+    /// let mut input = BytesMut::from("data: abc\ndata: d\n\ndata: abcd\n\n");
+    /// let error = decoder.decode(&mut input).unwrap_err();
+    /// assert!(matches!(error, DecodeError::EventTooLarge { limit: 4 }));
+    /// // A limit of 4 accepts exactly 4 bytes.
+    /// let next = decoder.decode(&mut input)?.expect("the next event");
+    /// assert_eq!(next.data_str(), Some("abcd"));
+    /// # Ok::<(), DecodeError>(())
+    /// ```
     pub fn max_event(mut self, max_event: usize) -> Self {
         self.max_event = max_event;
         self
     }
 
     /// The last event id seen, as a reconnecting client would send it in `Last-Event-ID`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::BytesMut;
+    /// use streamgate::sse::SseDecoder;
+    /// use tokio_util::codec::Decoder;
+    ///
+    /// let mut decoder = SseDecoder::new();
+    /// let mut input = BytesMut::from("id: 41\ndata: a\n\ndata: b\n\n");
+    /// while decoder.decode(&mut input)?.is_some() {}
+    /// // The id persists across events: `b` was sent after event 41 too.
+    /// assert_eq!(decoder.last_event_id(), Some("41"));
+    /// # Ok::<(), streamgate::sse::DecodeError>(())
+    /// ```
     pub fn last_event_id(&self) -> Option<&str> {
         self.last_event_id.as_deref()
     }
@@ -331,6 +405,35 @@ impl Decoder for SseDecoder {
 }
 
 /// Why an SSE byte stream could not be decoded.
+///
+/// A limit error ([`LineTooLong`](DecodeError::LineTooLong),
+/// [`EventTooLarge`](DecodeError::EventTooLarge)) costs one event, and decoding goes on; a
+/// failed read ([`Io`](DecodeError::Io), [`Upstream`](DecodeError::Upstream)) ends the stream
+/// and keeps its cause as the [`source`](std::error::Error::source).
+///
+/// # Examples
+///
+/// ```
+/// use std::error::Error as _;
+/// use bytes::Bytes;
+/// use futures_util::StreamExt;
+/// use streamgate::GateExt;
+/// use streamgate::sse::DecodeError;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let body = futures_util::stream::iter([
+///     Ok(Bytes::from_static(b"data: a\n\n")),
+///     Err(std::io::Error::other("connection reset")),
+/// ]);
+/// let items: Vec<_> = body.sse_events().collect().await;
+/// assert_eq!(items.len(), 2);
+/// assert_eq!(items[0].as_ref().unwrap().data_str(), Some("a"));
+/// let error = items[1].as_ref().unwrap_err();
+/// assert!(matches!(error, DecodeError::Upstream(_)));
+/// assert_eq!(error.source().unwrap().to_string(), "connection reset");
+/// # }
+/// ```
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum DecodeError {

@@ -14,9 +14,43 @@ use crate::end::EndReason;
 use crate::gate::{Event, GateError};
 use crate::probe::json_string;
 
+/// A gate's item as [`GateExt::sse`](crate::GateExt::sse) encodes it:
+/// `Result<Event<T>, GateError>` whose chunk `T` converts into an [`SseEvent`].
+///
+/// A [`Consumer`](crate::Consumer) of such chunks yields it, and so does every stream that
+/// passes a gate's items on: a resume [`Subscriber`](crate::resume::Subscriber), a
+/// [`probe`](crate::GateExt::probe)d consumer. Only that type implements it (the trait is
+/// sealed); it exists so that `.sse()` on any other stream is refused where it is written.
+#[diagnostic::on_unimplemented(
+    message = "`.sse()` encodes a gated stream, whose items are `Result<Event<T>, GateError>`, not `{Self}`",
+    label = "this stream's items are `{Self}`",
+    note = "`.sse()` takes a `Consumer<T>` (or a stream that passes its items on: a resume `Subscriber`, `.probe(..)`) whose chunk `T` converts into an `SseEvent`"
+)]
+pub trait GateItem: Into<Result<Event<Self::Chunk>, GateError>> + sealed::Sealed {
+    /// The gate's chunk type.
+    type Chunk: Into<SseEvent> + Chunk;
+}
+
+impl<T: Into<SseEvent> + Chunk> GateItem for Result<Event<T>, GateError> {
+    type Chunk = T;
+}
+
+mod sealed {
+    use crate::gate::{Event, GateError};
+
+    pub trait Sealed {}
+
+    impl<T> Sealed for Result<Event<T>, GateError> {}
+}
+
 pin_project! {
     /// Encodes each event of a gated stream as one SSE [`SseFrame`], and an early end as a
     /// terminal `event: error` frame; built by [`GateExt::sse`](crate::GateExt::sse).
+    ///
+    /// Every event without an id of its own is written with its event id ([`Event::id`]) as
+    /// its SSE `id:`, so a client reconnecting with `Last-Event-ID` names where it stopped, and
+    /// hops that decode the stream see each event under the same id;
+    /// [`without_ids`](EncodeSse::without_ids) leaves them out.
     ///
     /// The terminal frame is `event: error` with data
     /// `{"error":{"type":"<end reason>","message":"<why>"}}` (the shape OpenAI-compatible
@@ -33,29 +67,52 @@ pin_project! {
     }
 }
 
-impl<S> EncodeSse<S> {
+impl<S> EncodeSse<S>
+where
+    S: Stream,
+    S::Item: GateItem,
+{
     pub(crate) fn new(events: S) -> Self {
         EncodeSse {
             events,
-            ids: false,
+            ids: true,
             done: false,
         }
     }
 
-    /// Gives every event without an id of its own its event id ([`Event::id`]: the position of
-    /// its last chunk in the generator's output) as its SSE `id:`, so a client reconnecting
-    /// with `Last-Event-ID` names where it stopped, and hops that decode the stream see each
-    /// event under the same id.
-    pub fn with_ids(mut self) -> Self {
-        self.ids = true;
+    /// Writes no `id:` for the events that have none of their own. The frames still carry
+    /// their ids ([`SseFrame::id`]) for probes; only the wire loses them, and with them a
+    /// client's resume position (`Last-Event-ID`): for a client that never resumes and counts
+    /// every byte.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::sse::SseEvent;
+    /// use streamgate::{Gate, GateExt, SendError};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     tx.send(SseEvent::data("hello")).await?;
+    ///     Ok::<_, SendError<SseEvent>>(())
+    /// });
+    /// let frames: Vec<_> = consumer.sse().without_ids().collect().await;
+    /// assert_eq!(&frames[0].bytes()[..], b"data: hello\n\n");
+    /// assert_eq!(frames[0].id(), Some(0));
+    /// # }
+    /// ```
+    pub fn without_ids(mut self) -> Self {
+        self.ids = false;
         self
     }
 }
 
-impl<S, T> Stream for EncodeSse<S>
+impl<S> Stream for EncodeSse<S>
 where
-    S: Stream<Item = Result<Event<T>, GateError>>,
-    T: Into<SseEvent> + Chunk,
+    S: Stream,
+    S::Item: GateItem,
 {
     type Item = SseFrame;
 
@@ -64,7 +121,7 @@ where
         if *this.done {
             return Poll::Ready(None);
         }
-        let frame = match ready!(this.events.poll_next(cx)) {
+        let frame = match ready!(this.events.poll_next(cx)).map(Into::into) {
             Some(Ok(event)) => {
                 // The gated chunk's kind stands: a control chunk stays control once encoded,
                 // and says so on the wire (see `SseEvent::encode`).
@@ -110,10 +167,10 @@ where
     }
 }
 
-impl<S, T> FusedStream for EncodeSse<S>
+impl<S> FusedStream for EncodeSse<S>
 where
-    S: Stream<Item = Result<Event<T>, GateError>>,
-    T: Into<SseEvent> + Chunk,
+    S: Stream,
+    S::Item: GateItem,
 {
     fn is_terminated(&self) -> bool {
         self.done
@@ -161,7 +218,7 @@ mod tests {
             tx.send(SseEvent::data("a")).await.ok();
             Err(std::io::Error::other("boom"))
         });
-        let frames: Vec<SseFrame> = consumer.sse().with_ids().collect().await;
+        let frames: Vec<SseFrame> = consumer.sse().collect().await;
         assert_eq!(frames.len(), 2);
         assert_eq!(&frames[0].bytes()[..], b"id: 0\ndata: a\n\n");
         assert_eq!((frames[0].kind(), frames[0].id()), (Kind::Visible, Some(0)));
@@ -170,5 +227,33 @@ mod tests {
             &b"event: error\ndata: {\"error\":{\"type\":\"generator_error\",\"message\":\"stream ended: generator failed\"}}\n\n"[..]
         );
         assert_eq!(frames[1].kind(), Kind::Control);
+    }
+
+    /// Resume needs every event's id on the wire: `.sse()` writes it unless the event has one
+    /// of its own, and only `without_ids` leaves it out.
+    #[tokio::test]
+    async fn ids_are_written_by_default_and_left_out_only_on_request() {
+        let gate = || {
+            Gate::new().first_id(7).spawn(|_, mut tx| async move {
+                tx.send(SseEvent::data("a")).await?;
+                tx.send(SseEvent::data("b").with_id("upstream-3").unwrap())
+                    .await?;
+                Ok::<_, crate::SendError<SseEvent>>(())
+            })
+        };
+        let frames: Vec<SseFrame> = gate().sse().collect().await;
+        let bytes: Vec<&[u8]> = frames.iter().map(|f| &f.bytes()[..]).collect();
+        assert_eq!(
+            bytes,
+            [&b"id: 7\ndata: a\n\n"[..], b"id: upstream-3\ndata: b\n\n"]
+        );
+        let frames: Vec<SseFrame> = gate().sse().without_ids().collect().await;
+        let bytes: Vec<&[u8]> = frames.iter().map(|f| &f.bytes()[..]).collect();
+        assert_eq!(bytes, [&b"data: a\n\n"[..], b"id: upstream-3\ndata: b\n\n"]);
+        // The frames know their ids either way (probes line events up by them).
+        assert_eq!(
+            frames.iter().map(SseFrame::id).collect::<Vec<_>>(),
+            [Some(7), Some(8)]
+        );
     }
 }

@@ -61,6 +61,18 @@ impl SseEvent {
     /// An event carrying `data` (possibly empty, possibly several lines). Its data is taken as
     /// a document (JSON, say) that must not be concatenated: under
     /// [`Coalesce`](crate::Policy::Coalesce) it never merges. See [`text`](SseEvent::text).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::sse::SseEvent;
+    ///
+    /// let event = SseEvent::data(r#"{"content":"Hi"}"#);
+    /// assert_eq!(&event.encode()[..], b"data: {\"content\":\"Hi\"}\n\n");
+    /// // Each line break starts a `data:` line; empty data is still an event.
+    /// assert_eq!(&SseEvent::data("a\nb").encode()[..], b"data: a\ndata: b\n\n");
+    /// assert_eq!(&SseEvent::data("").encode()[..], b"data: \n\n");
+    /// ```
     pub fn data(data: impl Into<String>) -> Self {
         SseEvent {
             data: Some(data.into()),
@@ -93,11 +105,31 @@ impl SseEvent {
 
     /// A comment, which clients ignore: the frame of a heartbeat. Each line of `text` becomes a
     /// comment line of its own.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::sse::SseEvent;
+    /// use streamgate::{Chunk, Kind};
+    ///
+    /// let comment = SseEvent::comment("keep-alive");
+    /// assert_eq!(&comment.encode()[..], b": keep-alive\n\n");
+    /// assert_eq!(comment.kind(), Kind::Control); // no progress for the probes
+    /// ```
     pub fn comment(text: impl Into<String>) -> Self {
         SseEvent::default().with_comment(text)
     }
 
     /// A frame that only sets the client's reconnection time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::sse::SseEvent;
+    ///
+    /// assert_eq!(&SseEvent::retry(Duration::from_secs(3)).encode()[..], b"retry: 3000\n\n");
+    /// ```
     pub fn retry(retry: Duration) -> Self {
         SseEvent::default().with_retry(retry)
     }
@@ -107,6 +139,21 @@ impl SseEvent {
     /// # Errors
     ///
     /// If `event` contains CR or LF.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::sse::SseEvent;
+    ///
+    /// let event = SseEvent::data("{}").with_event("usage")?;
+    /// assert_eq!(event.event_type(), "usage");
+    /// assert_eq!(&event.encode()[..], b"event: usage\ndata: {}\n\n");
+    ///
+    /// // A type that would end the event early and inject another is refused.
+    /// let error = SseEvent::data("{}").with_event("x\n\ndata: injected").unwrap_err();
+    /// assert_eq!(error.field(), "event");
+    /// # Ok::<(), streamgate::sse::FieldError>(())
+    /// ```
     pub fn with_event(mut self, event: impl Into<String>) -> Result<Self, FieldError> {
         let event = event.into();
         check(&event, "event", false)?;
@@ -119,6 +166,20 @@ impl SseEvent {
     /// # Errors
     ///
     /// If `id` contains CR, LF or NUL.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::sse::SseEvent;
+    ///
+    /// let event = SseEvent::data("hi").with_id("42")?;
+    /// assert_eq!(&event.encode()[..], b"id: 42\ndata: hi\n\n");
+    ///
+    /// for bad in ["4\r2", "4\n2", "4\02"] {
+    ///     assert_eq!(SseEvent::data("hi").with_id(bad).unwrap_err().field(), "id");
+    /// }
+    /// # Ok::<(), streamgate::sse::FieldError>(())
+    /// ```
     pub fn with_id(mut self, id: impl Into<String>) -> Result<Self, FieldError> {
         let id = id.into();
         check(&id, "id", true)?;
@@ -141,6 +202,17 @@ impl SseEvent {
     /// Marks the event as hidden output (a reasoning delta): alive, but no user-visible progress
     /// for the gap counters. Its encoding says so in a `:hidden` comment line, which clients
     /// ignore and [`SseDecoder`](super::SseDecoder) reads back.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::sse::SseEvent;
+    /// use streamgate::{Chunk, Kind};
+    ///
+    /// let thinking = SseEvent::text("Let me see").hidden();
+    /// assert_eq!(thinking.kind(), Kind::Hidden);
+    /// assert_eq!(&thinking.encode()[..], b":hidden\ndata: Let me see\n\n");
+    /// ```
     pub fn hidden(self) -> Self {
         self.marked(Kind::Hidden)
     }
@@ -449,6 +521,18 @@ impl From<&str> for SseEvent {
 
 /// An event type or id that would break the framing: it contains a line break (or, in an id,
 /// NUL).
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::sse::SseEvent;
+///
+/// // An id taken from a request, meant to inject an event of its own.
+/// let hostile = "7\n\nevent: error\ndata: {}";
+/// let error = SseEvent::data("hi").with_id(hostile).unwrap_err();
+/// assert_eq!(error.field(), "id");
+/// assert_eq!(error.to_string(), "sse `id` field contains a line break");
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     field: &'static str,

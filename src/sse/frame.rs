@@ -9,6 +9,26 @@ use crate::probe::{Observation, Observed, Seen};
 /// One encoded SSE frame: the bytes a transport writes in one go, with what the probes need to
 /// know about it (its kind, the event id when it carries an event, and the end reason when it
 /// is a stream's terminal frame).
+///
+/// [`GateExt::sse`](crate::GateExt::sse) makes them from a gate's events; a gateway that
+/// relays already encoded bytes makes its own with [`new`](SseFrame::new).
+///
+/// # Examples
+///
+/// ```
+/// use bytes::Bytes;
+/// use streamgate::sse::SseFrame;
+/// use streamgate::{EndReason, Kind};
+///
+/// let frame = SseFrame::new(Bytes::from_static(b"id: 3\ndata: hi\n\n"), Kind::Visible, Some(3));
+/// assert_eq!((frame.kind(), frame.id(), frame.end_reason()), (Kind::Visible, Some(3), None));
+/// assert_eq!(&frame.bytes()[..], b"id: 3\ndata: hi\n\n");
+///
+/// // The last frame of a stream that its upstream cut off.
+/// let error = Bytes::from_static(b"event: error\ndata: {\"error\":{}}\n\n");
+/// let last = SseFrame::new(error, Kind::Control, None).ending(EndReason::UpstreamError);
+/// assert_eq!(last.end_reason(), Some(EndReason::UpstreamError));
+/// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SseFrame {
     bytes: Bytes,
@@ -25,7 +45,10 @@ pub struct SseFrame {
 const HEARTBEAT: &[u8] = b":\n";
 
 impl SseFrame {
-    /// A frame of already encoded bytes.
+    /// A frame of already encoded bytes, which a transport writes as they are (nothing checks
+    /// them): `kind` says how they count for progress, `id` is the event id they carry, if any.
+    ///
+    /// See [`SseFrame`] for an example.
     pub fn new(bytes: Bytes, kind: Kind, id: Option<u64>) -> Self {
         SseFrame {
             bytes,
@@ -49,6 +72,17 @@ impl SseFrame {
 
     /// A heartbeat: an empty SSE comment line (`:` and a newline, no blank line after it), a
     /// control frame.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::Kind;
+    /// use streamgate::sse::SseFrame;
+    ///
+    /// let beat = SseFrame::heartbeat();
+    /// assert_eq!(&beat.bytes()[..], b":\n");
+    /// assert_eq!((beat.kind(), beat.id()), (Kind::Control, None));
+    /// ```
     pub fn heartbeat() -> Self {
         SseFrame::new(Bytes::from_static(HEARTBEAT), Kind::Control, None)
     }

@@ -19,6 +19,37 @@ pin_project! {
     /// (often 60 s); a heartbeat keeps the connection open, and its write is how a server learns
     /// that a client vanished while the generator was silent. Heartbeats are control frames:
     /// no user-visible progress.
+    ///
+    /// # Examples
+    ///
+    /// A generator silent for 20 s (a long prefill), behind a proxy that drops connections
+    /// idle for 30 s:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use futures_util::StreamExt;
+    /// use streamgate::sse::{SseEvent, SseFrame};
+    /// use streamgate::{Gate, GateExt, Kind};
+    ///
+    /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+    /// # async fn main() {
+    /// let start = tokio::time::Instant::now();
+    /// let consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     tokio::time::sleep(Duration::from_secs(20)).await;
+    ///     tx.send(SseEvent::data("hello")).await?;
+    ///     Ok::<_, streamgate::SendError<SseEvent>>(())
+    /// });
+    /// let mut frames = consumer.sse().heartbeat(Duration::from_secs(15));
+    ///
+    /// let beat = frames.next().await.unwrap();
+    /// assert_eq!((beat.kind(), start.elapsed()), (Kind::Control, Duration::from_secs(15)));
+    /// assert_eq!(beat, SseFrame::heartbeat());
+    /// let event = frames.next().await.unwrap();
+    /// assert_eq!(&event.bytes()[..], b"data: hello\n\n");
+    /// assert_eq!(start.elapsed(), Duration::from_secs(20));
+    /// assert!(frames.next().await.is_none());
+    /// # }
+    /// ```
     #[must_use = "streams do nothing unless polled"]
     pub struct Heartbeat<S> {
         #[pin]

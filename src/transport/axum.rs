@@ -36,7 +36,7 @@ use crate::sse::SseFrame;
 ///         Ok::<_, streamgate::SendError<SseEvent>>(())
 ///     });
 ///     // Each event's id as its SSE `id:`, for a client's `Last-Event-ID`.
-///     SseResponse::new(consumer.sse().with_ids().heartbeat(Duration::from_secs(15)))
+///     SseResponse::new(consumer.sse().heartbeat(Duration::from_secs(15)))
 /// }
 ///
 /// let app: Router = Router::new().route("/tokens", get(tokens));

@@ -72,7 +72,7 @@ pin_project! {
     ///     tx.send(SseEvent::data("hi")).await?;
     ///     Ok::<_, streamgate::SendError<SseEvent>>(())
     /// });
-    /// let frames = consumer.sse().with_ids().probe(&written, "req-1");
+    /// let frames = consumer.sse().probe(&written, "req-1");
     /// let frames = Departures::new(frames, socket.send_queue(), sent.recorder("req-1"));
     /// let mut frames = pin!(frames);
     /// // Each frame is written as it comes; the stream ends once the last one's bytes left.

@@ -7,6 +7,11 @@ use futures_util::StreamExt;
 use streamgate::{Consumer, EndReason, Gate, GateError, GateStats};
 use tokio::time::{Instant, timeout};
 
+/// How late a timer may fire on tokio's paused clock: its resolution, one millisecond (a
+/// deadline between two milliseconds fires at the next one). An end measured on the paused
+/// clock comes at its deadline and at most this much later, whatever the machine's load.
+pub const TICK: Duration = Duration::from_millis(1);
+
 /// Every call of a release hook: the reason, the stats, and when (on tokio's clock).
 #[derive(Clone, Default)]
 pub struct Releases(Arc<Mutex<Vec<(EndReason, GateStats, Instant)>>>);

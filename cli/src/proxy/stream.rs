@@ -136,7 +136,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     };
     let consumer = start.spawn(proxy, answer, recv);
     if !resumable {
-        let frames: store::Frames = Box::pin(consumer.sse().with_ids());
+        let frames: store::Frames = Box::pin(consumer.sse());
         return proxy.sse_response(frames, &id);
     }
     match proxy.store.register(&id, consumer).await {

@@ -17,7 +17,7 @@ use crate::gate::sender::Sender;
 use crate::sync::Arc;
 
 /// The policy without a deadline: the models run without tokio's timer.
-pub(super) const UNTIMED: Policy = Policy::Backpressure { max_pause: None };
+pub(super) const UNTIMED: Policy = Policy::backpressure().max_pause(None);
 
 /// A stop grace too long to represent: the gate's task waits for the generator to stop on its
 /// own, without tokio's timer.
@@ -117,7 +117,7 @@ fn send_and_receive_through_a_full_buffer() {
 #[test]
 fn coalesce_against_receive_is_lossless() {
     model(|| {
-        let (_, mut sender, mut consumer) = parts(1, 64, Policy::Coalesce { max_pause: None });
+        let (_, mut sender, mut consumer) = parts(1, 64, Policy::coalesce().max_pause(None));
         let producer = thread::spawn(move || {
             block_on(async {
                 for text in ["a", "b", "c"] {
@@ -142,7 +142,7 @@ fn consumer_drop_wakes_a_waiting_send() {
         let producer = thread::spawn(move || {
             block_on(async {
                 let first = sender.send("a".to_owned()).await.is_ok();
-                // A send after a failed one would park for ever: this caller stops instead.
+                // This caller stops at the first failed send.
                 let second = first && sender.send("b".to_owned()).await.is_ok();
                 first as u8 + second as u8
             })

@@ -170,12 +170,12 @@ fn a_waiting_send_races_the_end() {
         let engine = thread::spawn(move || {
             block_on(async {
                 let first = tx.send("a".to_owned()).await.is_ok();
-                // A send after a failed one would park for ever: this caller stops instead.
+                // This caller stops at the first failed send.
                 let second = first && tx.send("b".to_owned()).await.is_ok();
                 (first, second)
             })
         });
-        handle.cancel_with(EndReason::Shutdown);
+        handle.cancel_with(EndReason::Shutdown).unwrap();
         let (first, second) = engine.join().unwrap();
         let stats = buffer.stats();
         assert_eq!(stats.end_reason, Some(EndReason::Shutdown));

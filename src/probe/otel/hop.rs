@@ -78,6 +78,8 @@ struct Instruments {
 
 impl OtelHop {
     /// Spans from `tracer`, measurements through `meter`.
+    ///
+    /// See [`OtelHop`] for an example.
     pub fn new<T>(tracer: T, meter: &Meter) -> Self
     where
         T: Tracer + Send + Sync + 'static,
@@ -137,6 +139,8 @@ impl OtelHop {
     /// `gen_ai.operation.name`, `gen_ai.provider.name` or `gen_ai.request.model`.
     ///
     /// Keep it low in cardinality: each distinct set of attributes is a separate series.
+    ///
+    /// See [`OtelHop`] for an example.
     pub fn attribute(mut self, attribute: KeyValue) -> Self {
         self.attributes.push(attribute);
         self

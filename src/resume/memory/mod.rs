@@ -80,7 +80,7 @@ where
             self.options.retain,
             claim,
         ));
-        Subscriber::new(id, first.sse().with_ids())
+        Subscriber::new(id, first.sse())
     }
 
     /// A subscriber of the stream `id` after the event `after`.
@@ -92,7 +92,7 @@ where
         let next = after.map_or(0, |after| after.saturating_add(1));
         let reader = Reader::attached(entry.clone(), next, self.options.max_lag, true)?;
         self.counters.resumed();
-        Ok(Subscriber::new(entry.id.clone(), reader.sse().with_ids()))
+        Ok(Subscriber::new(entry.id.clone(), reader.sse()))
     }
 
     /// From now on the log of `id` takes every event at once (a stopped stream's last events

@@ -345,7 +345,7 @@ impl<C: Chunk + Clone> Registered<C> {
             pump.wake();
         }
         self.counters.expired();
-        self.handle.cancel_with(reason);
+        let _ = self.handle.cancel_with(reason);
     }
 
     /// What the subscriber `key` reads next: an event, its end, or nothing yet (its waker is

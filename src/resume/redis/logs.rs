@@ -92,7 +92,7 @@ impl RedisLogs {
             self.shared.clone(),
             id.clone(),
             pumped,
-            consumer.sse().with_ids(),
+            consumer.sse(),
             claim,
         ));
         Ok(Subscriber::new(id, first))

@@ -141,7 +141,7 @@ pub(crate) async fn pump<S>(
         .await
         .is_err()
     {
-        pumped.handle.cancel_with(EndReason::ConsumerGone);
+        let _ = pumped.handle.cancel_with(EndReason::ConsumerGone);
     }
     drop(frames);
     pumped.handle.released().await;
@@ -207,7 +207,7 @@ where
                     expiry = EndReason::ConsumerGone;
                 } else if alone_since.get_or_insert_with(Instant::now).elapsed() >= options.grace {
                     // Nobody came back in time.
-                    pumped.handle.cancel_with(expiry);
+                    let _ = pumped.handle.cancel_with(expiry);
                     shared.counters.expired();
                     return shared.query(redis::pipe().del(&keys.all()).ignore()).await;
                 }

@@ -14,6 +14,34 @@ pub type BoxError = Box<dyn Error + Send + Sync + 'static>;
 ///
 /// Every event delivered before it is intact; a consumer that sees `GateError` knows the output
 /// it has is a prefix, not the whole.
+///
+/// # Examples
+///
+/// ```
+/// use futures_util::StreamExt;
+/// use streamgate::{EndReason, Gate};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (mut tx, mut consumer) = Gate::new().channel::<String>();
+/// tx.try_send("partial".to_owned()).unwrap();
+/// tx.abort(std::io::Error::other("out of KV blocks"));
+/// let mut output = String::new();
+/// while let Some(item) = consumer.next().await {
+///     match item {
+///         Ok(event) => output.push_str(event.chunk()),
+///         Err(error) => {
+///             // The output is a prefix: say why it stopped.
+///             assert_eq!(error.reason(), EndReason::GeneratorError);
+///             assert_eq!(error.to_string(), "stream ended: generator failed");
+///             let source = std::error::Error::source(&error).unwrap();
+///             assert_eq!(source.to_string(), "out of KV blocks");
+///         }
+///     }
+/// }
+/// assert_eq!(output, "partial");
+/// # }
+/// ```
 #[derive(Clone)]
 pub struct GateError {
     reason: EndReason,
@@ -65,3 +93,38 @@ impl Error for GateError {
         self.source.as_deref().map(|e| e as &(dyn Error + 'static))
     }
 }
+
+/// The error of [`GateHandle::cancel_with`](crate::GateHandle::cancel_with): it was given
+/// [`EndReason::Completed`], which is not a reason to end a stream early. The stream was left
+/// as it was.
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::{EndReason, Gate};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let (_tx, consumer) = Gate::new().channel::<String>();
+/// let handle = consumer.handle();
+/// let refused = handle.cancel_with(EndReason::Completed).unwrap_err();
+/// assert_eq!(refused.to_string(), "`completed` is not a reason to end a stream early");
+/// assert_eq!(handle.end_reason(), None, "the stream goes on");
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CancelError(());
+
+impl CancelError {
+    pub(crate) fn completed() -> Self {
+        CancelError(())
+    }
+}
+
+impl fmt::Display for CancelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("`completed` is not a reason to end a stream early")
+    }
+}
+
+impl Error for CancelError {}

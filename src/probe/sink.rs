@@ -1,0 +1,263 @@
+//! Where hop records go: a bounded queue to a writer thread that appends JSON lines.
+
+use std::fmt;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, mpsc};
+
+use super::record::{RecordKind, write_line};
+
+/// A record on its way to the writer: shared names, so sending one allocates nothing.
+pub(crate) struct Pending {
+    pub(crate) request: Arc<str>,
+    pub(crate) hop: Arc<str>,
+    pub(crate) seq: u64,
+    pub(crate) t_ns: u64,
+    pub(crate) bytes: u64,
+    pub(crate) kind: RecordKind,
+}
+
+enum Message {
+    Record(Pending),
+    Sync(mpsc::Sender<()>),
+}
+
+/// Where hop records go: a bounded queue to a writer thread that appends JSON lines.
+///
+/// Recording never blocks a stream: when the queue is full the record is dropped and counted
+/// ([`dropped`](RecordSink::dropped)), and a record the writer could not write is counted too
+/// ([`failed`](RecordSink::failed)): never lost silently. With feature `metrics` the counts are
+/// exported once per sink, however many hops share it (`streamgate_hop_records_total`).
+/// Cloning shares the queue.
+///
+/// Give it to [`HopProbe::records`](super::HopProbe::records), which has an example with a
+/// file.
+///
+/// # Examples
+///
+/// A writer that fails (a full disk): its records are counted, not lost silently.
+///
+/// ```
+/// use std::io::{self, Write};
+/// use streamgate::probe::{HopProbe, Observation, RecordSink};
+/// use streamgate::{EndReason, Kind};
+///
+/// struct Full;
+///
+/// impl Write for Full {
+///     fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+///         Err(io::Error::other("no space left on device"))
+///     }
+///     fn flush(&mut self) -> io::Result<()> {
+///         Ok(())
+///     }
+/// }
+///
+/// let sink = RecordSink::to_writer(Full, 1024)?;
+/// let hop = HopProbe::new("gateway.write").records(sink.clone(), 1.0);
+/// let mut recorder = hop.recorder("req-1");
+/// recorder.observe(Observation::new(Some(0), 4, Kind::Visible));
+/// recorder.end(EndReason::Completed);
+/// sink.sync();
+/// assert_eq!((sink.written(), sink.failed(), sink.dropped()), (0, 2, 0));
+/// # Ok::<(), io::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct RecordSink {
+    queue: mpsc::SyncSender<Message>,
+    counts: Arc<SinkCounts>,
+}
+
+#[derive(Default)]
+struct SinkCounts {
+    written: AtomicU64,
+    dropped: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// The default queue between probes and the writer: 64 Ki records.
+pub const DEFAULT_RECORD_QUEUE: usize = 64 * 1024;
+
+impl RecordSink {
+    /// Appends records to the file at `path` (created if missing), through a queue of
+    /// [`DEFAULT_RECORD_QUEUE`] records.
+    ///
+    /// See [`HopProbe::records`](super::HopProbe::records) for an example.
+    ///
+    /// # Errors
+    ///
+    /// What opening the file or starting the writer thread returns.
+    pub fn to_file(path: impl AsRef<std::path::Path>) -> io::Result<RecordSink> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        RecordSink::to_writer(file, DEFAULT_RECORD_QUEUE)
+    }
+
+    /// Writes records to `writer` from a thread of its own, through a queue of `capacity`
+    /// records (at least one).
+    ///
+    /// # Errors
+    ///
+    /// What starting the thread returns.
+    ///
+    /// # Examples
+    ///
+    /// Records kept in memory, as a test reads them:
+    ///
+    /// ```
+    /// use std::io::{self, Write};
+    /// use std::sync::{Arc, Mutex};
+    /// use streamgate::probe::{HopProbe, Observation, RecordSink};
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// #[derive(Clone, Default)]
+    /// struct Lines(Arc<Mutex<Vec<u8>>>);
+    ///
+    /// impl Write for Lines {
+    ///     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+    ///         self.0.lock().unwrap().write(bytes)
+    ///     }
+    ///     fn flush(&mut self) -> io::Result<()> {
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let lines = Lines::default();
+    /// let sink = RecordSink::to_writer(lines.clone(), 1024)?;
+    /// let hop = HopProbe::new("client.recv").records(sink.clone(), 1.0);
+    /// let mut recorder = hop.recorder("req-1");
+    /// recorder.observe(Observation::new(Some(0), 4, Kind::Visible));
+    /// recorder.end(EndReason::Completed);
+    /// sink.sync();
+    ///
+    /// let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    /// assert_eq!(text.lines().count(), 2);
+    /// assert_eq!(sink.written(), 2);
+    /// # Ok::<(), io::Error>(())
+    /// ```
+    pub fn to_writer(
+        writer: impl Write + Send + 'static,
+        capacity: usize,
+    ) -> io::Result<RecordSink> {
+        let (queue, messages) = mpsc::sync_channel(capacity.max(1));
+        let counts = Arc::new(SinkCounts::default());
+        let shared = counts.clone();
+        std::thread::Builder::new()
+            .name("streamgate-records".into())
+            .spawn(move || write_records(writer, &messages, &shared))?;
+        Ok(RecordSink { queue, counts })
+    }
+
+    /// Queues a record, or counts it as dropped when the queue is full.
+    pub(crate) fn send(&self, record: Pending) {
+        if self.queue.try_send(Message::Record(record)).is_err() {
+            self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Waits until every record queued before this call is written and flushed. It blocks the
+    /// calling thread: meant for shutdown, not for a runtime's worker in the middle of serving.
+    pub fn sync(&self) {
+        let (done, wait) = mpsc::channel();
+        if self.queue.send(Message::Sync(done)).is_ok() {
+            let _ = wait.recv();
+        }
+    }
+
+    /// Records written so far.
+    pub fn written(&self) -> u64 {
+        self.counts.written.load(Ordering::Relaxed)
+    }
+
+    /// Records dropped because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.counts.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Records the writer could not write (its error, such as a full disk): the write or the
+    /// flush of their batch failed, and the batch was dropped.
+    pub fn failed(&self) -> u64 {
+        self.counts.failed.load(Ordering::Relaxed)
+    }
+}
+
+/// The writer thread: gathers what is queued into one buffer and writes it whenever the queue
+/// runs dry (or the buffer holds [`WRITE_BATCH`] bytes), so lines reach the file in batches
+/// under load and at once when it is quiet. A record counts as written once the write and the
+/// flush of its batch succeeded, and as failed otherwise (its batch is dropped, not retried).
+fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts: &SinkCounts) {
+    let mut batch = Unwritten::default();
+    while let Ok(first) = messages.recv() {
+        for message in std::iter::once(first).chain(messages.try_iter()) {
+            match message {
+                Message::Record(r) => {
+                    let text = &mut batch.text;
+                    write_line(text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind);
+                    text.push('\n');
+                    batch.records += 1;
+                    if batch.text.len() >= WRITE_BATCH {
+                        batch.write(&mut out, counts);
+                    }
+                }
+                Message::Sync(done) => {
+                    batch.write(&mut out, counts);
+                    let _ = done.send(());
+                }
+            }
+        }
+        batch.write(&mut out, counts);
+    }
+}
+
+/// The most bytes of records the writer gathers before it writes them.
+const WRITE_BATCH: usize = 64 * 1024;
+
+/// Records gathered since the last write.
+#[derive(Default)]
+struct Unwritten {
+    text: String,
+    records: u64,
+    /// Drops already exported as metrics.
+    #[cfg(feature = "metrics")]
+    exported_dropped: u64,
+}
+
+impl Unwritten {
+    /// Writes and flushes the batch, and adds its outcome to `counts` (and the metrics).
+    fn write(&mut self, out: &mut impl Write, counts: &SinkCounts) {
+        if self.records == 0 {
+            return;
+        }
+        let records = std::mem::take(&mut self.records);
+        let written = out
+            .write_all(self.text.as_bytes())
+            .and_then(|()| out.flush());
+        self.text.clear();
+        let (written, failed) = match written {
+            Ok(()) => (records, 0),
+            Err(_) => (0, records),
+        };
+        counts.written.fetch_add(written, Ordering::Relaxed);
+        counts.failed.fetch_add(failed, Ordering::Relaxed);
+        #[cfg(feature = "metrics")]
+        {
+            let dropped = counts.dropped.load(Ordering::Relaxed);
+            super::export::records("written", written);
+            super::export::records("failed", failed);
+            super::export::records("dropped", dropped - self.exported_dropped);
+            self.exported_dropped = dropped;
+        }
+    }
+}
+
+impl fmt::Debug for RecordSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordSink")
+            .field("written", &self.written())
+            .field("dropped", &self.dropped())
+            .field("failed", &self.failed())
+            .finish()
+    }
+}
