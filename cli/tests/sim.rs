@@ -491,7 +491,7 @@ fn serve_until_stopped(
     flags: &[&str],
 ) -> (
     SocketAddr,
-    Arc<sim::Server>,
+    Arc<sim::Sim>,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {

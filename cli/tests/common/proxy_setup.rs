@@ -31,7 +31,7 @@ pub fn args<'a>(flags: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// `streamgate sim` with `flags`, served in process; its address and state.
-pub fn start_sim(flags: &[&str]) -> (SocketAddr, Arc<sim::Server>) {
+pub fn start_sim(flags: &[&str]) -> (SocketAddr, Arc<sim::Sim>) {
     let config = sim::Config::parse_from(args(flags)).unwrap();
     let (listener, app, server) = sim::app(config, prometheus()).expect("sim starts");
     let addr = listener.local_addr().unwrap();

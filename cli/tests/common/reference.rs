@@ -17,7 +17,7 @@ pub fn prometheus() -> PrometheusHandle {
 }
 
 /// Builds a server with `flags` on a free port of 127.0.0.1, not yet serving.
-pub fn build(flags: &[&str]) -> (TunedListener, axum::Router, Arc<sim::Server>) {
+pub fn build(flags: &[&str]) -> (TunedListener, axum::Router, Arc<sim::Sim>) {
     let args = ["--addr", "127.0.0.1:0"].iter().chain(flags);
     let config = sim::Config::parse_from(args).expect("valid flags");
     sim::app(config, prometheus()).expect("the server starts")
@@ -30,7 +30,7 @@ pub fn serve_until(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> (
     SocketAddr,
-    Arc<sim::Server>,
+    Arc<sim::Sim>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
     let (listener, app, server) = build(flags);
