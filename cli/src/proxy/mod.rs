@@ -102,6 +102,7 @@
 //! records. `/stats` is the proxy's own: streams started, running, ended by reason, upstream
 //! failures by cause, requests passed through, and the resume store's counters.
 
+mod body;
 mod chunk;
 mod config;
 mod error;

@@ -21,10 +21,11 @@ use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::body::Buffered;
 use super::chunk::Relayed;
 use super::stats::Outcome;
-use super::upstream::{UpstreamError, is_event_stream};
-use super::{Proxy, error, forward};
+use super::upstream::{UpstreamError, is_event_stream, pass_response};
+use super::{Proxy, error};
 use crate::flags::PolicyFlag;
 use crate::{serving, store};
 
@@ -32,7 +33,7 @@ use crate::{serving, store};
 pub(super) struct StreamRequest {
     pub(super) path_and_query: String,
     pub(super) headers: HeaderMap,
-    pub(super) body: forward::Buffered,
+    pub(super) body: Buffered,
     /// The request id (`x-request-id`), under which the stream is resumable.
     pub(super) id: String,
     /// A chat completion (`chat.completion.chunk` events, which may coalesce), or a text one.
@@ -116,7 +117,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             // An error (`500` even when typed `text/event-stream`), or an answer that is no
             // stream.
             proxy.stats.passed_through();
-            return forward::pass_response(upstream);
+            return pass_response(upstream);
         }
         if resumable && claim.is_none() {
             match proxy.store.try_claim(&id).await {
