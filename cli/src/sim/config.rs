@@ -60,3 +60,37 @@ impl Config {
         flags::parse_from("sim", args)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults `examples/README.md` promises ("The reference server"), whatever the
+    /// library's constants they are taken from become.
+    #[test]
+    fn the_defaults_are_the_contracts() {
+        let config = Config::parse_from::<_, &str>([]).unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(config.addr, "127.0.0.1:8000".parse().unwrap());
+        assert_eq!(config.step, ms(5));
+        assert_eq!((config.stall_at, config.stall), (None, Duration::ZERO));
+        assert_eq!(config.gate.buffer_events, 64);
+        assert_eq!(config.gate.buffer_bytes, 65536);
+        assert_eq!(config.gate.policy, flags::PolicyFlag::Backpressure);
+        assert_eq!(config.gate.slow_deadline, ms(10_000));
+        assert_eq!(config.gate.heartbeat, ms(15_000));
+        assert_eq!(config.kv_blocks, 4096);
+        assert_eq!(config.listen.sndbuf, None);
+        assert_eq!(config.listen.notsent_lowat, 16384);
+        assert_eq!(config.listen.user_timeout, ms(20_000));
+        assert_eq!(config.listen.header_timeout, ms(10_000));
+        assert_eq!(config.listen.idle_timeout, ms(120_000));
+        assert_eq!(config.listen.max_connections, None);
+        assert_eq!(config.resume.grace, Duration::ZERO);
+        assert_eq!(config.resume.replay_bytes, 1_048_576);
+        assert_eq!(config.resume.store, flags::ResumeStore::Memory);
+        assert!(!config.token_salt);
+        assert_eq!(config.hop_records, None);
+        assert_eq!(config.hop_records_sample.share, 1.0);
+    }
+}
