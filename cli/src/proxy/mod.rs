@@ -74,8 +74,9 @@
 //! a disconnected stream goes on reading its upstream into the replay log until the grace runs
 //! out or a client resumes. A `/cancel` ends every reader's stream with a final chunk
 //! (`finish_reason` `stop`; the envelope of the upstream's first chunk, or, stopped before the
-//! upstream sent any, a minimal `chat.completion.chunk` / `text_completion` named by the
-//! request id and the request's `model`) and `[DONE]`.
+//! upstream sent any or after a first event that was no chunk, a minimal
+//! `chat.completion.chunk` / `text_completion` named by the request id and the request's
+//! `model`) and `[DONE]`.
 //!
 //! # Upstream failures
 //!
