@@ -18,10 +18,11 @@ use client::{
 };
 use hostile::{Case, Hostile};
 use serde_json::Value;
-use setup::{CHAT, chat, proxy_until, start_proxy, start_sim, stream};
+use setup::{CHAT, chat, proxy_config, proxy_until, serve_proxy, start_proxy, start_sim, stream};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::timeline::Timeline;
 use streamgate::{EndReason, Kind};
+use streamgate_cli::proxy::InjectedStall;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep};
 
@@ -1120,11 +1121,12 @@ const PATH: [&str; 7] = [
     "client.recv",
 ];
 
-/// Streams one request through sim and proxy with hop records at every hop (the client's
-/// written here), and names the stalls.
+/// Streams one request through sim and a proxy that injects `proxy_stall` (a test-only
+/// switch, no flag), with hop records at every hop (the client's written here), and names the
+/// stalls.
 async fn diagnose(
     sim_flags: &[&str],
-    proxy_flags: &[&str],
+    proxy_stall: Option<InjectedStall>,
     tag: &str,
 ) -> Vec<(String, Option<u64>)> {
     let dir = std::env::temp_dir();
@@ -1137,10 +1139,11 @@ async fn diagnose(
     }
     let mut sim_flags = sim_flags.to_vec();
     sim_flags.extend(["--hop-records", files[0].to_str().unwrap()]);
-    let mut proxy_flags = proxy_flags.to_vec();
-    proxy_flags.extend(["--hop-records", files[1].to_str().unwrap()]);
+    let proxy_flags = ["--hop-records", files[1].to_str().unwrap()];
     let (sim, _) = start_sim(&sim_flags);
-    let proxy = start_proxy(&format!("http://{sim}"), &proxy_flags);
+    let mut config = proxy_config(&format!("http://{sim}"), &proxy_flags);
+    config.stall = proxy_stall;
+    let (proxy, _, _) = serve_proxy(config, None);
 
     let sink = RecordSink::to_file(&files[2]).unwrap();
     let hop = HopProbe::new("client.recv").records(sink.clone(), 1.0);
@@ -1190,16 +1193,15 @@ async fn diagnose(
 async fn hop_records_name_the_hop_where_a_stall_began() {
     let stalls = diagnose(
         &["--step-ms", "2", "--stall-at", "20", "--stall-ms", "800"],
-        &[],
+        None,
         "sim-stall",
     )
     .await;
     assert_eq!(stalls, [("worker.decode".to_owned(), Some(20))]);
-    let stalls = diagnose(
-        &["--step-ms", "2"],
-        &["--stall-at", "30", "--stall-ms", "800"],
-        "proxy-stall",
-    )
-    .await;
+    let injected = InjectedStall {
+        at: 30,
+        duration: Duration::from_millis(800),
+    };
+    let stalls = diagnose(&["--step-ms", "2"], Some(injected), "proxy-stall").await;
     assert_eq!(stalls, [("proxy.recv".to_owned(), Some(30))]);
 }

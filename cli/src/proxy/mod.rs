@@ -128,7 +128,7 @@ use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::transport::{SseResponse, TunedListener};
 
 use self::chunk::Relayed;
-pub use self::config::{Config, UpstreamUrl};
+pub use self::config::{Config, InjectedStall, UpstreamUrl};
 use self::stats::Stats;
 use self::upstream::{Upstream, UpstreamError};
 use crate::serving;

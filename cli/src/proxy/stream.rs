@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::body::Buffered;
 use super::chunk::Relayed;
+use super::config::InjectedStall;
 use super::stats::Outcome;
 use super::upstream::{UpstreamError, is_event_stream, pass_response};
 use super::{Proxy, error};
@@ -235,7 +236,6 @@ impl Start<'_> {
             model: self.model,
             mergeable: self.chat && config.gate.policy == PolicyFlag::Coalesce,
             idle: config.upstream_idle,
-            stall_at: config.stall_at,
             stall: config.stall,
         };
         config
@@ -272,8 +272,8 @@ struct Pump {
     mergeable: bool,
     /// `--upstream-idle-ms` (zero: none): the longest wait for the upstream's next event.
     idle: Duration,
-    stall_at: Option<u64>,
-    stall: Duration,
+    /// For tests and the demo: a stall before forwarding one event (`Config::stall`).
+    stall: Option<InjectedStall>,
 }
 
 /// How the upstream's stream ended.
@@ -309,16 +309,16 @@ impl Pump {
         // room in the gate (a slow client) is not the upstream's.
         let mut waiting_since = Instant::now();
         let mut idle = std::pin::pin!(tokio::time::sleep(self.idle));
-        let mut stall = self.stall_at;
+        let mut stall = self.stall;
         let mut next_id = 0u64;
         // The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
         let mut first: Option<String> = None;
         let end = loop {
-            if stall == Some(next_id) {
+            if let Some(injected) = stall.filter(|injected| injected.at == next_id) {
                 // An injected freeze before forwarding event n (a proxy-side stall), once.
                 stall = None;
                 tokio::select! {
-                    () = tokio::time::sleep(self.stall) => {}
+                    () = tokio::time::sleep(injected.duration) => {}
                     () = self.stop.cancelled() => {}
                 }
                 waiting_since = Instant::now();
