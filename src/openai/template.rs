@@ -9,7 +9,7 @@ use serde::{Serialize, Serializer};
 /// stream's chunks straight into a buffer, as a server that makes a chunk per token wants.
 ///
 /// A chunk written here is byte for byte the encoding of the [`ChatCompletionChunk`] with the
-/// same fields ([`to_json`](ChatCompletionChunk::to_json)); only no chunk is built, and the
+/// same fields ([`to_json`](super::ChatCompletionChunk::to_json)); only no chunk is built, and the
 /// content may be any [`Display`](fmt::Display), escaped as it is written (a run of tokens
 /// need not be collected into a string first). Writing into a `Vec` with room for the chunk
 /// allocates nothing.
