@@ -33,10 +33,9 @@
 //! # What goes where
 //!
 //! ```text
-//! handlers ---> stream (an SSE response) ---> generation (the decode loop) ---> kv (the pool)
-//!    |                                              |
-//!    +--> state (the server's state: config, counters, probes, store) <--+
-//!         delta (what the worker hands the gate) ---> meta (a stream's id, model, token text)
+//! handlers --> stream (an SSE response) --> generation (the decode loop) --> kv (the pool)
+//!     \___________ each reads state (config, counters, probes, store) _________/
+//! generation --> delta (what the worker hands the gate) --> meta (id, model, token text)
 //! ```
 //!
 //! - `config`: the flags ([`Config`]).
