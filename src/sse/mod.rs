@@ -41,7 +41,7 @@
 //!     tx.send(SseEvent::data("Hello")).await?;
 //!     Ok::<_, streamgate::SendError<SseEvent>>(())
 //! });
-//! let frames: Vec<_> = consumer.sse().with_ids().collect().await;
+//! let frames: Vec<_> = consumer.sse().collect().await;
 //! assert_eq!(&frames[1].bytes()[..], b"id: 1\ndata: Hello\n\n");
 //!
 //! // The bytes on the wire, read by a gateway.

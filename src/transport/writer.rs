@@ -79,7 +79,7 @@ impl<W: AsyncWrite + Unpin> FrameWriter<W> {
     /// let mut writer = FrameWriter::new(Vec::new());
     /// let mut completions = Vec::new();
     /// let written = writer
-    ///     .forward(consumer.sse().with_ids(), |_frame, at| completions.push(at))
+    ///     .forward(consumer.sse(), |_frame, at| completions.push(at))
     ///     .await?;
     /// assert_eq!(written, 2);
     /// assert_eq!(completions.len(), 2);
