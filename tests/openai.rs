@@ -1,10 +1,13 @@
-//! OpenAI-native chunks: round trips, each merge rule, and the property that a coalesced
-//! stream accumulates (by the OpenAI SDK's rules) into the same message as the original.
+//! OpenAI-native chunks: round trips, each merge rule, the property that a coalesced stream
+//! accumulates (by the OpenAI SDK's rules) into the same message as the original, and a
+//! stream's chunks written from a template: the owned chunks' bytes, without allocating.
 
 #[path = "../fuzz/checks/openai.rs"]
 mod checks;
 mod common;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -13,11 +16,63 @@ use common::Rng;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use streamgate::openai::{
-    ChatCompletionChunk, ChatData, ChatEvent, ChunkChoice, Delta, FunctionDelta, Logprobs,
-    ParseError, TokenLogprob, ToolCallDelta, Usage,
+    ApiError, ChatCompletion, ChatCompletionChunk, ChatData, ChatEvent, ChunkChoice, ChunkTemplate,
+    CompletionChoice, Delta, FunctionDelta, Logprobs, Message, ParseError, TokenLogprob,
+    ToolCallDelta, Usage,
 };
 use streamgate::sse::SseEvent;
 use streamgate::{Chunk, Gate, GateExt, Kind, Policy};
+
+/// Counts the allocations (reallocations included) a thread makes while its `COUNTING` flag is
+/// set: other tests run on other threads meanwhile and are not counted.
+struct CountingAllocator;
+
+thread_local! {
+    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn counted() {
+    // `try_with`: allocations while a thread's locals are torn down are not counted.
+    let _ = COUNTING.try_with(|counting| {
+        if counting.get() {
+            let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+        }
+    });
+}
+
+// SAFETY: every call is passed on to the system allocator unchanged.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        counted();
+        // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from `alloc` with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        counted();
+        // SAFETY: as for `GlobalAlloc::realloc`.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// The allocations `work` makes on this thread.
+fn allocations(work: impl FnOnce()) -> u64 {
+    ALLOCATIONS.with(|n| n.set(0));
+    COUNTING.with(|counting| counting.set(true));
+    work();
+    COUNTING.with(|counting| counting.set(false));
+    ALLOCATIONS.with(Cell::get)
+}
 
 fn parse(value: Value) -> ChatCompletionChunk {
     ChatCompletionChunk::parse(value.to_string().as_bytes()).expect("a chunk")
@@ -663,4 +718,136 @@ async fn a_slow_reader_of_a_coalescing_gate_gets_the_same_message() {
         assert!(received.len() < stream.len());
         assert_eq!(accumulate(&received), accumulate(&stream));
     }
+}
+
+/// Texts a JSON string must escape, and some it need not.
+const AWKWARD: [&str; 5] = [
+    "",
+    "t0 ",
+    "quote \" backslash \\ slash / newline \n tab \t return \r",
+    "control \u{1} \u{1f} del \u{7f}",
+    "unicode é 日本語 🦀 \u{2028}",
+];
+
+#[test]
+fn a_template_writes_the_owned_chunks_bytes() {
+    for (id, model) in [("chatcmpl-1", "m"), ("odd \"id\"\n", "model/\\é")] {
+        let template = ChunkTemplate::new(id, 1_700_000_000, model);
+        let stream = ChatCompletionChunk::new(id, 1_700_000_000, model);
+        for content in AWKWARD {
+            for role in [None, Some("assistant")] {
+                let mut written = Vec::new();
+                template.write_content(&mut written, role, content).unwrap();
+                let delta = Delta {
+                    role: role.map(str::to_owned),
+                    content: Some(content.to_owned()),
+                    ..Delta::default()
+                };
+                let owned = stream.clone().with_choice(ChunkChoice::new(0, delta));
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    owned.to_json(),
+                    "{content:?}, {role:?}"
+                );
+                // And it reads back as that chunk.
+                assert_eq!(
+                    ChatCompletionChunk::parse(owned.to_json().as_bytes()).unwrap(),
+                    owned
+                );
+            }
+        }
+        for reason in ["stop", "length", "tool_calls"] {
+            let mut written = Vec::new();
+            template.write_finish(&mut written, reason).unwrap();
+            let finish = ChunkChoice {
+                finish_reason: Some(reason.to_owned()),
+                ..ChunkChoice::new(0, Delta::default())
+            };
+            let owned = stream.clone().with_choice(finish);
+            assert_eq!(String::from_utf8(written).unwrap(), owned.to_json());
+        }
+    }
+}
+
+/// Tokens `0..n`, displayed one by one (as a server renders a run of tokens).
+struct Tokens(u64);
+
+impl std::fmt::Display for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (0..self.0).try_for_each(|i| write!(f, "t{i} \"x\" "))
+    }
+}
+
+#[test]
+fn a_template_writes_into_a_buffer_with_room_without_allocating() {
+    let template = ChunkTemplate::new("chatcmpl-1", 1_700_000_000, "my-model");
+    for tokens in [0, 1, 50] {
+        let mut json = Vec::with_capacity(4096);
+        let made = allocations(|| {
+            template
+                .write_content(&mut json, Some("assistant"), &Tokens(tokens))
+                .unwrap();
+            template.write_finish(&mut json, "length").unwrap();
+        });
+        assert_eq!(made, 0, "{tokens} tokens");
+        assert!(
+            json.len() > 200,
+            "written: {}",
+            String::from_utf8_lossy(&json)
+        );
+    }
+}
+
+#[test]
+fn a_completion_and_an_error_object_encode_as_openai_sends_them() {
+    let usage = Usage {
+        prompt_tokens: 0,
+        completion_tokens: 3,
+        total_tokens: 3,
+        ..Usage::default()
+    };
+    let completion = ChatCompletion::new("chatcmpl-0", 7, "m")
+        .with_choice(CompletionChoice::new(
+            0,
+            Message::assistant("t0 t1 t2 "),
+            "length",
+        ))
+        .with_usage(usage);
+    let json: Value = serde_json::from_str(&completion.to_json()).unwrap();
+    assert_eq!(
+        json,
+        json!({
+            "id": "chatcmpl-0", "object": "chat.completion", "created": 7, "model": "m",
+            "choices": [{
+                "index": 0, "message": {"role": "assistant", "content": "t0 t1 t2 "},
+                "logprobs": null, "finish_reason": "length",
+            }],
+            "usage": {"prompt_tokens": 0, "completion_tokens": 3, "total_tokens": 3},
+        })
+    );
+    // Fields it does not know survive a round trip.
+    let vllm = json!({
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m", "prompt_logprobs": null,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null,
+            "tool_calls": [{"id": "t"}]}, "logprobs": null, "finish_reason": "tool_calls",
+            "stop_reason": null}],
+    });
+    let parsed: ChatCompletion = serde_json::from_value(vllm.clone()).unwrap();
+    assert_eq!(parsed.choices[0].message.content, None);
+    assert_eq!(serde_json::to_value(&parsed).unwrap(), vllm);
+
+    let error = ApiError::new("busy", "server_error").with_code("kv_cache_full");
+    assert_eq!(
+        error.to_json(),
+        r#"{"error":{"message":"busy","type":"server_error","code":"kv_cache_full"}}"#
+    );
+    let null_code = ApiError::new("cut", "upstream_error").with_code(Value::Null);
+    assert_eq!(
+        null_code.to_json(),
+        r#"{"error":{"message":"cut","type":"upstream_error","code":null}}"#
+    );
+    let Ok(ChatData::Error(read)) = ChatData::parse(&error.to_json()) else {
+        panic!("an error object");
+    };
+    assert_eq!(read, error);
 }

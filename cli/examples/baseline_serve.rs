@@ -74,29 +74,32 @@ impl App {
     }
 }
 
-/// An OpenAI chat completion chunk (fields in the order `serde_json::json!` writes them).
+/// An OpenAI chat completion chunk, as `streamgate sim` writes it (the fields in the order of
+/// the OpenAI API reference, `logprobs` always `null`).
 #[derive(Serialize)]
 struct Chunk<'a> {
-    choices: [Choice<'a>; 1],
-    created: u64,
     id: &'a str,
-    model: &'a str,
     object: &'static str,
+    created: u64,
+    model: &'a str,
+    choices: [Choice<'a>; 1],
 }
 
 #[derive(Serialize)]
 struct Choice<'a> {
-    delta: Delta<'a>,
-    finish_reason: Option<&'static str>,
     index: u32,
+    delta: Delta<'a>,
+    /// `null`.
+    logprobs: (),
+    finish_reason: Option<&'static str>,
 }
 
 #[derive(Serialize)]
 struct Delta<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
-    content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
 }
 
 fn error(status: StatusCode, message: &str, kind: &str) -> Response {
@@ -147,16 +150,17 @@ async fn chat(State(app): State<Arc<App>>, body: Bytes) -> Response {
         let chunk = |i: u64, content: Option<&str>, finish_reason| {
             let role = (i == 0 && content.is_some()).then_some("assistant");
             let choices = [Choice {
-                delta: Delta { content, role },
-                finish_reason,
                 index: 0,
+                delta: Delta { role, content },
+                logprobs: (),
+                finish_reason,
             }];
             let chunk = Chunk {
-                choices,
-                created,
                 id: &id,
-                model: &model,
                 object: "chat.completion.chunk",
+                created,
+                model: &model,
+                choices,
             };
             Event::default()
                 .id(i.to_string())

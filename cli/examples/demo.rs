@@ -133,16 +133,17 @@ async fn run(dir: &Path) -> Result<(), String> {
         "127.0.0.1:0",
         "--upstream",
         &upstream,
-        "--stall-at",
-        "90",
-        "--stall-ms",
-        "1200",
         "--heartbeat-ms",
         "500",
         "--hop-records",
         &proxy_file,
     ];
-    let config = proxy::Config::parse_from(proxy_flags).map_err(|e| e.to_string())?;
+    let mut config = proxy::Config::parse_from(proxy_flags).map_err(|e| e.to_string())?;
+    // The drill's proxy-side freeze: injected from code, as the proxy has no flag for faults.
+    config.stall = Some(proxy::InjectedStall {
+        at: 90,
+        duration: Duration::from_millis(1200),
+    });
     let (listener, app, proxied) = proxy::app(config, prometheus)?;
     let proxy = listener.local_addr().map_err(|e| e.to_string())?;
     let proxy_records = proxied.records.clone();

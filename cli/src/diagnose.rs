@@ -38,6 +38,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
+use streamgate::probe::DEFAULT_STALL;
 use streamgate::timeline::{ProblemKind, Timeline};
 
 /// `streamgate diagnose`: names the hop where each stall began.
@@ -58,7 +59,7 @@ pub struct Args {
     )]
     pub path: Vec<String>,
     /// A quiet spell of at least this many ms is a stall.
-    #[arg(long = "stall-ms", value_name = "MS", default_value = "1000", value_parser = crate::flags::millis)]
+    #[arg(long = "stall-ms", value_name = "MS", default_value = crate::flags::millis_text(DEFAULT_STALL), value_parser = crate::flags::millis)]
     pub stall: Duration,
     /// Print one JSON object instead of the report.
     #[arg(long)]

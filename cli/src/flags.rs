@@ -9,6 +9,7 @@ use streamgate::transport::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT,
     ListenOptions, Server,
 };
+use streamgate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS};
 
 use crate::store::Store;
 
@@ -40,14 +41,16 @@ pub enum PolicyFlag {
     Disconnect,
 }
 
-/// The gate between a generator (or an upstream) and one client.
+/// The gate between a generator (or an upstream) and one client. The bounds' defaults are the
+/// library's ([`DEFAULT_MAX_EVENTS`], [`DEFAULT_MAX_BYTES`]); the policy's and the deadlines'
+/// are the command's ([`Default`] gives them all).
 #[derive(Debug, Clone, Args)]
 pub struct GateFlags {
     /// Bounded buffer between generator and transport, in events.
-    #[arg(long, value_name = "N", default_value_t = 64, value_parser = crate::flags::positive)]
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_EVENTS, value_parser = positive)]
     pub buffer_events: usize,
     /// The same buffer's byte bound.
-    #[arg(long, value_name = "B", default_value_t = 65536, value_parser = crate::flags::positive)]
+    #[arg(long, value_name = "B", default_value_t = DEFAULT_MAX_BYTES, value_parser = positive)]
     pub buffer_bytes: usize,
     /// Slow-consumer policy.
     #[arg(long, value_enum, value_name = "P", default_value_t = PolicyFlag::Backpressure)]
@@ -95,6 +98,11 @@ pub fn millis(value: &str) -> Result<Duration, String> {
     }
 }
 
+/// `duration` as a flag's number of milliseconds: a default taken from the library's constants.
+pub fn millis_text(duration: Duration) -> String {
+    duration.as_millis().to_string()
+}
+
 /// A number of milliseconds, 0 included.
 pub fn millis_or_zero(value: &str) -> Result<Duration, String> {
     value
@@ -104,14 +112,9 @@ pub fn millis_or_zero(value: &str) -> Result<Duration, String> {
 }
 
 impl Default for GateFlags {
+    /// The flags' defaults (as given no flag).
     fn default() -> Self {
-        GateFlags {
-            buffer_events: 64,
-            buffer_bytes: 65536,
-            policy: PolicyFlag::Backpressure,
-            slow_deadline: Duration::from_millis(10_000),
-            heartbeat: Duration::from_millis(15_000),
-        }
+        parse_from::<Self, _, &str>("gate", []).expect("the defaults parse")
     }
 }
 
@@ -196,7 +199,8 @@ impl ResumeFlags {
 
 /// The listening socket and what each accepted connection gets: kernel settings that let the
 /// gate see slow and vanished readers, and protections against clients that hold connections
-/// without using them.
+/// without using them. Every default is the library's ([`DEFAULT_NOTSENT_LOWAT`],
+/// [`DEFAULT_USER_TIMEOUT`], [`DEFAULT_HEADER_READ_TIMEOUT`], [`DEFAULT_IDLE_TIMEOUT`]).
 #[derive(Debug, Clone, Args)]
 pub struct ListenFlags {
     /// SO_SNDBUF for accepted connections (bounds what the kernel holds for a stopped reader;
@@ -209,15 +213,15 @@ pub struct ListenFlags {
     pub notsent_lowat: u32,
     /// TCP_USER_TIMEOUT for accepted connections: unacknowledged data older than this fails
     /// the connection, so a client that vanished is let go (0 leaves the OS setting).
-    #[arg(long = "user-timeout-ms", value_name = "MS", default_value = "20000", value_parser = millis_or_zero)]
+    #[arg(long = "user-timeout-ms", value_name = "MS", default_value = millis_text(DEFAULT_USER_TIMEOUT), value_parser = millis_or_zero)]
     pub user_timeout: Duration,
     /// A client must send a whole request head within this many ms of its first byte, however
     /// slowly it trickles (slowloris).
-    #[arg(long = "header-timeout-ms", value_name = "MS", default_value = "10000", value_parser = millis)]
+    #[arg(long = "header-timeout-ms", value_name = "MS", default_value = millis_text(DEFAULT_HEADER_READ_TIMEOUT), value_parser = millis)]
     pub header_timeout: Duration,
     /// A connection with no request in flight for this many ms is closed (an open stream is
     /// never idle).
-    #[arg(long = "idle-timeout-ms", value_name = "MS", default_value = "120000", value_parser = millis)]
+    #[arg(long = "idle-timeout-ms", value_name = "MS", default_value = millis_text(DEFAULT_IDLE_TIMEOUT), value_parser = millis)]
     pub idle_timeout: Duration,
     /// The most connections open at once; more wait in the listen backlog (default: three
     /// quarters of the process's file descriptor limit).
@@ -226,15 +230,9 @@ pub struct ListenFlags {
 }
 
 impl Default for ListenFlags {
+    /// The flags' defaults (as given no flag): the library's kernel settings and protections.
     fn default() -> Self {
-        ListenFlags {
-            sndbuf: None,
-            notsent_lowat: DEFAULT_NOTSENT_LOWAT,
-            user_timeout: DEFAULT_USER_TIMEOUT,
-            header_timeout: DEFAULT_HEADER_READ_TIMEOUT,
-            idle_timeout: DEFAULT_IDLE_TIMEOUT,
-            max_connections: None,
-        }
+        parse_from::<Self, _, &str>("listen", []).expect("the defaults parse")
     }
 }
 
@@ -291,20 +289,25 @@ mod tests {
     #[test]
     fn the_flags_defaults_are_the_crates() {
         let flags = Flags::parse_from(["test"]);
-        let (gate, listen) = (GateFlags::default(), ListenFlags::default());
-        assert_eq!(flags.gate.buffer_events, gate.buffer_events);
-        assert_eq!(flags.gate.buffer_bytes, gate.buffer_bytes);
-        assert_eq!(flags.gate.policy, gate.policy);
-        assert_eq!(flags.gate.slow_deadline, gate.slow_deadline);
-        assert_eq!(flags.gate.heartbeat, gate.heartbeat);
-        assert!(flags.resume.grace.is_zero());
+        assert_eq!(flags.gate.buffer_events, DEFAULT_MAX_EVENTS);
+        assert_eq!(flags.gate.buffer_bytes, DEFAULT_MAX_BYTES);
         assert_eq!(flags.resume.replay_bytes, DEFAULT_LOG_BYTES);
+        assert_eq!(flags.listen.notsent_lowat, DEFAULT_NOTSENT_LOWAT);
+        assert_eq!(flags.listen.user_timeout, DEFAULT_USER_TIMEOUT);
+        assert_eq!(flags.listen.header_timeout, DEFAULT_HEADER_READ_TIMEOUT);
+        assert_eq!(flags.listen.idle_timeout, DEFAULT_IDLE_TIMEOUT);
+        // The command's own.
+        assert_eq!(flags.gate.policy, PolicyFlag::Backpressure);
+        assert_eq!(flags.gate.slow_deadline, Duration::from_secs(10));
+        assert_eq!(flags.gate.heartbeat, Duration::from_secs(15));
+        assert!(flags.resume.grace.is_zero());
         assert_eq!(flags.resume.store, ResumeStore::Memory);
-        assert_eq!(flags.listen.notsent_lowat, listen.notsent_lowat);
-        assert_eq!(flags.listen.user_timeout, listen.user_timeout);
-        assert_eq!(flags.listen.header_timeout, listen.header_timeout);
-        assert_eq!(flags.listen.idle_timeout, listen.idle_timeout);
+        assert_eq!(flags.listen.sndbuf, None);
         assert_eq!(flags.listen.max_connections, None);
+        // `Default` is parsing no flag.
+        let (gate, listen) = (GateFlags::default(), ListenFlags::default());
+        assert_eq!(format!("{gate:?}"), format!("{:?}", flags.gate));
+        assert_eq!(format!("{listen:?}"), format!("{:?}", flags.listen));
     }
 
     #[test]

@@ -19,7 +19,6 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use streamgate::probe::{HopProbe, RecordSink};
 
 use crate::client::{self, Reader};
@@ -87,22 +86,117 @@ fn seconds(value: &str) -> Result<Duration, String> {
         .ok_or_else(|| format!("`{value}` is not a number of seconds"))
 }
 
-/// The server's `/stats`, or `Null` if it has none.
-async fn server_stats(addr: SocketAddr) -> Value {
+/// What a run saw: the clients' streams, gaps and times, and what the server's `/stats` said
+/// (`--json` prints it as one object with these keys).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Report {
+    /// Streams opened (`--streams`).
+    pub streams: u64,
+    /// Streams read to `[DONE]`.
+    pub completed: usize,
+    /// Streams whose client hung up on purpose.
+    pub disconnected: usize,
+    /// Streams whose client hung up and resumed.
+    pub resumed: usize,
+    /// Resumed streams that lost or repeated an event.
+    pub resume_mismatches: usize,
+    /// Streams that failed: a refused connection, an error status or event, a stream cut
+    /// before `[DONE]`.
+    pub failed: usize,
+    /// The first five failures.
+    pub errors: Vec<String>,
+    /// Events every client received, together.
+    pub events: u64,
+    /// How long the run took, in seconds (to the ms).
+    pub wall_s: f64,
+    /// Events received per second of the run.
+    pub events_per_s: f64,
+    /// The clients' median inter-event gap, in ms (to the µs; none without gaps).
+    pub gap_p50_ms: Option<f64>,
+    /// Their 99th percentile.
+    pub gap_p99_ms: Option<f64>,
+    /// Their longest.
+    pub gap_max_ms: f64,
+    /// The median time to first event, in ms.
+    pub ttfe_p50_ms: Option<f64>,
+    /// Its 99th percentile.
+    pub ttfe_p99_ms: Option<f64>,
+    /// Tokens the server generated during the run (from its `/stats`, when it has one).
+    pub tokens_generated: Option<u64>,
+    /// Tokens it generated after a stream was cancelled.
+    pub wasted_tokens: Option<u64>,
+    /// When every stream disconnected: how soon after the last disconnect the server had
+    /// stopped every generator and freed every KV block, in ms.
+    pub released_after_last_disconnect_ms: Option<f64>,
+}
+
+impl std::fmt::Display for Report {
+    /// The report for a person.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = |value: Option<f64>| value.map_or_else(|| "null".to_owned(), |v| v.to_string());
+        let count = |value: Option<u64>| value.map_or_else(|| "null".to_owned(), |v| v.to_string());
+        writeln!(
+            f,
+            "streams {}: completed {}, disconnected {}, resumed {} ({} lost or repeated an event), failed {}",
+            self.streams,
+            self.completed,
+            self.disconnected,
+            self.resumed,
+            self.resume_mismatches,
+            self.failed
+        )?;
+        for error in &self.errors {
+            writeln!(f, "  error: {error}")?;
+        }
+        writeln!(
+            f,
+            "events {} in {} s: {} events/s",
+            self.events, self.wall_s, self.events_per_s
+        )?;
+        writeln!(
+            f,
+            "client gaps (ms): p50 {} p99 {} max {}; time to first event (ms): p50 {} p99 {}",
+            shown(self.gap_p50_ms),
+            shown(self.gap_p99_ms),
+            self.gap_max_ms,
+            shown(self.ttfe_p50_ms),
+            shown(self.ttfe_p99_ms)
+        )?;
+        writeln!(
+            f,
+            "server: tokens generated {}, wasted (after cancel) {}, generators stopped and KV freed {} ms after the last disconnect",
+            count(self.tokens_generated),
+            count(self.wasted_tokens),
+            shown(self.released_after_last_disconnect_ms)
+        )
+    }
+}
+
+/// The fields of a server's `/stats` (as `streamgate sim`'s) a run reads; a server without
+/// them has none.
+#[derive(Debug, Default, serde::Deserialize)]
+struct ServerStats {
+    generators_running: Option<u64>,
+    kv_blocks_in_use: Option<u64>,
+    tokens_generated: Option<u64>,
+    tokens_after_cancel: Option<u64>,
+}
+
+/// The server's `/stats` (every field absent if it has none).
+async fn server_stats(addr: SocketAddr) -> ServerStats {
     match client::request(addr, "GET", "/stats", &[], String::new()).await {
         Ok(response) => client::body_text(response)
             .await
             .ok()
             .and_then(|text| serde_json::from_str(&text).ok())
-            .unwrap_or(Value::Null),
-        Err(_) => Value::Null,
+            .unwrap_or_default(),
+        Err(_) => ServerStats::default(),
     }
 }
 
-fn ms(duration: Option<Duration>) -> Value {
-    duration.map_or(Value::Null, |d| {
-        json!((d.as_secs_f64() * 1e6).round() / 1e3)
-    })
+/// `duration` in ms, to the µs.
+fn ms(duration: Duration) -> f64 {
+    (duration.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// Runs the load and prints its report (JSON with `--json`). Exit status: 0 when every
@@ -128,20 +222,23 @@ pub async fn main(args: Args) -> ExitCode {
     };
     let report = run(&args, sink).await;
     if args.json {
-        println!("{report}");
+        println!(
+            "{}",
+            serde_json::to_string(&report).expect("a report always encodes")
+        );
     } else {
-        print_report(&report);
+        print!("{report}");
     }
-    if report["failed"] == 0 {
+    if report.failed == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
 }
 
-/// Runs the load, writing the `client.recv` hop records to `sink` if any, and returns the
-/// report as JSON.
-pub async fn run(args: &Args, sink: Option<RecordSink>) -> Value {
+/// Runs the load, writing the `client.recv` hop records to `sink` if any, and returns what it
+/// saw.
+pub async fn run(args: &Args, sink: Option<RecordSink>) -> Report {
     let stats_addr = args.stats.unwrap_or(args.addr);
     let hop = match &sink {
         Some(sink) => HopProbe::new("client.recv").records(sink.clone(), 1.0),
@@ -196,11 +293,11 @@ pub async fn run(args: &Args, sink: Option<RecordSink>) -> Value {
     // freed every KV block (polled every millisecond).
     // Only a server whose `/stats` counts its generators and KV blocks (as `streamgate sim`'s
     // does) can say.
-    let counts_generators = before["generators_running"].is_u64();
+    let counts_generators = before.generators_running.is_some();
     let released = match last_disconnect {
         Some(last) if disconnecting == args.streams && counts_generators => loop {
             let stats = server_stats(stats_addr).await;
-            if stats["generators_running"] == 0 && stats["kv_blocks_in_use"] == 0 {
+            if stats.generators_running == Some(0) && stats.kv_blocks_in_use == Some(0) {
                 break Some(last.elapsed());
             }
             if last.elapsed() > Duration::from_secs(30) {
@@ -216,63 +313,33 @@ pub async fn run(args: &Args, sink: Option<RecordSink>) -> Value {
     }
     let counters = hop.snapshot();
     let events: u64 = outcomes.iter().map(|(o, _)| o.events).sum();
-    let delta = |key: &str| match (after[key].as_u64(), before[key].as_u64()) {
-        (Some(a), Some(b)) => json!(a.saturating_sub(b)),
-        _ => Value::Null,
-    };
+    let delta = |after: Option<u64>, before: Option<u64>| Some(after?.saturating_sub(before?));
     let gaps = counters.counters.gaps();
     let first = &counters.time_to_first_event;
-    json!({
-        "streams": args.streams,
-        "completed": outcomes.iter().filter(|(o, _)| o.completed).count(),
-        "disconnected": outcomes.iter().filter(|(o, _)| o.disconnected).count(),
-        "resumed": outcomes.iter().filter(|(o, _)| o.resumed).count(),
-        "resume_mismatches": outcomes.iter().filter(|(o, _)| o.resume_mismatch).count(),
-        "failed": outcomes.iter().filter(|(o, _)| o.error.is_some()).count(),
-        "errors": outcomes.iter().filter_map(|(o, _)| o.error.clone()).take(5).collect::<Vec<_>>(),
-        "events": events,
-        "wall_s": (wall.as_secs_f64() * 1e3).round() / 1e3,
-        "events_per_s": (events as f64 / wall.as_secs_f64()).round(),
-        "gap_p50_ms": ms(gaps.quantile(0.5)),
-        "gap_p99_ms": ms(gaps.quantile(0.99)),
-        "gap_max_ms": ms(Some(counters.counters.max_gap())),
-        "ttfe_p50_ms": ms(first.quantile(0.5)),
-        "ttfe_p99_ms": ms(first.quantile(0.99)),
-        "tokens_generated": delta("tokens_generated"),
-        "wasted_tokens": delta("tokens_after_cancel"),
-        "released_after_last_disconnect_ms": ms(released),
-    })
-}
-
-fn print_report(report: &Value) {
-    println!(
-        "streams {}: completed {}, disconnected {}, resumed {} ({} lost or repeated an event), failed {}",
-        report["streams"],
-        report["completed"],
-        report["disconnected"],
-        report["resumed"],
-        report["resume_mismatches"],
-        report["failed"]
-    );
-    for error in report["errors"].as_array().into_iter().flatten() {
-        println!("  error: {}", error.as_str().unwrap_or_default());
+    let count =
+        |pick: fn(&client::Outcome) -> bool| outcomes.iter().filter(|(o, _)| pick(o)).count();
+    Report {
+        streams: args.streams,
+        completed: count(|o| o.completed),
+        disconnected: count(|o| o.disconnected),
+        resumed: count(|o| o.resumed),
+        resume_mismatches: count(|o| o.resume_mismatch),
+        failed: count(|o| o.error.is_some()),
+        errors: outcomes
+            .iter()
+            .filter_map(|(o, _)| o.error.clone())
+            .take(5)
+            .collect(),
+        events,
+        wall_s: (wall.as_secs_f64() * 1e3).round() / 1e3,
+        events_per_s: (events as f64 / wall.as_secs_f64()).round(),
+        gap_p50_ms: gaps.quantile(0.5).map(ms),
+        gap_p99_ms: gaps.quantile(0.99).map(ms),
+        gap_max_ms: ms(counters.counters.max_gap()),
+        ttfe_p50_ms: first.quantile(0.5).map(ms),
+        ttfe_p99_ms: first.quantile(0.99).map(ms),
+        tokens_generated: delta(after.tokens_generated, before.tokens_generated),
+        wasted_tokens: delta(after.tokens_after_cancel, before.tokens_after_cancel),
+        released_after_last_disconnect_ms: released.map(ms),
     }
-    println!(
-        "events {} in {} s: {} events/s",
-        report["events"], report["wall_s"], report["events_per_s"]
-    );
-    println!(
-        "client gaps (ms): p50 {} p99 {} max {}; time to first event (ms): p50 {} p99 {}",
-        report["gap_p50_ms"],
-        report["gap_p99_ms"],
-        report["gap_max_ms"],
-        report["ttfe_p50_ms"],
-        report["ttfe_p99_ms"]
-    );
-    println!(
-        "server: tokens generated {}, wasted (after cancel) {}, generators stopped and KV freed {} ms after the last disconnect",
-        report["tokens_generated"],
-        report["wasted_tokens"],
-        report["released_after_last_disconnect_ms"]
-    );
 }

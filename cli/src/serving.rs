@@ -9,7 +9,8 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
+use streamgate::openai::ApiError;
 use streamgate::probe::{HopProbe, METRIC_BUCKETS, RecordSink, describe_metrics};
 use streamgate::transport::{Server, TunedListener};
 use streamgate::{EndCounters, EndCounts, EndReason};
@@ -28,7 +29,8 @@ pub fn json_response(status: StatusCode, body: Value) -> Response {
 
 /// An OpenAI-style error: `{"error":{"message":..,"type":..}}`.
 pub fn json_error(status: StatusCode, message: &str, kind: &str) -> Response {
-    json_response(status, json!({"error": {"message": message, "type": kind}}))
+    let body = ApiError::new(message, kind).to_json();
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The Prometheus text exposition.

@@ -18,10 +18,11 @@ use client::{
 };
 use hostile::{Case, Hostile};
 use serde_json::Value;
-use setup::{CHAT, chat, proxy_until, start_proxy, start_sim, stream};
+use setup::{CHAT, chat, proxy_config, proxy_until, serve_proxy, start_proxy, start_sim, stream};
 use streamgate::probe::{HopProbe, Observation, RecordSink};
 use streamgate::timeline::Timeline;
 use streamgate::{EndReason, Kind};
+use streamgate_cli::proxy::InjectedStall;
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep};
 
@@ -183,7 +184,10 @@ async fn a_resumed_stream_continues_the_same_generation() {
     }
     assert_eq!(id(&seen[4]), Some(4));
     drop(first);
-    sleep(Duration::from_millis(50)).await;
+    wait_for_within(proxy, "the stream detaches", HANG, |s| {
+        s["streams_detached"] == 1
+    })
+    .await;
     let mut resumed = RawResponse::get(
         proxy,
         "/v1/chat/completions/resumable/stream",
@@ -234,13 +238,20 @@ async fn a_grace_keeps_the_upstream_then_running_out_drops_it() {
         s["streams_detached"] == 1
     })
     .await;
+    let detached_at = Instant::now();
     assert_eq!(detached["streams_running"], 1, "{detached}");
     assert_eq!(stats(sim).await["generators_running"], 1);
-    // Then the grace runs out, and the upstream is dropped.
-    let expired = wait_for_within(proxy, "the grace runs out", HANG, |s| {
+    // Then the 2 s grace runs out, in time, and the upstream is dropped.
+    let limit = Duration::from_secs(4);
+    let expired = wait_for_within(proxy, "the grace runs out", limit, |s| {
         s["streams_expired"] == 1
     })
     .await;
+    let expired_after = detached_at.elapsed();
+    assert!(
+        expired_after >= Duration::from_millis(1800),
+        "expired {expired_after:?} after the detach"
+    );
     assert_eq!(expired["streams_detached"], 0, "{expired}");
     wait_for_within(sim, "sim's generator stops", HANG, |s| {
         s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
@@ -302,8 +313,12 @@ async fn coalescing_for_a_slow_client_loses_no_token() {
     let request = client::post_request(proxy, CHAT, "", &chat(tokens));
     let mut response = RawResponse::send_small(proxy, &request, 4096).await;
     let first = response.expect_event().await;
-    // The client stops reading while the upstream sends everything.
-    sleep(Duration::from_millis(1500)).await;
+    // The client stops reading while the upstream sends everything: what it has not read
+    // merges in the proxy's small buffer instead of holding the upstream back.
+    wait_for_within(sim, "the upstream sends everything", HANG, |s| {
+        s["streams_completed"] == 1
+    })
+    .await;
     let (rest, _) = events(&mut response).await;
     let mut frames = vec![first];
     frames.extend(rest);
@@ -396,39 +411,154 @@ async fn graceful_shutdown_gives_every_stream_a_terminal_frame() {
     .await;
 }
 
+/// The sum of the samples on a Prometheus `page` of the series `name` whose labels include
+/// `labels` (0 when there is none yet).
+fn metric(page: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    page.lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter_map(|line| line.rsplit_once(' '))
+        .filter(|(series, _)| {
+            let (series_name, series_labels) = series.split_once('{').unwrap_or((series, ""));
+            series_name == name
+                && labels
+                    .iter()
+                    .all(|(key, value)| series_labels.contains(&format!("{key}=\"{value}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
+
+async fn metrics_page(addr: std::net::SocketAddr) -> String {
+    RawResponse::get(addr, "/metrics", "").await.text().await
+}
+
+/// Known traffic through one proxy: two streams that complete, one whose client leaves, one
+/// whose upstream fails mid-stream (sim's KV pool runs out), one request passed through. The
+/// proxy's `/stats` counts exactly these; its `/metrics` (the process's recorder, which the
+/// other tests share) grows by at least them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_stats_describe_the_proxy() {
-    let (sim, _) = start_sim(&["--step-ms", "1"]);
+    // 3 KV blocks; every stream stalls at token 20 (the streams here that reach it are the
+    // leaver and the block holder).
+    let flags = [
+        "--step-ms",
+        "1",
+        "--kv-blocks",
+        "3",
+        "--stall-at",
+        "20",
+        "--stall-ms",
+        "60000",
+    ];
+    let (sim, _) = start_sim(&flags);
     let proxy = start_proxy(&format!("http://{sim}"), &[]);
-    let mut response = stream(proxy, "x-request-id: measured\r\n", 5).await;
-    events(&mut response).await;
-    let mut metrics = RawResponse::get(proxy, "/metrics", "").await;
-    let metrics = metrics.text().await;
-    for series in [
-        r#"streamgate_gap_seconds_bucket{hop="proxy.recv""#,
-        r#"streamgate_gap_seconds_bucket{hop="proxy.write""#,
-        r#"streamgate_time_to_first_event_seconds_bucket{hop="proxy.write""#,
-        r#"streamgate_streams_ended_total{hop="proxy.write",reason="completed""#,
-        r#"streamgate_proxy_requests_total{kind="stream"}"#,
-    ] {
-        assert!(metrics.contains(series), "{series} missing");
+    let before = metrics_page(proxy).await;
+
+    for n in 0..2 {
+        let mut response = stream(proxy, &format!("x-request-id: measured-{n}\r\n"), 5).await;
+        let (frames, _) = events(&mut response).await;
+        assert_eq!(
+            frames.len(),
+            7,
+            "5 tokens, the final chunk, [DONE]: {frames:?}"
+        );
     }
-    let stats = stats(proxy).await;
+    let mut models = RawResponse::get(proxy, "/v1/models", "").await;
+    assert_eq!(
+        models.status(),
+        404,
+        "sim has no /v1/models: passed through as it is"
+    );
+    let _ = models.text().await;
+    let mut leaver = stream(proxy, "x-request-id: leaver\r\n", 100).await;
+    for _ in 0..3 {
+        leaver.expect_event().await;
+    }
+    drop(leaver);
+    wait_for_within(sim, "sim's streams end", HANG, |s| {
+        s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
+    })
+    .await;
+    // A stream on sim itself holds two of the three blocks, stalled at token 20; the next one
+    // through the proxy takes the third and runs out at token 16.
+    let mut holder = RawResponse::post(sim, CHAT, "", &chat(32)).await;
+    for _ in 0..20 {
+        holder.expect_frame().await;
+    }
+    wait_for_within(sim, "two blocks held", HANG, |s| s["kv_blocks_in_use"] == 2).await;
+    let mut starved = stream(proxy, "x-request-id: starved\r\n", 48).await;
+    let (frames, _) = events(&mut starved).await;
+    assert_eq!(text(&frames), sim_text(16), "{frames:?}");
+    assert!(
+        frames.last().unwrap().starts_with("event: error\n"),
+        "{frames:?}"
+    );
+
+    let stats = wait_for_within(proxy, "every stream ends", HANG, |s| {
+        s["streams_running"] == 0
+    })
+    .await;
+    let expect = |field: &str, n: u64| assert_eq!(stats[field], n, "{field}: {stats}");
+    expect("streams_started", 4);
+    expect("streams_completed", 2);
+    expect("streams_cancelled", 1);
+    expect("streams_ended_slow_consumer", 0);
+    expect("streams_failed", 1);
+    expect("streams_upstream_error", 1);
+    expect("upstream_errors", 0);
+    expect("requests_passed_through", 1);
     for field in [
-        "streams_started",
-        "streams_running",
-        "streams_completed",
-        "streams_cancelled",
-        "streams_ended_slow_consumer",
-        "streams_upstream_error",
-        "upstream_errors",
-        "requests_passed_through",
         "streams_detached",
+        "streams_resumed",
+        "streams_expired",
         "replay_bytes",
     ] {
-        assert!(stats[field].is_u64(), "{field}: {stats}");
+        expect(field, 0);
     }
-    assert!(stats["streams_ended"]["upstream_error"].is_u64(), "{stats}");
+    for (cause, n) in stats["upstream_failures"].as_object().unwrap() {
+        assert_eq!(n, 0, "{cause}: {stats}");
+    }
+    for reason in EndReason::ALL {
+        let n = match reason {
+            EndReason::Completed => 2,
+            EndReason::ConsumerGone | EndReason::UpstreamError => 1,
+            _ => 0,
+        };
+        let name = reason.as_str();
+        assert_eq!(stats["streams_ended"][name], n, "{name}: {stats}");
+    }
+
+    let after = metrics_page(proxy).await;
+    let grew = |name: &str, labels: &[(&str, &str)]| {
+        metric(&after, name, labels) - metric(&before, name, labels)
+    };
+    let requests = "streamgate_proxy_requests_total";
+    assert!(grew(requests, &[("kind", "stream")]) >= 4.0, "{after}");
+    assert!(grew(requests, &[("kind", "passthrough")]) >= 1.0, "{after}");
+    let ended = "streamgate_streams_ended_total";
+    let write = ("hop", "proxy.write");
+    assert!(
+        grew(ended, &[write, ("reason", "completed")]) >= 2.0,
+        "{after}"
+    );
+    assert!(
+        grew(ended, &[write, ("reason", "consumer_gone")]) >= 1.0,
+        "{after}"
+    );
+    let recv = ("hop", "proxy.recv");
+    assert!(
+        grew(ended, &[recv, ("reason", "upstream_error")]) >= 1.0,
+        "{after}"
+    );
+    // Every stream's first event, and one gap per visible event at each hop (between two, and
+    // from the last to the stream's end): 5 + 5 completed, 3 read before leaving, 16 starved.
+    let first = "streamgate_time_to_first_event_seconds_count";
+    assert!(grew(first, &[write]) >= 4.0, "{after}");
+    let visible = (5 + 5 + 3 + 16) as f64;
+    let gaps = "streamgate_gap_seconds_count";
+    assert!(grew(gaps, &[write]) >= visible, "{after}");
+    assert!(grew(gaps, &[recv]) >= visible, "{after}");
+    drop(holder);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -923,8 +1053,15 @@ async fn content_types_match_in_any_case_and_a_non_sse_answer_passes() {
 async fn an_upstream_without_headers_is_a_504_and_slow_headers_are_waited_for() {
     let hostile = Hostile::start(Case::NoHeaders).await;
     let proxy = start_proxy(&hostile.url(), &["--upstream-headers-ms", "300"]);
+    let asked = Instant::now();
     let mut response = stream(proxy, "", 3).await;
     assert_eq!(response.status(), 504);
+    // At the deadline: not before it, and not long after.
+    let waited = asked.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
     let error: Value = serde_json::from_str(&response.text().await).unwrap();
     assert_eq!(error["error"]["type"], "upstream_error");
     assert!(
@@ -1120,11 +1257,12 @@ const PATH: [&str; 7] = [
     "client.recv",
 ];
 
-/// Streams one request through sim and proxy with hop records at every hop (the client's
-/// written here), and names the stalls.
+/// Streams one request through sim and a proxy that injects `proxy_stall` (a test-only
+/// switch, no flag), with hop records at every hop (the client's written here), and names the
+/// stalls.
 async fn diagnose(
     sim_flags: &[&str],
-    proxy_flags: &[&str],
+    proxy_stall: Option<InjectedStall>,
     tag: &str,
 ) -> Vec<(String, Option<u64>)> {
     let dir = std::env::temp_dir();
@@ -1137,10 +1275,11 @@ async fn diagnose(
     }
     let mut sim_flags = sim_flags.to_vec();
     sim_flags.extend(["--hop-records", files[0].to_str().unwrap()]);
-    let mut proxy_flags = proxy_flags.to_vec();
-    proxy_flags.extend(["--hop-records", files[1].to_str().unwrap()]);
+    let proxy_flags = ["--hop-records", files[1].to_str().unwrap()];
     let (sim, _) = start_sim(&sim_flags);
-    let proxy = start_proxy(&format!("http://{sim}"), &proxy_flags);
+    let mut config = proxy_config(&format!("http://{sim}"), &proxy_flags);
+    config.stall = proxy_stall;
+    let (proxy, _, _) = serve_proxy(config, None);
 
     let sink = RecordSink::to_file(&files[2]).unwrap();
     let hop = HopProbe::new("client.recv").records(sink.clone(), 1.0);
@@ -1190,16 +1329,15 @@ async fn diagnose(
 async fn hop_records_name_the_hop_where_a_stall_began() {
     let stalls = diagnose(
         &["--step-ms", "2", "--stall-at", "20", "--stall-ms", "800"],
-        &[],
+        None,
         "sim-stall",
     )
     .await;
     assert_eq!(stalls, [("worker.decode".to_owned(), Some(20))]);
-    let stalls = diagnose(
-        &["--step-ms", "2"],
-        &["--stall-at", "30", "--stall-ms", "800"],
-        "proxy-stall",
-    )
-    .await;
+    let injected = InjectedStall {
+        at: 30,
+        duration: Duration::from_millis(800),
+    };
+    let stalls = diagnose(&["--step-ms", "2"], Some(injected), "proxy-stall").await;
     assert_eq!(stalls, [("proxy.recv".to_owned(), Some(30))]);
 }

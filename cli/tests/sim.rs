@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::reference::{self, start};
-use common::{HANG, LONG, RawResponse, stats, wait_for};
+use common::reference::{self, start, until_paused};
+use common::{HANG, LONG, RawResponse, stats, wait_for, wait_for_within};
 use serde_json::Value;
 use streamgate_cli::{serving, sim};
 use tokio::time::{Instant, sleep, timeout};
@@ -100,7 +100,9 @@ async fn json_body(response: &mut RawResponse) -> Value {
 }
 
 /// A `max_tokens` whose blocks the whole KV pool could never hold (one block per 16 tokens) is
-/// refused with a 400 that says the limit, before anything is generated.
+/// served as many tokens as the pool holds, ending with `finish_reason` `length`; the contract's
+/// own limits (1 to 1,000,000) are refused with a 400 that says them, before anything is
+/// generated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_max_tokens_past_the_kv_pool_is_served_up_to_what_the_pool_holds() {
     // 4 blocks of 16 tokens: a request for 65 tokens gets 64 and `finish_reason: length`.
@@ -347,24 +349,6 @@ async fn stopped_reader(flags: &[&str]) -> (SocketAddr, RawResponse) {
     (addr, response)
 }
 
-/// Waits until the generator has made no token for half a second; returns the stats then.
-async fn until_paused(addr: SocketAddr) -> Value {
-    let deadline = Instant::now() + HANG;
-    let mut last = stats(addr).await;
-    loop {
-        sleep(Duration::from_millis(500)).await;
-        let now = stats(addr).await;
-        if now["tokens_generated"] == last["tokens_generated"] {
-            return now;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the generator never paused: {now}"
-        );
-        last = now;
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_reader_pauses_the_generator_under_backpressure() {
     let (addr, _response) = stopped_reader(&["--step-ms", "0", "--sndbuf", "16384"]).await;
@@ -413,10 +397,19 @@ async fn a_stopped_reader_is_disconnected_after_the_deadline() {
         "300",
     ];
     let (addr, _response) = stopped_reader(&flags).await;
-    let stats = wait_for(addr, "the policy ends the stream", |s| {
+    let stopped = Instant::now();
+    // The reader stopped after its first event: the buffer is full within milliseconds, and the
+    // 300 ms deadline ends the stream then, not before and not long after.
+    let limit = Duration::from_secs(2);
+    let stats = wait_for_within(addr, "the policy ends the stream", limit, |s| {
         s["streams_ended_slow_consumer"] == 1 && s["generators_running"] == 0
     })
     .await;
+    let ended_after = stopped.elapsed();
+    assert!(
+        ended_after >= Duration::from_millis(300),
+        "ended {ended_after:?} after the reader stopped"
+    );
     assert_eq!(stats["kv_blocks_in_use"], 0);
 }
 
@@ -491,7 +484,7 @@ fn serve_until_stopped(
     flags: &[&str],
 ) -> (
     SocketAddr,
-    Arc<sim::Server>,
+    Arc<sim::Sim>,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
@@ -559,7 +552,8 @@ async fn a_shutdown_is_not_held_by_a_reader_that_stopped() {
     let mut reader = RawResponse::post_json(addr, "/v1/chat/completions", &chat(LONG, true)).await;
     chunk(&reader.expect_frame().await);
     // The reader stops: the kernel's buffers fill, then the gate's, and the generator waits.
-    sleep(Duration::from_millis(500)).await;
+    let paused = until_paused(addr).await;
+    assert_eq!(paused["generators_running"], 1, "{paused}");
     let asked = Instant::now();
     stop.send(()).unwrap();
     timeout(HANG, served)

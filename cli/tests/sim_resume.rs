@@ -5,11 +5,14 @@
 
 mod common;
 
-use common::reference::start;
+use common::reference::{start, until_paused};
 use common::resume_client::{
     a_stop_reaches_both_clients, events, post_stream, rest, resume_path, salts,
 };
-use common::{LONG, RawResponse, stats, wait_for};
+use std::time::Duration;
+
+use common::{LONG, RawResponse, stats, wait_for, wait_for_within};
+use tokio::time::Instant;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resumed_stream_continues_the_same_generation() {
@@ -60,14 +63,21 @@ async fn the_grace_expiry_frees_the_generator_and_its_kv_blocks() {
     events(&mut first, 3).await;
     drop(first);
     let detached = wait_for(addr, "the stream detaches", |s| s["streams_detached"] == 1).await;
+    let detached_at = Instant::now();
     assert_eq!(
         detached["generators_running"], 1,
         "generating through the grace"
     );
-    let stats = wait_for(addr, "the grace expires", |s| {
+    // The 300 ms grace runs out in time: not before it, and well within a second after it.
+    let stats = wait_for_within(addr, "the grace expires", Duration::from_secs(2), |s| {
         s["streams_expired"] == 1 && s["generators_running"] == 0
     })
     .await;
+    let expired_after = detached_at.elapsed();
+    assert!(
+        expired_after >= Duration::from_millis(250),
+        "expired {expired_after:?} after the detach"
+    );
     assert_eq!(stats["kv_blocks_in_use"], 0);
     assert_eq!(stats["replay_bytes"], 0);
     assert_eq!(stats["streams_detached"], 0);
@@ -163,9 +173,10 @@ async fn a_cancel_stops_a_detached_stream_paused_at_a_full_log() {
     events(&mut first, 2).await;
     drop(first);
     wait_for(addr, "the stream detaches", |s| s["streams_detached"] == 1).await;
-    // Long enough for the 3000-byte log to fill and the generator to block.
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    assert!(stats(addr).await["kv_blocks_in_use"].as_u64() > Some(0));
+    // The 3000-byte log fills and the generator blocks on it, holding its blocks.
+    let paused = until_paused(addr).await;
+    assert_eq!(paused["generators_running"], 1, "{paused}");
+    assert!(paused["kv_blocks_in_use"].as_u64() > Some(0), "{paused}");
     let path = format!("/v1/chat/completions/{name}/cancel");
     let mut stopped = RawResponse::post_json(addr, &path, "").await;
     assert!(stopped.text().await.contains("\"cancelled\":true"));
@@ -183,8 +194,10 @@ async fn without_a_grace_the_log_keeps_only_what_is_unread() {
     let addr = start(&["--step-ms", "0"]);
     let (mut reader, _) = post_stream(addr, LONG).await;
     events(&mut reader, 1).await;
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let held = stats(addr).await["replay_bytes"].as_u64().unwrap();
+    // The reader stops: the generator runs ahead as far as the bounds let it, then waits.
+    let paused = until_paused(addr).await;
+    assert_eq!(paused["generators_running"], 1, "{paused}");
+    let held = paused["replay_bytes"].as_u64().unwrap();
     // 64 events (the read-ahead) of a few hundred bytes each, far below 1 MiB.
     assert!(held <= 64 * 1024, "{held} bytes held");
     drop(reader);

@@ -1,8 +1,7 @@
 //! One event of a chat completion stream as SSE carries it: a chunk, `[DONE]` or an error.
 
-use serde::{Deserialize, Serialize};
-
-use super::chunk::{ChatCompletionChunk, Extra, json_len};
+use super::api_error::{ApiError, ErrorBody};
+use super::chunk::{ChatCompletionChunk, json_len};
 use super::error::ParseError;
 use crate::chunk::{Chunk, Kind};
 use crate::sse::SseEvent;
@@ -57,25 +56,6 @@ pub enum ChatData {
     Error(ApiError),
 }
 
-/// An OpenAI-shaped error object, as sent in an error frame: `{"error":{"message","type"}}`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct ApiError {
-    /// What went wrong, for a person.
-    pub message: String,
-    /// The error class (`server_error`, `invalid_request_error`, ...).
-    #[serde(default, rename = "type")]
-    pub kind: String,
-    /// Fields this type does not know (`code`, `param`, ...).
-    #[serde(flatten)]
-    pub extra: Extra,
-}
-
-/// The error frame's data: the error object under `error`.
-#[derive(Serialize, Deserialize)]
-struct ErrorBody<E> {
-    error: E,
-}
-
 impl ChatEvent {
     /// An event carrying `data`, without an id.
     pub fn new(data: ChatData) -> Self {
@@ -89,11 +69,7 @@ impl ChatEvent {
 
     /// An error frame: `data: {"error":{"message":...,"type":...}}`.
     pub fn error(message: impl Into<String>, kind: impl Into<String>) -> Self {
-        ChatEvent::new(ChatData::Error(ApiError {
-            message: message.into(),
-            kind: kind.into(),
-            extra: Extra::new(),
-        }))
+        ChatEvent::new(ChatData::Error(ApiError::new(message, kind)))
     }
 
     /// Reads an event of a chat completion stream: `[DONE]` (data starting with it, as the
@@ -163,9 +139,7 @@ impl ChatData {
         match self {
             ChatData::Chunk(chunk) => chunk.to_json(),
             ChatData::Done => DONE.to_owned(),
-            ChatData::Error(error) => {
-                serde_json::to_string(&ErrorBody { error }).expect("an error object always encodes")
-            }
+            ChatData::Error(error) => error.to_json(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! OpenAI-native chunks (feature `openai`): `chat.completion.chunk` types that parse, encode
-//! and merge losslessly, and the stream's other frames (`[DONE]`, the usage chunk, errors).
+//! and merge losslessly, the stream's other frames (`[DONE]`, the usage chunk, errors), and the
+//! `chat.completion` a request that asked for no stream gets.
 //!
 //! ```text
 //! upstream SseEvent --ChatEvent::from_sse--> ChatEvent --gate (Coalesce)--> SseEvent::from --> client
@@ -36,15 +37,24 @@
 //! );
 //! assert_eq!(frames[2].data_str(), Some("[DONE]"));
 //! ```
+//!
+//! A server that makes a chunk per token writes them with a [`ChunkTemplate`] instead: the same
+//! bytes, straight into the event's buffer, with no chunk built per token.
 
+mod api_error;
 mod chunk;
+mod completion;
 mod error;
 mod event;
 mod merge;
+mod template;
 
+pub use self::api_error::ApiError;
 pub use self::chunk::{
     ChatCompletionChunk, ChunkChoice, Delta, Extra, FunctionDelta, Logprobs, TokenLogprob,
     ToolCallDelta, Usage,
 };
+pub use self::completion::{ChatCompletion, CompletionChoice, Message};
 pub use self::error::ParseError;
-pub use self::event::{ApiError, ChatData, ChatEvent};
+pub use self::event::{ChatData, ChatEvent};
+pub use self::template::ChunkTemplate;

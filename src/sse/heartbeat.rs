@@ -45,7 +45,7 @@ pin_project! {
     /// assert_eq!((beat.kind(), start.elapsed()), (Kind::Control, Duration::from_secs(15)));
     /// assert_eq!(beat, SseFrame::heartbeat());
     /// let event = frames.next().await.unwrap();
-    /// assert_eq!(&event.bytes()[..], b"data: hello\n\n");
+    /// assert_eq!(&event.bytes()[..], b"id: 0\ndata: hello\n\n");
     /// assert_eq!(start.elapsed(), Duration::from_secs(20));
     /// assert!(frames.next().await.is_none());
     /// # }

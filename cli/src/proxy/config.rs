@@ -106,12 +106,11 @@ pub struct Config {
     pub max_buffered_bytes: usize,
     #[command(flatten)]
     pub resume: flags::ResumeFlags,
-    /// Inject a stall before forwarding event N of every stream (for diagnosis drills).
-    #[arg(long, value_name = "N")]
-    pub stall_at: Option<u64>,
-    /// How long the injected stall lasts, in ms.
-    #[arg(long = "stall-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
-    pub stall: Duration,
+    /// For tests and the demo's diagnosis drill only, and no flag (a production proxy injects no
+    /// faults): a stall before forwarding one event of every stream. Set it from code, after
+    /// parsing.
+    #[arg(skip)]
+    pub stall: Option<InjectedStall>,
     /// Write a hop record (a JSON line) for every event of every stream at the hops
     /// `proxy.recv` (each upstream event as it arrives) and `proxy.write` (each frame handed
     /// to the client's connection), and one of kind `end` per stream; flushed at exit.
@@ -150,6 +149,17 @@ impl Config {
     {
         flags::parse_from("proxy", args)
     }
+}
+
+/// A stall the proxy injects before forwarding event `at` of every stream, once per stream: a
+/// proxy-side freeze for tests and diagnosis drills ([`Config::stall`]; `streamgate sim`'s
+/// `--stall-at` is the worker-side one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InjectedStall {
+    /// The event it comes before (0-based).
+    pub at: u64,
+    /// How long it lasts (a stop ends it early).
+    pub duration: Duration,
 }
 
 /// An upstream server: `http://HOST:PORT[/PREFIX]`. Every path the proxy forwards is appended
@@ -265,11 +275,17 @@ mod tests {
         );
         assert_eq!(config.body_timeout, Duration::from_secs(30));
         assert_eq!(config.max_buffered_bytes, 64 * 1024 * 1024);
+        assert_eq!(config.stall, None);
         let given = Config::parse_from(["--upstream", "a:1", "--max-connections", "10"]).unwrap();
         assert_eq!(given.max_connections(), 10);
         assert!(
             Config::parse_from::<_, &str>([]).is_err(),
             "--upstream is required"
         );
+        // Fault injection is no flag of the proxy's.
+        for flag in ["--stall-at", "--stall-ms"] {
+            let parsed = Config::parse_from(["--upstream", "a:1", flag, "1"]);
+            assert!(parsed.is_err(), "{flag} was taken");
+        }
     }
 }

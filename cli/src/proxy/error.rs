@@ -3,7 +3,8 @@
 
 use axum::http::StatusCode;
 use axum::response::Response;
-use serde_json::json;
+use serde_json::Value;
+use streamgate::openai::ApiError;
 use streamgate::sse::SseEvent;
 
 use super::upstream::{Upstream, UpstreamError};
@@ -46,9 +47,8 @@ pub(super) fn failure(upstream: &Upstream, error: &UpstreamError) -> (StatusCode
 /// object of type `upstream_error` (the frame's type makes the encoder end the stream there, as
 /// `upstream_error`, and the OpenAI SDKs raise it).
 pub(super) fn upstream_frame(message: &str) -> SseEvent {
-    SseEvent::data(
-        json!({"error": {"message": message, "type": "upstream_error", "code": null}}).to_string(),
-    )
-    .with_event("error")
-    .expect("a constant type")
+    let error = ApiError::new(message, "upstream_error").with_code(Value::Null);
+    SseEvent::data(error.to_json())
+        .with_event("error")
+        .expect("a constant type")
 }

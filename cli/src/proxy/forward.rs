@@ -8,18 +8,18 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::header::{self, HeaderMap};
-use axum::http::{Method, StatusCode, Version};
+use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use bytes::BytesMut;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::body::Buffered;
 use super::stream::{self, StreamRequest};
-use super::upstream::{set_request_id, strip_hop_by_hop};
+use super::upstream::{pass_response, set_request_id};
 use super::{Proxy, REQUEST_ID};
 use crate::serving;
 
@@ -89,69 +89,6 @@ async fn passthrough(
             pass_response(response)
         }
         Err(failure) => proxy.upstream_failed(&failure),
-    }
-}
-
-/// The upstream's response as the client's: status, headers but the hop-by-hop ones, and the
-/// body streamed as it comes. A body the upstream cuts short (fewer bytes than its
-/// `Content-Length`, a chunked body without its last chunk) fails the client's response too,
-/// so hyper cuts the client's connection rather than end a short body cleanly.
-pub(super) fn pass_response(response: hyper::Response<Incoming>) -> Response {
-    let (mut parts, body) = response.into_parts();
-    strip_hop_by_hop(&mut parts.headers);
-    // The client's connection has its own version.
-    parts.version = Version::default();
-    Response::from_parts(parts, Body::new(body))
-}
-
-/// A completion request's body, read into memory: the bytes and their share of the
-/// process-wide budget (`--max-buffered-bytes`), given back once the body is sent upstream.
-pub(super) struct Buffered {
-    pub(super) bytes: Bytes,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl Buffered {
-    /// The body to send upstream: it gives the budget back when hyper has taken its bytes (or
-    /// drops it).
-    pub(super) fn into_body(self) -> Body {
-        Body::new(HeldBody {
-            bytes: Some(self.bytes),
-            permit: self.permit,
-        })
-    }
-}
-
-/// A request body that holds its share of the buffered-bytes budget until it is sent.
-struct HeldBody {
-    bytes: Option<Bytes>,
-    permit: Option<OwnedSemaphorePermit>,
-}
-
-impl hyper::body::Body for HeldBody {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        let this = &mut *self;
-        this.permit = None;
-        std::task::Poll::Ready(
-            this.bytes
-                .take()
-                .filter(|bytes| !bytes.is_empty())
-                .map(|bytes| Ok(hyper::body::Frame::data(bytes))),
-        )
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.bytes.as_ref().is_none_or(Bytes::is_empty)
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        hyper::body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |bytes| bytes.len() as u64))
     }
 }
 
@@ -251,10 +188,7 @@ async fn collect(
         }
         bytes.extend_from_slice(&data);
     }
-    Ok(Buffered {
-        bytes: bytes.freeze(),
-        permit,
-    })
+    Ok(Buffered::new(bytes.freeze(), permit))
 }
 
 /// Whether a completion request's JSON body asks for a stream (`"stream": true`).

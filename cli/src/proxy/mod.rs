@@ -74,8 +74,9 @@
 //! a disconnected stream goes on reading its upstream into the replay log until the grace runs
 //! out or a client resumes. A `/cancel` ends every reader's stream with a final chunk
 //! (`finish_reason` `stop`; the envelope of the upstream's first chunk, or, stopped before the
-//! upstream sent any, a minimal `chat.completion.chunk` / `text_completion` named by the
-//! request id and the request's `model`) and `[DONE]`.
+//! upstream sent any or after a first event that was no chunk, a minimal
+//! `chat.completion.chunk` / `text_completion` named by the request id and the request's
+//! `model`) and `[DONE]`.
 //!
 //! # Upstream failures
 //!
@@ -102,6 +103,7 @@
 //! records. `/stats` is the proxy's own: streams started, running, ended by reason, upstream
 //! failures by cause, requests passed through, and the resume store's counters.
 
+mod body;
 mod chunk;
 mod config;
 mod error;
@@ -126,7 +128,7 @@ use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::transport::{SseResponse, TunedListener};
 
 use self::chunk::Relayed;
-pub use self::config::{Config, UpstreamUrl};
+pub use self::config::{Config, InjectedStall, UpstreamUrl};
 use self::stats::Stats;
 use self::upstream::{Upstream, UpstreamError};
 use crate::serving;

@@ -13,7 +13,8 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use http_body_util::BodyDataStream;
 use hyper::body::Incoming;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+use streamgate::openai::{ChatCompletionChunk, ChunkChoice, Delta};
 use streamgate::probe::{Observed, Recorder, Seen};
 use streamgate::resume::RegisterError;
 use streamgate::sse::{DecodeError, SseEvent};
@@ -21,10 +22,12 @@ use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::body::Buffered;
 use super::chunk::Relayed;
+use super::config::InjectedStall;
 use super::stats::Outcome;
-use super::upstream::{UpstreamError, is_event_stream};
-use super::{Proxy, error, forward};
+use super::upstream::{UpstreamError, is_event_stream, pass_response};
+use super::{Proxy, error};
 use crate::flags::PolicyFlag;
 use crate::{serving, store};
 
@@ -32,7 +35,7 @@ use crate::{serving, store};
 pub(super) struct StreamRequest {
     pub(super) path_and_query: String,
     pub(super) headers: HeaderMap,
-    pub(super) body: forward::Buffered,
+    pub(super) body: Buffered,
     /// The request id (`x-request-id`), under which the stream is resumable.
     pub(super) id: String,
     /// A chat completion (`chat.completion.chunk` events, which may coalesce), or a text one.
@@ -116,7 +119,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             // An error (`500` even when typed `text/event-stream`), or an answer that is no
             // stream.
             proxy.stats.passed_through();
-            return forward::pass_response(upstream);
+            return pass_response(upstream);
         }
         if resumable && claim.is_none() {
             match proxy.store.try_claim(&id).await {
@@ -233,7 +236,6 @@ impl Start<'_> {
             model: self.model,
             mergeable: self.chat && config.gate.policy == PolicyFlag::Coalesce,
             idle: config.upstream_idle,
-            stall_at: config.stall_at,
             stall: config.stall,
         };
         config
@@ -270,8 +272,8 @@ struct Pump {
     mergeable: bool,
     /// `--upstream-idle-ms` (zero: none): the longest wait for the upstream's next event.
     idle: Duration,
-    stall_at: Option<u64>,
-    stall: Duration,
+    /// For tests and the demo: a stall before forwarding one event (`Config::stall`).
+    stall: Option<InjectedStall>,
 }
 
 /// How the upstream's stream ended.
@@ -307,16 +309,16 @@ impl Pump {
         // room in the gate (a slow client) is not the upstream's.
         let mut waiting_since = Instant::now();
         let mut idle = std::pin::pin!(tokio::time::sleep(self.idle));
-        let mut stall = self.stall_at;
+        let mut stall = self.stall;
         let mut next_id = 0u64;
         // The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
         let mut first: Option<String> = None;
         let end = loop {
-            if stall == Some(next_id) {
+            if let Some(injected) = stall.filter(|injected| injected.at == next_id) {
                 // An injected freeze before forwarding event n (a proxy-side stall), once.
                 stall = None;
                 tokio::select! {
-                    () = tokio::time::sleep(self.stall) => {}
+                    () = tokio::time::sleep(injected.duration) => {}
                     () = self.stop.cancelled() => {}
                 }
                 waiting_since = Instant::now();
@@ -444,16 +446,9 @@ impl Pump {
             End::Stopped => {
                 self.outcome.store(Outcome::Stopped as u8, Ordering::SeqCst);
                 recv.end(EndReason::Cancelled);
-                // Stopped before the upstream's first chunk: a minimal one of the proxy's own.
-                let finish = match first.as_deref() {
-                    Some(first) => final_chunk(first, self.chat),
-                    None => Some(minimal_final_chunk(
-                        &self.id,
-                        self.model.as_deref(),
-                        self.chat,
-                    )),
-                };
-                for data in finish.into_iter().chain(Some("[DONE]".to_owned())) {
+                let finish =
+                    final_chunk(first.as_deref(), &self.id, self.model.as_deref(), self.chat);
+                for data in [finish, "[DONE]".to_owned()] {
                     let event = SseEvent::data(data).with_id(next_id.to_string());
                     let event = event.expect("a number is a valid id");
                     tx.send(Relayed::new(event, false)).await.map_err(gone)?;
@@ -505,49 +500,43 @@ fn describe(error: &DecodeError) -> String {
     }
 }
 
-/// The last chunk of a stream stopped on purpose: the envelope of its `first` chunk (`id`,
-/// `model`, ...) with one choice that finishes with `stop` (a `delta` for a chat completion,
-/// a `text` for a text one), or `None` when the first chunk was no JSON object.
-fn final_chunk(first: &str, chat: bool) -> Option<String> {
-    let Ok(Value::Object(mut chunk)) = serde_json::from_str::<Value>(first) else {
-        return None;
+/// The last chunk of a stream stopped on purpose: one choice that finishes with `stop` (a
+/// `delta` for a chat completion, a `text` for a text one), in the envelope (`id`, `model`,
+/// ...) of the stream's `first` chunk, without its `usage`. When there was none (stopped before
+/// the upstream's first chunk), or it was not a chunk, a minimal one of the proxy's own: its id
+/// the request id, its `model` the request's (empty when it named none).
+fn final_chunk(first: Option<&str>, id: &str, model: Option<&str>, chat: bool) -> String {
+    let created = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs())
+    };
+    let model = model.unwrap_or("");
+    if chat {
+        let mut chunk = first
+            .and_then(|first| ChatCompletionChunk::parse(first.as_bytes()).ok())
+            .unwrap_or_else(|| ChatCompletionChunk::new(id, created(), model));
+        chunk.usage = None;
+        chunk.choices = vec![ChunkChoice {
+            finish_reason: Some("stop".to_owned()),
+            ..ChunkChoice::new(0, Delta::default())
+        }];
+        return chunk.to_json();
+    }
+    // A text completion's chunk: the openai module has no type for it.
+    let mut chunk = match first.and_then(|first| serde_json::from_str::<Value>(first).ok()) {
+        Some(Value::Object(chunk)) => chunk,
+        _ => Map::from_iter([
+            ("id".to_owned(), json!(id)),
+            ("object".to_owned(), json!("text_completion")),
+            ("created".to_owned(), json!(created())),
+            ("model".to_owned(), json!(model)),
+        ]),
     };
     chunk.remove("usage");
-    let choice = if chat {
-        json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"})
-    } else {
-        json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"})
-    };
+    let choice = json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"});
     chunk.insert("choices".into(), json!([choice]));
-    Some(Value::Object(chunk).to_string())
-}
-
-/// The last chunk of a stream stopped before the upstream sent any: its id is the request id,
-/// its `model` the request's (empty when it named none), and its one choice finishes with
-/// `stop`.
-fn minimal_final_chunk(id: &str, model: Option<&str>, chat: bool) -> String {
-    let created = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |since| since.as_secs());
-    let (object, choice) = if chat {
-        (
-            "chat.completion.chunk",
-            json!({"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}),
-        )
-    } else {
-        (
-            "text_completion",
-            json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"}),
-        )
-    };
-    json!({
-        "id": id,
-        "object": object,
-        "created": created,
-        "model": model.unwrap_or(""),
-        "choices": [choice],
-    })
-    .to_string()
+    Value::Object(chunk).to_string()
 }
 
 #[cfg(test)]
@@ -556,21 +545,39 @@ mod tests {
 
     #[test]
     fn a_final_chunk_repeats_the_envelope() {
-        let first = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}]}"#;
-        let chunk: Value = serde_json::from_str(&final_chunk(first, true).unwrap()).unwrap();
-        assert_eq!(chunk["id"], "c1");
-        assert_eq!(chunk["model"], "m");
-        assert_eq!(chunk["choices"][0]["finish_reason"], "stop");
-        assert_eq!(chunk["choices"][0]["delta"], json!({}));
-        let text = r#"{"id":"c2","object":"text_completion","choices":[{"index":0,"text":"a"}]}"#;
-        let chunk: Value = serde_json::from_str(&final_chunk(text, false).unwrap()).unwrap();
-        assert_eq!(chunk["choices"][0]["text"], "");
-        assert!(final_chunk("not json", true).is_none());
+        let first = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
         let chunk: Value =
-            serde_json::from_str(&minimal_final_chunk("r1", Some("m"), true)).unwrap();
-        assert_eq!(chunk["id"], "r1");
-        assert_eq!(chunk["object"], "chat.completion.chunk");
-        assert_eq!(chunk["model"], "m");
-        assert_eq!(chunk["choices"][0]["finish_reason"], "stop");
+            serde_json::from_str(&final_chunk(Some(first), "r1", Some("x"), true)).unwrap();
+        assert_eq!(
+            chunk,
+            json!({
+                "id": "c1", "object": "chat.completion.chunk", "created": 7, "model": "m",
+                "system_fingerprint": "fp",
+                "choices": [{"index": 0, "delta": {}, "logprobs": null, "finish_reason": "stop"}],
+            })
+        );
+        let text = r#"{"id":"c2","object":"text_completion","choices":[{"index":0,"text":"a"}]}"#;
+        let chunk: Value =
+            serde_json::from_str(&final_chunk(Some(text), "r1", None, false)).unwrap();
+        assert_eq!(chunk["id"], "c2");
+        assert_eq!(
+            chunk["choices"],
+            json!([{"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"}])
+        );
+        // Stopped before the first chunk, or after one that was none: the proxy's own.
+        for first in [None, Some("not json"), Some(r#"{"odd":1}"#)] {
+            let chunk: Value =
+                serde_json::from_str(&final_chunk(first, "r1", Some("m"), true)).unwrap();
+            assert_eq!(chunk["id"], "r1", "{first:?}");
+            assert_eq!(chunk["object"], "chat.completion.chunk");
+            assert_eq!(chunk["model"], "m");
+            assert_eq!(chunk["choices"][0]["finish_reason"], "stop");
+            assert_eq!(chunk["choices"][0]["delta"], json!({}));
+        }
+        let chunk: Value = serde_json::from_str(&final_chunk(None, "r2", None, false)).unwrap();
+        assert_eq!(chunk["id"], "r2");
+        assert_eq!(chunk["object"], "text_completion");
+        assert_eq!(chunk["model"], "");
+        assert_eq!(chunk["choices"][0]["text"], "");
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
-use axum::http::{Method, Request, Response, Uri};
+use axum::http::{Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -126,6 +126,18 @@ impl Upstream {
             }
         })
     }
+}
+
+/// The upstream's response as the client's: status, headers but the hop-by-hop ones, and the
+/// body streamed as it comes. A body the upstream cuts short (fewer bytes than its
+/// `Content-Length`, a chunked body without its last chunk) fails the client's response too,
+/// so hyper cuts the client's connection rather than end a short body cleanly.
+pub(super) fn pass_response(response: Response<Incoming>) -> Response<Body> {
+    let (mut parts, body) = response.into_parts();
+    strip_hop_by_hop(&mut parts.headers);
+    // The client's connection has its own version.
+    parts.version = Version::default();
+    Response::from_parts(parts, Body::new(body))
 }
 
 /// Removes the headers that belong to one connection: the standard ones and those the

@@ -31,7 +31,7 @@ pub fn args<'a>(flags: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// `streamgate sim` with `flags`, served in process; its address and state.
-pub fn start_sim(flags: &[&str]) -> (SocketAddr, Arc<sim::Server>) {
+pub fn start_sim(flags: &[&str]) -> (SocketAddr, Arc<sim::Sim>) {
     let config = sim::Config::parse_from(args(flags)).unwrap();
     let (listener, app, server) = sim::app(config, prometheus()).expect("sim starts");
     let addr = listener.local_addr().unwrap();
@@ -45,6 +45,13 @@ pub fn start_sim(flags: &[&str]) -> (SocketAddr, Arc<sim::Server>) {
     (addr, server)
 }
 
+/// The proxy's configuration in front of `upstream` with `flags`.
+pub fn proxy_config(upstream: &str, flags: &[&str]) -> proxy::Config {
+    let mut all = vec!["--upstream", upstream];
+    all.extend_from_slice(flags);
+    proxy::Config::parse_from(args(&all)).unwrap()
+}
+
 /// A proxy in front of `upstream` with `flags`, served in process until `stop` is sent (or for
 /// ever); its address and the task serving it.
 pub fn proxy_until(
@@ -52,9 +59,15 @@ pub fn proxy_until(
     flags: &[&str],
     stop: Option<oneshot::Receiver<()>>,
 ) -> (SocketAddr, Arc<proxy::Proxy>, tokio::task::JoinHandle<()>) {
-    let mut all = vec!["--upstream", upstream];
-    all.extend_from_slice(flags);
-    let config = proxy::Config::parse_from(args(&all)).unwrap();
+    serve_proxy(proxy_config(upstream, flags), stop)
+}
+
+/// A proxy with `config`, served in process until `stop` is sent (or for ever); its address
+/// and the task serving it.
+pub fn serve_proxy(
+    config: proxy::Config,
+    stop: Option<oneshot::Receiver<()>>,
+) -> (SocketAddr, Arc<proxy::Proxy>, tokio::task::JoinHandle<()>) {
     let (listener, app, state) = proxy::app(config, prometheus()).expect("the proxy starts");
     let addr = listener.local_addr().unwrap();
     let group = state.group.clone();

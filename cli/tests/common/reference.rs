@@ -1,8 +1,10 @@
 //! The reference server (`streamgate sim`), built from its flags and served as the command
-//! serves it (HTTP/1.1 and h2c on one port), in the test's process.
+//! serves it (HTTP/1.1 and h2c on one port), in the test's process; and waiting until its
+//! generator pauses.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::transport::TunedListener;
@@ -17,7 +19,7 @@ pub fn prometheus() -> PrometheusHandle {
 }
 
 /// Builds a server with `flags` on a free port of 127.0.0.1, not yet serving.
-pub fn build(flags: &[&str]) -> (TunedListener, axum::Router, Arc<sim::Server>) {
+pub fn build(flags: &[&str]) -> (TunedListener, axum::Router, Arc<sim::Sim>) {
     let args = ["--addr", "127.0.0.1:0"].iter().chain(flags);
     let config = sim::Config::parse_from(args).expect("valid flags");
     sim::app(config, prometheus()).expect("the server starts")
@@ -30,7 +32,7 @@ pub fn serve_until(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> (
     SocketAddr,
-    Arc<sim::Server>,
+    Arc<sim::Sim>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
     let (listener, app, server) = build(flags);
@@ -43,4 +45,23 @@ pub fn serve_until(
 /// Starts a server with `flags` as `streamgate sim` serves it, until the test ends.
 pub fn start(flags: &[&str]) -> SocketAddr {
     serve_until(flags, std::future::pending()).0
+}
+
+/// Waits until the server's generators have made no token for half a second (a stopped reader's
+/// generator paused at a full gate or replay log); returns the stats then.
+pub async fn until_paused(addr: SocketAddr) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + super::HANG;
+    let mut last = super::stats(addr).await;
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = super::stats(addr).await;
+        if now["tokens_generated"] == last["tokens_generated"] {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the generator never paused: {now}"
+        );
+        last = now;
+    }
 }

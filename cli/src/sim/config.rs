@@ -1,0 +1,96 @@
+//! `streamgate sim`'s flags: the contract's, as `examples/README.md` lists them.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::flags;
+
+/// `streamgate sim`: the reference server's flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Config {
+    /// Where to listen (`127.0.0.1:0` picks a free port; the real one is printed).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub addr: SocketAddr,
+    /// Simulated decode step: one token every MS ms.
+    #[arg(long = "step-ms", value_name = "MS", default_value = "5", value_parser = flags::millis_or_zero)]
+    pub step: Duration,
+    /// Before token N (0-based) the worker stalls (for `--stall-ms`).
+    #[arg(long, value_name = "N")]
+    pub stall_at: Option<u64>,
+    /// How long the stall at `--stall-at` lasts, in ms (a decode-side stall).
+    #[arg(long = "stall-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
+    pub stall: Duration,
+    #[command(flatten)]
+    pub gate: flags::GateFlags,
+    /// Size of the simulated KV pool (one block per 16 tokens held by a live generator).
+    #[arg(long, value_name = "N", default_value_t = 4096)]
+    pub kv_blocks: u64,
+    #[command(flatten)]
+    pub listen: flags::ListenFlags,
+    #[command(flatten)]
+    pub resume: flags::ResumeFlags,
+    /// Token text becomes `t{i}.{salt} ` with a random salt per stream, so a regenerated
+    /// stream can be told from a resumed one.
+    #[arg(long)]
+    pub token_salt: bool,
+    /// Write a hop record (a JSON line) for every event of every request at the hops
+    /// `worker.decode`, `worker.publish`, `worker.write`, `worker.sent`, and one of kind `end`
+    /// per stream; flushed at exit.
+    #[arg(long, value_name = "FILE")]
+    pub hop_records: Option<String>,
+    #[command(flatten)]
+    pub hop_records_sample: flags::RecordSample,
+}
+
+impl Config {
+    /// The reference server's defaults, listening on `addr`.
+    pub fn new(addr: SocketAddr) -> Self {
+        let mut config = Self::parse_from::<_, &str>([]).expect("the defaults parse");
+        config.addr = addr;
+        config
+    }
+
+    /// Parses the contract's flags (`["--step-ms", "5", "--policy", "coalesce"]`, without a
+    /// program name).
+    pub fn parse_from<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        flags::parse_from("sim", args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults `examples/README.md` promises ("The reference server"), whatever the
+    /// library's constants they are taken from become.
+    #[test]
+    fn the_defaults_are_the_contracts() {
+        let config = Config::parse_from::<_, &str>([]).unwrap();
+        let ms = Duration::from_millis;
+        assert_eq!(config.addr, "127.0.0.1:8000".parse().unwrap());
+        assert_eq!(config.step, ms(5));
+        assert_eq!((config.stall_at, config.stall), (None, Duration::ZERO));
+        assert_eq!(config.gate.buffer_events, 64);
+        assert_eq!(config.gate.buffer_bytes, 65536);
+        assert_eq!(config.gate.policy, flags::PolicyFlag::Backpressure);
+        assert_eq!(config.gate.slow_deadline, ms(10_000));
+        assert_eq!(config.gate.heartbeat, ms(15_000));
+        assert_eq!(config.kv_blocks, 4096);
+        assert_eq!(config.listen.sndbuf, None);
+        assert_eq!(config.listen.notsent_lowat, 16384);
+        assert_eq!(config.listen.user_timeout, ms(20_000));
+        assert_eq!(config.listen.header_timeout, ms(10_000));
+        assert_eq!(config.listen.idle_timeout, ms(120_000));
+        assert_eq!(config.listen.max_connections, None);
+        assert_eq!(config.resume.grace, Duration::ZERO);
+        assert_eq!(config.resume.replay_bytes, 1_048_576);
+        assert_eq!(config.resume.store, flags::ResumeStore::Memory);
+        assert!(!config.token_salt);
+        assert_eq!(config.hop_records, None);
+        assert_eq!(config.hop_records_sample.share, 1.0);
+    }
+}

@@ -1,0 +1,111 @@
+//! `streamgate loadgen` against the reference server in process: its report counts what its
+//! clients did and what the server's `/stats` said, under the keys `--json` prints.
+
+mod common;
+
+use common::LONG;
+use common::reference::start;
+use streamgate_cli::{flags, loadgen};
+
+fn args(addr: std::net::SocketAddr, flags: &[&str]) -> loadgen::Args {
+    let addr = addr.to_string();
+    let all = ["--addr", addr.as_str()]
+        .into_iter()
+        .chain(flags.iter().copied());
+    flags::parse_from("loadgen", all).expect("valid flags")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_counts_what_the_clients_and_the_server_did() {
+    let addr = start(&["--step-ms", "1"]);
+    let flags = [
+        "--streams",
+        "4",
+        "--tokens",
+        "30",
+        "--disconnect",
+        "0.25",
+        "--after",
+        "5",
+    ];
+    let report = loadgen::run(&args(addr, &flags), None).await;
+    assert_eq!(report.streams, 4, "{report:?}");
+    assert_eq!(report.completed, 3, "{report:?}");
+    assert_eq!(report.disconnected, 1, "{report:?}");
+    assert_eq!((report.resumed, report.resume_mismatches), (0, 0));
+    assert_eq!(report.failed, 0, "{report:?}");
+    assert!(report.errors.is_empty());
+    // 30 tokens, the final chunk and [DONE] for each completed stream; 5 for the one that left.
+    assert_eq!(report.events, 3 * 32 + 5, "{report:?}");
+    let generated = report.tokens_generated.expect("sim counts its tokens");
+    assert!((3 * 30 + 5..=4 * 30).contains(&generated), "{report:?}");
+    assert!(report.wasted_tokens.is_some_and(|n| n <= 1), "{report:?}");
+    let (p50, p99) = (report.gap_p50_ms.unwrap(), report.gap_p99_ms.unwrap());
+    assert!(
+        0.0 < p50 && p50 <= p99 && p99 <= report.gap_max_ms,
+        "{report:?}"
+    );
+    assert!(report.ttfe_p50_ms.is_some() && report.wall_s > 0.0 && report.events_per_s > 0.0);
+    assert_eq!(
+        report.released_after_last_disconnect_ms, None,
+        "not every stream left"
+    );
+
+    let json = serde_json::to_value(&report).unwrap();
+    let keys: Vec<&str> = json
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let mut expected = [
+        "streams",
+        "completed",
+        "disconnected",
+        "resumed",
+        "resume_mismatches",
+        "failed",
+        "errors",
+        "events",
+        "wall_s",
+        "events_per_s",
+        "gap_p50_ms",
+        "gap_p99_ms",
+        "gap_max_ms",
+        "ttfe_p50_ms",
+        "ttfe_p99_ms",
+        "tokens_generated",
+        "wasted_tokens",
+        "released_after_last_disconnect_ms",
+    ];
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+    assert!(json["released_after_last_disconnect_ms"].is_null());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_every_client_leaves_the_report_says_how_soon_the_server_let_go() {
+    let addr = start(&["--step-ms", "1"]);
+    let long = LONG.to_string();
+    let flags = [
+        "--streams",
+        "3",
+        "--tokens",
+        &long,
+        "--disconnect",
+        "1",
+        "--after",
+        "3",
+    ];
+    let report = loadgen::run(&args(addr, &flags), None).await;
+    assert_eq!((report.disconnected, report.failed), (3, 0), "{report:?}");
+    // Within a second (it takes milliseconds), not the 65 s the streams would have run.
+    let released = report
+        .released_after_last_disconnect_ms
+        .expect("sim's /stats counts generators and KV blocks");
+    assert!(released < 1000.0, "{report:?}");
+    assert!(
+        report.tokens_generated.is_some_and(|n| n < 3 * 100),
+        "{report:?}"
+    );
+}
