@@ -39,7 +39,7 @@ fn tokens(
 ) -> Consumer<String> {
     releases
         .gate()
-        .policy(Policy::Backpressure { max_pause: None })
+        .policy(Policy::backpressure().max_pause(None))
         .max_events(4)
         .spawn(move |_, mut tx| async move {
             for i in 0..n {
@@ -263,7 +263,7 @@ async fn a_stop_through_another_instance_cancels_the_signal_the_claim_gave_out()
     let releases = Releases::default();
     let consumer = releases
         .gate()
-        .policy(Policy::Backpressure { max_pause: None })
+        .policy(Policy::backpressure().max_pause(None))
         .spawn(move |_, mut tx| async move {
             for i in 0.. {
                 tokio::select! {

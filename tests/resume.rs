@@ -720,7 +720,7 @@ async fn a_stop_cancels_the_signal_a_claim_gave_out_instead_of_the_gate() {
     // The generator ends the stream itself when stopped, with a last word of its own.
     let consumer = releases
         .gate()
-        .policy(Policy::Backpressure { max_pause: None })
+        .policy(Policy::backpressure().max_pause(None))
         .spawn(move |_, mut tx| async move {
             for i in 0.. {
                 tokio::select! {

@@ -4,14 +4,13 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use streamgate::resume::{DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, ResumeOptions};
+use streamgate::probe::{HopProbe, RecordSink};
+use streamgate::resume::{DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, Registry, ResumeOptions};
 use streamgate::transport::{
     DEFAULT_HEADER_READ_TIMEOUT, DEFAULT_IDLE_TIMEOUT, DEFAULT_NOTSENT_LOWAT, DEFAULT_USER_TIMEOUT,
     ListenOptions, Server,
 };
 use streamgate::{DEFAULT_MAX_BYTES, DEFAULT_MAX_EVENTS};
-
-use crate::store::Store;
 
 /// Parses the flags of `A` from `args` (without a program name), as the command `name`.
 ///
@@ -78,6 +77,16 @@ pub struct RecordSample {
     /// id so that every hop writes the same requests' records (0.01: one in a hundred).
     #[arg(long = "hop-records-sample", value_name = "SHARE", default_value_t = 1.0, value_parser = share)]
     pub share: f64,
+}
+
+impl RecordSample {
+    /// The hop `name`, writing the records of this share of requests to `records`, if any.
+    pub fn hop(&self, records: &Option<RecordSink>, name: &str) -> HopProbe {
+        match records {
+            Some(sink) => HopProbe::new(name).records(sink.clone(), self.share),
+            None => HopProbe::new(name),
+        }
+    }
 }
 
 /// A share from 0 to 1.
@@ -183,7 +192,7 @@ impl ResumeFlags {
     /// # Errors
     ///
     /// When the Redis URL is malformed.
-    pub fn open<C>(&self, gate: &GateFlags) -> Result<Store<C>, String>
+    pub fn open<C>(&self, gate: &GateFlags) -> Result<Registry<C>, String>
     where
         C: streamgate::Chunk + Clone + Into<streamgate::sse::SseEvent> + Send + Sync + 'static,
     {
@@ -193,7 +202,16 @@ impl ResumeFlags {
             .log_bounds(DEFAULT_LOG_EVENTS, self.replay_bytes)
             .read_ahead(gate.buffer_events)
             .max_lag(gate.slow_deadline);
-        Store::open(&self.store, options).map_err(|error| format!("--resume-store: {error}"))
+        match &self.store {
+            ResumeStore::Memory => Ok(Registry::memory(options)),
+            ResumeStore::Redis(url) => Registry::redis(url, options).map_err(|error| {
+                let cause = std::error::Error::source(&error).map(ToString::to_string);
+                format!(
+                    "--resume-store: {}",
+                    cause.unwrap_or_else(|| error.to_string())
+                )
+            }),
+        }
     }
 }
 

@@ -8,6 +8,6 @@ pub mod flags;
 pub mod loadgen;
 pub mod plot;
 pub mod proxy;
+pub mod resume;
 pub mod serving;
 pub mod sim;
-pub mod store;

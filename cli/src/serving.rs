@@ -11,11 +11,9 @@ use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use serde_json::{Map, Value};
 use streamgate::openai::ApiError;
-use streamgate::probe::{HopProbe, METRIC_BUCKETS, RecordSink, describe_metrics};
+use streamgate::probe::{METRIC_BUCKETS, RecordSink, describe_metrics};
 use streamgate::transport::{Server, TunedListener};
 use streamgate::{EndCounters, EndCounts, EndReason};
-
-use crate::flags::RecordSample;
 
 /// A JSON body with `status`.
 pub fn json_response(status: StatusCode, body: Value) -> Response {
@@ -47,14 +45,6 @@ pub fn record_sink(path: Option<&str>) -> Result<Option<RecordSink>, String> {
     path.map(RecordSink::to_file)
         .transpose()
         .map_err(|error| format!("--hop-records: {error}"))
-}
-
-/// A hop probe that writes the records of a `sample` of requests to `records`, if any.
-pub fn hop(records: &Option<RecordSink>, sample: RecordSample, name: &str) -> HopProbe {
-    match records {
-        Some(sink) => HopProbe::new(name).records(sink.clone(), sample.share),
-        None => HopProbe::new(name),
-    }
 }
 
 /// How long open streams get to end and be released at shutdown.

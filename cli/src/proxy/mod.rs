@@ -54,11 +54,10 @@
 //! resumable stream's id is its only credential: the proxy's ids cannot be guessed, a
 //! client-chosen one is as secret as the client makes it. A request with `"stream": true`
 //! claims its id before the upstream is asked, so a duplicate of a running or retained stream
-//! is a 409 that never starts upstream work (in memory, an atomic insert-if-absent; with Redis,
-//! the local claim and then an existence check in Redis, so two instances claiming the same new
-//! id at the same moment may both ask their upstreams, and the later registration is refused
-//! with 409, its upstream dropped at once). A completion that did not ask for a stream but gets
-//! one claims its id when the answer comes. When Redis does not answer, a warning is logged at
+//! is a 409 that never starts upstream work (the registry's claim: of two claims of one id, here
+//! or on two instances sharing a Redis, one wins). A completion that did not ask for a stream
+//! but gets one claims its id when the answer comes (a refused claim drops the upstream's
+//! answer at once). When Redis does not answer, a warning is logged at
 //! start and such requests get 503 before going upstream. W3C
 //! `traceparent`/`tracestate` go upstream verbatim with the other headers; the hop probes'
 //! recorders are made in the extracted context, so an application that installs an
@@ -125,6 +124,8 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::GateExt;
 use streamgate::probe::{HopProbe, RecordSink};
+use streamgate::resume::Registry;
+use streamgate::sse::SseFrame;
 use streamgate::transport::{SseResponse, TunedListener};
 
 use self::chunk::Relayed;
@@ -132,7 +133,6 @@ pub use self::config::{Config, InjectedStall, UpstreamUrl};
 use self::stats::Stats;
 use self::upstream::{Upstream, UpstreamError};
 use crate::serving;
-use crate::store::{Frames, Store};
 
 /// The request id header, carried both ways.
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
@@ -148,7 +148,7 @@ pub struct Proxy {
     upstream: Upstream,
     stats: Stats,
     /// Every streamed completion by its request id: resumable, several readers at once.
-    store: Store<Relayed>,
+    store: Registry<Relayed>,
     recv: HopProbe,
     write: HopProbe,
     prometheus: PrometheusHandle,
@@ -199,7 +199,11 @@ impl Proxy {
 
     /// A stream's frames as the client's response: heartbeats, the `proxy.write` probe, the
     /// streaming headers and `x-request-id`.
-    fn sse_response(&self, frames: Frames, id: &str) -> Response {
+    fn sse_response(
+        &self,
+        frames: impl futures_core::Stream<Item = SseFrame> + Send + 'static,
+        id: &str,
+    ) -> Response {
         let frames = frames
             .heartbeat(self.config.gate.heartbeat)
             .probe(&self.write, id);
@@ -233,8 +237,8 @@ pub fn app(
     let proxy = Arc::new(Proxy {
         group: streamgate::Group::new(),
         upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),
-        recv: serving::hop(&records, config.hop_records_sample, "proxy.recv"),
-        write: serving::hop(&records, config.hop_records_sample, "proxy.write"),
+        recv: config.hop_records_sample.hop(&records, "proxy.recv"),
+        write: config.hop_records_sample.hop(&records, "proxy.write"),
         records,
         stats: Stats::default(),
         store: config.resume.open(&config.gate)?,
@@ -274,11 +278,9 @@ pub async fn run(config: Config) -> ExitCode {
         Ok((listener, app, proxy)) => {
             eprintln!("proxy: forwarding to {}", proxy.config.upstream);
             if proxy.resumable() {
-                if let Err(why) = proxy.store.check().await {
-                    eprintln!(
-                        "proxy: warning: the resume store does not answer ({why}); streamed \
-                         requests get 503 until it does"
-                    );
+                if let Err(failure) = proxy.store.check().await {
+                    let why = serving::with_causes(&failure);
+                    eprintln!("proxy: warning: {why}; streamed requests get 503 until it answers");
                 }
             }
             let (records, group) = (proxy.records.clone(), proxy.group.clone());

@@ -9,8 +9,8 @@ use axum::response::Response;
 use serde_json::json;
 
 use super::Proxy;
+use crate::resume::{self, ResumeAfter};
 use crate::serving;
-use crate::store::{self, ResumeAfter};
 
 /// `GET /v1/chat/completions/{request_id}/stream` with `Last-Event-ID: n` (or `?after=n`): the
 /// events after n of a running (or retained) stream, from its replay log, then live. The
@@ -22,7 +22,7 @@ pub(super) async fn resume(
 ) -> Response {
     match proxy.store.attach(&id, after).await {
         Ok(frames) => proxy.sse_response(frames, &id),
-        Err(failure) => store::attach_error(&failure),
+        Err(failure) => resume::attach_error(&failure),
     }
 }
 
@@ -31,10 +31,10 @@ pub(super) async fn resume(
 /// `[DONE]`; 200 (`{"id":..,"cancelled":true}`; `false` when the stream had already ended), or
 /// 404.
 pub(super) async fn cancel(State(proxy): State<Arc<Proxy>>, Path(id): Path<String>) -> Response {
-    match proxy.store.cancel(&id).await {
+    match proxy.store.stop(&id).await {
         Ok(cancelled) => {
             serving::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
         }
-        Err(failure) => store::attach_error(&failure),
+        Err(failure) => resume::attach_error(&failure),
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
+use axum::http::Method;
 use axum::http::header::{self, HeaderMap};
-use axum::http::{Method, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
 use http_body_util::BodyDataStream;
@@ -16,7 +16,7 @@ use hyper::body::Incoming;
 use serde_json::{Map, Value, json};
 use streamgate::openai::{ChatCompletionChunk, ChunkChoice, Delta};
 use streamgate::probe::{Observed, Recorder, Seen};
-use streamgate::resume::RegisterError;
+use streamgate::resume::{Claim, ClaimError};
 use streamgate::sse::{DecodeError, SseEvent};
 use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
@@ -29,7 +29,7 @@ use super::stats::Outcome;
 use super::upstream::{UpstreamError, is_event_stream, pass_response};
 use super::{Proxy, error};
 use crate::flags::PolicyFlag;
-use crate::{serving, store};
+use crate::{resume, serving};
 
 /// A completion request, its body read.
 pub(super) struct StreamRequest {
@@ -69,7 +69,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     let resumable = proxy.resumable();
     let mut claim = None;
     if resumable && asked {
-        match proxy.store.try_claim(&id).await {
+        match proxy.store.claim(&id).await {
             Ok(held) => claim = Some(held),
             Err(refused) => return refused_claim(&id, &refused),
         }
@@ -122,7 +122,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             return pass_response(upstream);
         }
         if resumable && claim.is_none() {
-            match proxy.store.try_claim(&id).await {
+            match proxy.store.claim(&id).await {
                 Ok(held) => claim = Some(held),
                 // The upstream response is dropped: its connection closes, its work stops.
                 Err(refused) => return refused_claim(&id, &refused),
@@ -131,49 +131,30 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         answer = Answer::Now(upstream);
     }
     let recv = proxy.recv.recorder_in(id.as_str(), &parent);
+    // `/cancel` stops a registered stream through its claim's stop signal: the generator
+    // ends it with a final chunk.
+    let stop = claim
+        .as_mut()
+        .map_or_else(CancellationToken::new, Claim::stop_signal);
     let start = Start {
         id: &id,
         chat,
         model,
-        claim,
+        stop,
     };
     let consumer = start.spawn(proxy, answer, recv);
-    if !resumable {
-        let frames: store::Frames = Box::pin(consumer.sse());
-        return proxy.sse_response(frames, &id);
-    }
-    match proxy.store.register(&id, consumer).await {
+    let Some(claim) = claim else {
+        return proxy.sse_response(consumer.sse(), &id);
+    };
+    match proxy.store.register(claim, consumer).await {
         Ok(frames) => proxy.sse_response(frames, &id),
-        // Another instance registered the id between this one's claim and now.
-        Err(RegisterError::Duplicate) => conflict(&id, "is running or recently finished"),
-        Err(failure) => store::unavailable(&failure.to_string()),
+        Err(failure) => resume::register_error(&failure),
     }
-}
-
-/// 409 for an id that names another stream (`why`: "is running", ...).
-fn conflict(id: &str, why: &str) -> Response {
-    serving::json_error(
-        StatusCode::CONFLICT,
-        &format!(
-            "a stream with x-request-id {id} {why}: resume it at \
-             /v1/chat/completions/{id}/stream, or send another id"
-        ),
-        "conflict_error",
-    )
 }
 
 /// The answer to a request whose id could not be claimed.
-fn refused_claim(id: &str, refused: &store::ClaimError) -> Response {
-    match refused {
-        store::ClaimError::Running => conflict(id, "is running"),
-        store::ClaimError::Finished => {
-            conflict(id, "recently finished (it is retained for its grace)")
-        }
-        store::ClaimError::Exists => conflict(id, "is running or recently finished"),
-        store::ClaimError::Unavailable(why) => {
-            store::unavailable(&format!("the resume store is unavailable: {why}"))
-        }
-    }
+fn refused_claim(id: &str, refused: &ClaimError) -> Response {
+    resume::claim_error(&format!("x-request-id {id}"), id, refused)
 }
 
 /// The upstream's response, on its way.
@@ -198,8 +179,8 @@ struct Start<'a> {
     id: &'a str,
     chat: bool,
     model: Option<String>,
-    /// The id's claim (resumes on): its stop is `/cancel`'s; given back when the stream ends.
-    claim: Option<store::Claim>,
+    /// `/cancel`'s stop (resumes on): the generator ends the stream with a final chunk.
+    stop: CancellationToken,
 }
 
 impl Start<'_> {
@@ -211,19 +192,12 @@ impl Start<'_> {
         recv: Recorder,
     ) -> streamgate::Consumer<Relayed> {
         let config = &proxy.config;
-        let stop = self
-            .claim
-            .as_ref()
-            .map_or_else(CancellationToken::new, |claim| claim.stop().clone());
-        let claim = self.claim;
+        let stop = self.stop;
         proxy.stats.start();
         let outcome = Arc::new(AtomicU8::new(Outcome::Gate as u8));
         let on_release = {
             let (proxy, outcome) = (proxy.clone(), outcome.clone());
             move |reason: EndReason, _| {
-                if let Some(claim) = claim {
-                    proxy.store.release(claim);
-                }
                 let outcome = Outcome::from_u8(outcome.load(Ordering::SeqCst));
                 proxy.stats.end(outcome.end_reason(reason));
             }

@@ -14,14 +14,15 @@ use super::meta::Meta;
 use super::state::Sim;
 
 /// Starts one generation of tokens `from..max_tokens` for `meta`'s stream, gated as
-/// configured, that an explicit stop under the stream's name ends with a final chunk and
-/// `[DONE]`. Its first KV block is taken here: when every block is held by other streams,
+/// configured, that `stop` (an explicit stop under the stream's name) ends with a final chunk
+/// and `[DONE]`. Its first KV block is taken here: when every block is held by other streams,
 /// nothing starts.
 pub(super) fn generate(
     sim: &Arc<Sim>,
     meta: Arc<Meta>,
     from: u64,
     max_tokens: u64,
+    stop: CancellationToken,
 ) -> Result<Consumer<Delta>, KvFull> {
     let mut blocks = sim.kv.holding();
     if from < max_tokens {
@@ -29,16 +30,11 @@ pub(super) fn generate(
             .room_for(0)
             .inspect_err(|_| sim.stats.refused_kv_full())?;
     }
-    let claim = sim.store.claim(&meta.stream);
-    let stop = claim.stop().clone();
     sim.stats.streams.start();
     let on_release = {
         let sim = sim.clone();
         // The generator, and the KV blocks it holds, are gone by now.
-        move |reason: EndReason, gate: streamgate::GateStats| {
-            sim.store.release(claim);
-            sim.stats.released(reason, &gate);
-        }
+        move |reason: EndReason, gate: streamgate::GateStats| sim.stats.released(reason, &gate)
     };
     let worker = Worker {
         sim: sim.clone(),

@@ -16,8 +16,8 @@ use super::delta::{Delta, FinishReason};
 use super::generation::generate;
 use super::state::Sim;
 use super::stream;
+use crate::resume::{self, ResumeAfter};
 use crate::serving;
-use crate::store::{self, ResumeAfter};
 
 /// `max_tokens` when a request gives none.
 const DEFAULT_MAX_TOKENS: u64 = 16;
@@ -64,7 +64,10 @@ pub(super) async fn chat_completions(
     if request.get("stream").and_then(Value::as_bool) == Some(true) {
         return stream::start(&sim, &meta, 0, max_tokens, connection).await;
     }
-    let events = match generate(&sim, meta.clone(), 0, max_tokens) {
+    // A whole answer in one body is stopped by its client closing the connection: it names no
+    // stream, and `POST .../cancel` does not know it.
+    let stop = tokio_util::sync::CancellationToken::new();
+    let events = match generate(&sim, meta.clone(), 0, max_tokens, stop) {
         Ok(events) => events,
         Err(full) => return full.response(),
     };
@@ -143,7 +146,7 @@ pub(super) async fn stream_get(
             name = Some(value.to_owned());
         }
     }
-    let last = store::last_event_id(&headers);
+    let last = resume::last_event_id(&headers);
     let mut response = match name {
         Some(name) => match sim.store.attach(&name, last).await {
             Ok(frames) => stream::respond(&sim, frames, &name, &name, connection),
@@ -152,7 +155,7 @@ pub(super) async fn stream_get(
                 let meta = sim.meta(MODEL.into(), Some(name), &headers);
                 stream::start(&sim, &meta, 0, max_tokens, connection).await
             }
-            Err(error) => store::attach_error(&error),
+            Err(error) => resume::attach_error(&error),
         },
         None => {
             let from = last
@@ -181,18 +184,18 @@ pub(super) async fn resume(
 ) -> Response {
     match sim.store.attach(&id, after).await {
         Ok(frames) => stream::respond(&sim, frames, &id, &id, connection),
-        Err(error) => store::attach_error(&error),
+        Err(error) => resume::attach_error(&error),
     }
 }
 
 /// `POST /v1/chat/completions/{id}/cancel`: an explicit stop. The generator ends with a final
 /// chunk (`finish_reason` `stop`) and `[DONE]`, which every attached client gets.
 pub(super) async fn cancel(State(sim): State<Arc<Sim>>, Path(id): Path<String>) -> Response {
-    match sim.store.cancel(&id).await {
+    match sim.store.stop(&id).await {
         Ok(cancelled) => {
             serving::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
         }
-        Err(error) => store::attach_error(&error),
+        Err(error) => resume::attach_error(&error),
     }
 }
 

@@ -16,8 +16,6 @@ use super::kv::KvPool;
 use super::meta::Meta;
 use super::stats::Stats;
 use crate::flags::ResumeStore;
-use crate::serving;
-use crate::store::Store;
 
 /// The reference server's state: its configuration, KV pool, counters, probes and streams.
 pub struct Sim {
@@ -39,7 +37,7 @@ pub struct Sim {
     pub streams: Group,
     /// Every streamed generation by its request id: resumable, several readers at once, and
     /// the explicit stop of every generation running here.
-    pub(super) store: Store<Delta>,
+    pub(super) store: streamgate::resume::Registry<Delta>,
 }
 
 impl fmt::Debug for Sim {
@@ -80,10 +78,10 @@ impl Sim {
             kv: KvPool::new(config.kv_blocks),
             id_prefix,
             next_id: AtomicU64::new(0),
-            decode: serving::hop(&records, sample, "worker.decode"),
-            publish: serving::hop(&records, sample, "worker.publish"),
-            write: serving::hop(&records, sample, "worker.write"),
-            sent: serving::hop(&records, sample, "worker.sent"),
+            decode: sample.hop(&records, "worker.decode"),
+            publish: sample.hop(&records, "worker.publish"),
+            write: sample.hop(&records, "worker.write"),
+            sent: sample.hop(&records, "worker.sent"),
             prometheus,
             config,
             records,

@@ -3,24 +3,24 @@
 
 use std::sync::Arc;
 
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use futures_core::Stream;
 use streamgate::GateExt;
-use streamgate::resume::RegisterError;
+use streamgate::sse::SseFrame;
 use streamgate::transport::{Departures, SseResponse};
 
 use super::connection::Connection;
 use super::generation::generate;
 use super::meta::Meta;
 use super::state::Sim;
-use crate::serving;
-use crate::store::{self, Frames};
+use crate::resume;
 
 /// The SSE response for a stream's `frames`, named `name` (its `x-request-id`), probed for
 /// `request`.
 pub(super) fn respond(
     sim: &Sim,
-    frames: Frames,
+    frames: impl Stream<Item = SseFrame> + Send + 'static,
     name: &str,
     request: &str,
     connection: Connection,
@@ -42,8 +42,9 @@ pub(super) fn respond(
     response
 }
 
-/// Registers a new generation of tokens `from..max_tokens` under its stream name and streams
-/// it to this client.
+/// Claims the stream's name, registers a new generation of tokens `from..max_tokens` under it
+/// and streams it to this client. A name taken (only `GET /v1/stream?id=` names streams from
+/// outside) is a conflict, found before any work starts.
 pub(super) async fn start(
     sim: &Arc<Sim>,
     meta: &Arc<Meta>,
@@ -51,17 +52,18 @@ pub(super) async fn start(
     max_tokens: u64,
     connection: Connection,
 ) -> Response {
-    let events = match generate(sim, meta.clone(), from, max_tokens) {
+    let name = &meta.stream;
+    let mut claim = match sim.store.claim(name).await {
+        Ok(claim) => claim,
+        Err(refused) => return resume::claim_error(&format!("id {name}"), name, &refused),
+    };
+    let stop = claim.stop_signal();
+    let events = match generate(sim, meta.clone(), from, max_tokens, stop) {
         Ok(events) => events,
         Err(full) => return full.response(),
     };
-    // Only `GET /v1/stream?id=` names streams from outside; a name taken between its
-    // lookup and here is a conflict like any other.
-    match sim.store.register(&meta.stream, events).await {
-        Ok(frames) => respond(sim, frames, &meta.stream, &meta.request, connection),
-        Err(error @ RegisterError::Duplicate) => {
-            serving::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
-        }
-        Err(error) => store::unavailable(&error.to_string()),
+    match sim.store.register(claim, events).await {
+        Ok(frames) => respond(sim, frames, name, &meta.request, connection),
+        Err(failure) => resume::register_error(&failure),
     }
 }

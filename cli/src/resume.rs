@@ -1,0 +1,100 @@
+//! What `sim` and the proxy answer on the resume paths: the position a resume asks for, and the
+//! registry's refusals (`streamgate::resume`'s errors) as HTTP responses.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use streamgate::resume::{AttachError, ClaimError, RegisterError, StoreError};
+
+use crate::serving;
+
+/// The position a resume asks for, an extractor: `?after=n`, else `Last-Event-ID: n` (`None`:
+/// from the start); rejected with 400 when `after` is no event id.
+#[derive(Debug, Clone, Copy)]
+pub struct ResumeAfter(pub Option<u64>);
+
+impl<S: Send + Sync> FromRequestParts<S> for ResumeAfter {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Response> {
+        let mut after = last_event_id(&parts.headers);
+        for pair in parts.uri.query().unwrap_or("").split('&') {
+            if let Some(value) = pair.strip_prefix("after=") {
+                match value.parse::<u64>() {
+                    Ok(n) => after = Some(n),
+                    Err(_) => {
+                        return Err(serving::json_error(
+                            StatusCode::BAD_REQUEST,
+                            "`after` must be an event id",
+                            "invalid_request_error",
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(ResumeAfter(after))
+    }
+}
+
+/// The `Last-Event-ID` header as an event id, if it is one.
+pub fn last_event_id(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get("last-event-id")
+        .and_then(|id| id.to_str().ok())
+        .and_then(|id| id.trim().parse::<u64>().ok())
+}
+
+/// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds, 204 when
+/// nothing follows the position of a finished stream (which stops an `EventSource` from
+/// reconnecting after `[DONE]`), 503 when the store failed.
+pub fn attach_error(error: &AttachError) -> Response {
+    match error {
+        AttachError::Finished => StatusCode::NO_CONTENT.into_response(),
+        AttachError::Gone { .. } => {
+            serving::json_error(StatusCode::CONFLICT, &error.to_string(), "conflict_error")
+        }
+        AttachError::Unavailable(failure) => unavailable(failure),
+        _ => serving::json_error(StatusCode::NOT_FOUND, &error.to_string(), "not_found_error"),
+    }
+}
+
+/// 409 for an id that names another stream (`name` says what the id is: "x-request-id
+/// r1"), saying where to resume it; 503 when the store failed.
+pub fn claim_error(name: &str, id: &str, error: &ClaimError) -> Response {
+    let why = match error {
+        ClaimError::Running => "is running",
+        ClaimError::Retained => "recently finished (it is retained for its grace)",
+        ClaimError::Unavailable(failure) => return unavailable(failure),
+        _ => "is taken",
+    };
+    serving::json_error(
+        StatusCode::CONFLICT,
+        &format!(
+            "a stream with {name} {why}: resume it at /v1/chat/completions/{id}/stream, or \
+             send another id"
+        ),
+        "conflict_error",
+    )
+}
+
+/// 503 when the store failed; a registry given another's claim is the server's own bug (500).
+pub fn register_error(error: &RegisterError) -> Response {
+    match error {
+        RegisterError::Unavailable(failure) => unavailable(failure),
+        _ => serving::json_error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &error.to_string(),
+            "server_error",
+        ),
+    }
+}
+
+/// 503: the resume store failed, with what it said.
+pub fn unavailable(failure: &StoreError) -> Response {
+    serving::json_error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        &serving::with_causes(failure),
+        "server_error",
+    )
+}
