@@ -18,13 +18,13 @@ use crate::probe::json_string;
 /// `Result<Event<T>, GateError>` whose chunk `T` converts into an [`SseEvent`].
 ///
 /// A [`Consumer`](crate::Consumer) of such chunks yields it, and so does every stream that
-/// passes a gate's items on: a resume [`Subscriber`](crate::resume::Subscriber), a
-/// [`probe`](crate::GateExt::probe)d consumer. Only that type implements it (the trait is
-/// sealed); it exists so that `.sse()` on any other stream is refused where it is written.
+/// passes a gate's items on (a [`probe`](crate::GateExt::probe)d consumer). Only that type
+/// implements it (the trait is sealed); it exists so that `.sse()` on any other stream is
+/// refused where it is written.
 #[diagnostic::on_unimplemented(
     message = "`.sse()` encodes a gated stream, whose items are `Result<Event<T>, GateError>`, not `{Self}`",
     label = "this stream's items are `{Self}`",
-    note = "`.sse()` takes a `Consumer<T>` (or a stream that passes its items on: a resume `Subscriber`, `.probe(..)`) whose chunk `T` converts into an `SseEvent`"
+    note = "`.sse()` takes a `Consumer<T>` (or a stream that passes its items on, such as `.probe(..)`) whose chunk `T` converts into an `SseEvent`; a resume `Subscriber` already yields frames"
 )]
 pub trait GateItem: Into<Result<Event<Self::Chunk>, GateError>> + sealed::Sealed {
     /// The gate's chunk type.
