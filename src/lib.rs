@@ -104,7 +104,9 @@
 //! - `redis`: `resume::RedisRegistry`, resumable streams in Redis Streams, so a client resumes
 //!   through any instance.
 //! - `openai`: `openai::ChatCompletionChunk`, OpenAI chunks that parse, encode and coalesce
-//!   losslessly; `[DONE]`, usage and error frames.
+//!   losslessly; `[DONE]`, usage and error frames; `openai::ChunkTemplate`, a stream's chunks
+//!   written straight into a frame's buffer (what a server sends per token);
+//!   `openai::ChatCompletion`, the non-streamed answer.
 //!
 //! # Cancel safety
 //!
