@@ -80,7 +80,10 @@ async fn gate_path(probe: Option<HopProbe>) -> (usize, usize) {
     });
     // Without ids, as the baseline's events have none: the same bytes, so the same work
     // (ids are `.sse()`'s default; axum's `Event::id` would be one more string per event).
-    let frames = events.sse().without_ids().heartbeat(Duration::from_secs(15));
+    let frames = events
+        .sse()
+        .without_ids()
+        .heartbeat(Duration::from_secs(15));
     let consumer = match probe {
         None => tokio::spawn(drain(SseBody::new(frames))),
         Some(hop) => tokio::spawn(drain(SseBody::new(frames.probe(&hop, "bench")))),

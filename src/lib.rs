@@ -84,8 +84,8 @@
 //!
 //! # Feature flags
 //!
-//! The core (gate, SSE, probes, timeline) needs only tokio, tokio-util, futures-core,
-//! pin-project-lite and bytes.
+//! The core (gate, SSE, probes, resumable streams in memory) needs only tokio, tokio-util,
+//! futures-core, pin-project-lite and bytes.
 //!
 //! - `hyper`: `transport::SseBody`.
 //! - `axum`: `transport::SseResponse` and `axum::serve` support for
@@ -101,8 +101,8 @@
 //!   `otel::inject`). The API crate only: the application brings its SDK and exporter.
 //! - `tracing`: a span per probed stream; events for stalls and ends.
 //! - `serde`: `Serialize` for the probe snapshots.
-//! - `redis`: `resume::RedisRegistry`, resumable streams in Redis Streams, so a client resumes
-//!   through any instance.
+//! - `redis`: `resume::Registry::redis`, the replay logs, claims and stops in Redis Streams,
+//!   so a client resumes (and stops) a stream through any instance.
 //! - `openai`: `openai::ChatCompletionChunk`, OpenAI chunks that parse, encode and coalesce
 //!   losslessly; `[DONE]`, usage and error frames; `openai::ChunkTemplate`, a stream's chunks
 //!   written straight into a frame's buffer (what a server sends per token);

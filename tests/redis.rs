@@ -148,9 +148,6 @@ async fn a_reader_that_stops_holds_the_generator_within_the_read_ahead_on_either
             (first, other)
         };
         take(&mut stopped, 1).await;
-        // The pump learns where a reader on another instance is at its next look (every
-        // 100 ms): give it two.
-        sleep(Duration::from_millis(250)).await;
         // The other reads on until the one that stopped holds the log: the read-ahead.
         let reader = tokio::spawn(async move { rest(&mut fast).await });
         let at = paused(&generated, Duration::from_millis(500)).await;
@@ -183,9 +180,6 @@ async fn a_reader_past_its_lag_limit_is_cut_off_and_holds_nobody_back_on_either_
         let mut fast = register(&here, id, consumer).await;
         let mut stalled = stalled_on.attach(id, None).await.unwrap();
         take(&mut stalled, 1).await;
-        // The pump learns where a reader on another instance is at its next look (every
-        // 100 ms): give it two before the fast reader runs ahead.
-        sleep(Duration::from_millis(250)).await;
         let (events, end) = rest(&mut fast).await;
         assert_eq!(
             events,
@@ -218,9 +212,15 @@ async fn claims_are_exclusive_across_instances_until_the_retention_ends() {
         let lost = if a.is_ok() { b } else { a };
         assert!(matches!(lost, Err(ClaimError::Running)), "{n}: {lost:?}");
     }
-    // A claim dropped unregistered gives the id back.
+    // A claim dropped unregistered gives the id back: on its instance at once, as in memory;
+    // on the other once the release reached Redis (a round trip later).
     let claim = here.claim("dropped").await.unwrap();
     drop(claim);
+    let again = here
+        .claim("dropped")
+        .await
+        .expect("free again at once here");
+    drop(again);
     let deadline = std::time::Instant::now() + common::HANG;
     while there.claim("dropped").await.is_err() {
         assert!(
@@ -286,4 +286,85 @@ async fn a_stop_through_another_instance_cancels_the_signal_the_claim_gave_out()
     }
     releases.wait_for(1).await;
     assert_eq!(releases.once().0, EndReason::Completed);
+}
+
+/// A stop through the other instance while a reader there holds the pump (so the pump also
+/// looks at Redis between its ticks): it reaches the generator every time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_reaches_a_pump_held_by_a_reader_on_the_other_instance() {
+    let Some(redis) = RedisServer::start("stop-held") else {
+        return;
+    };
+    let options = ResumeOptions::default().read_ahead(2);
+    let (here, there) = instances(&redis, options);
+    for n in 0..20 {
+        let id = format!("held-{n}");
+        let releases = Releases::default();
+        let consumer = tokens(&releases, u64::MAX, Duration::ZERO, Arc::default());
+        let first = register(&here, &id, consumer).await;
+        // Attached before the first leaves, so the log never runs ahead of it.
+        let mut slow = there.attach(&id, None).await.unwrap();
+        drop(first);
+        let reader = tokio::spawn(async move {
+            while slow.next().await.is_some() {
+                sleep(Duration::from_millis(30)).await;
+            }
+        });
+        sleep(Duration::from_millis(150)).await;
+        assert!(there.stop(&id).await.unwrap(), "{n}: running");
+        releases.wait_for(1).await;
+        assert_eq!(releases.once().0, EndReason::Cancelled, "{n}");
+        reader.await.unwrap();
+    }
+}
+
+/// A pump whose reader on the other instance held a full log and left waits for a resume
+/// looking at Redis every tick, not in a loop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_pump_looks_at_redis_every_tick() {
+    let Some(redis) = RedisServer::start("detached-looks") else {
+        return;
+    };
+    let options = ResumeOptions::default()
+        .grace(Duration::from_secs(30))
+        .read_ahead(8)
+        .log_bounds(4, 1 << 20);
+    let (here, there) = instances(&redis, options);
+    let releases = Releases::default();
+    let consumer = tokens(&releases, u64::MAX, Duration::ZERO, Arc::default());
+    let first = register(&here, "r", consumer).await;
+    let mut held = there.attach("r", None).await.unwrap();
+    drop(first);
+    take(&mut held, 1).await;
+    // The log is full of what the reader there has not read: the pump waits on it.
+    sleep(Duration::from_millis(500)).await;
+    drop(held);
+    sleep(Duration::from_millis(500)).await;
+    let zrange_calls = || async {
+        let client = redis::Client::open(redis.url()).unwrap();
+        let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        let line = info
+            .lines()
+            .find(|line| line.starts_with("cmdstat_zrange:"))
+            .expect("ZRANGE was called");
+        let calls = line
+            .split("calls=")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
+        calls.parse::<u64>().unwrap()
+    };
+    let before = zrange_calls().await;
+    sleep(Duration::from_secs(1)).await;
+    let looks = zrange_calls().await - before;
+    // One look per 100 ms tick (a few more around the edges), never thousands.
+    assert!(looks <= 15, "{looks} looks in a second");
+    assert_eq!(releases.count(), 0, "waiting for a resume");
 }

@@ -269,3 +269,25 @@ pub fn prometheus() -> Result<PrometheusHandle, String> {
         .map_err(|error| format!("metrics: starting the upkeep thread: {error}"))?;
     Ok(handle)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_end_reason_is_in_exactly_one_summary_field() {
+        for reason in EndReason::ALL {
+            let groups = [
+                reason == EndReason::Completed,
+                CANCELLED.contains(&reason),
+                reason == EndReason::SlowConsumer,
+                FAILED.contains(&reason),
+            ];
+            let counted = groups.iter().filter(|&&in_group| in_group).count();
+            assert_eq!(
+                counted, 1,
+                "{reason} is in {counted} of /stats' summary fields"
+            );
+        }
+    }
+}

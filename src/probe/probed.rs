@@ -112,3 +112,41 @@ where
         self.inner.is_terminated()
     }
 }
+
+// The recorder's own way in, here so that `recorder.rs` does not import the combinator that
+// imports it.
+impl Recorder {
+    /// Records every item of `stream` with this recorder, as
+    /// [`GateExt::probe`](crate::GateExt::probe) does with a new one: for a recorder made
+    /// before its stream (to carry its context upstream first, say).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use futures_util::StreamExt;
+    /// use streamgate::probe::HopProbe;
+    /// use streamgate::sse::SseFrame;
+    /// use streamgate::{EndReason, Kind};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let hop = HopProbe::new("gateway.recv");
+    /// let recorder = hop.recorder("req-1");
+    /// // ... the upstream request is sent, and its frames come back:
+    /// let frame = SseFrame::new(Bytes::from_static(b"data: hi\n\n"), Kind::Visible, Some(0));
+    /// let frames = futures_util::stream::iter([frame]);
+    /// let mut probed = recorder.probe(frames);
+    /// while probed.next().await.is_some() {}
+    /// assert_eq!(probed.recorder().summary().visible_events, 1);
+    /// assert_eq!(hop.snapshot().streams_ended[EndReason::Completed], 1);
+    /// # }
+    /// ```
+    pub fn probe<S>(self, stream: S) -> Probed<S>
+    where
+        S: futures_core::Stream,
+        S::Item: Observed,
+    {
+        Probed::new(stream, self)
+    }
+}

@@ -37,19 +37,18 @@ pub struct Claim {
     generation: u64,
     stop: CancellationToken,
     claims: Arc<Claims>,
-    /// What the store holds for the id while it is claimed, given back with the claim (held
-    /// for its drop).
+    /// What the store holds for the id while it is claimed (none in memory), given back with
+    /// the claim.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    pub(crate) reserved: Reserved,
+    pub(crate) reserved: Option<Box<dyn Reservation>>,
 }
 
-/// What a store keeps of a claim besides this process's table.
-pub(crate) enum Reserved {
-    /// Nothing: a memory registry's claims are all in its table.
-    Local,
-    /// The id's claim in Redis, renewed while it is held and given back when dropped.
-    #[cfg(feature = "redis")]
-    Redis(super::redis::Reservation),
+/// What a store keeps of a claim besides this process's table: a Redis claim, renewed while it
+/// is held and given back when dropped unregistered.
+pub(crate) trait Reservation: Send + Sync {
+    /// The stream is registered: the store keeps its id from now on.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    fn registered(self: Box<Self>);
 }
 
 impl Claim {
@@ -160,7 +159,11 @@ impl Claims {
     }
 
     /// A claim on `id`, unless one is held; `reserved` is what the store keeps of it.
-    pub(crate) fn try_claim(self: &Arc<Self>, id: &str, reserved: Reserved) -> Option<Claim> {
+    pub(crate) fn try_claim(
+        self: &Arc<Self>,
+        id: &str,
+        reserved: Option<Box<dyn Reservation>>,
+    ) -> Option<Claim> {
         let mut held = self.lock();
         if held.contains_key(id) {
             return None;

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::claim::{Claim, Claims, Reserved};
+use super::claim::{Claim, Claims};
 use super::error::{AttachError, ClaimError, RegisterError, StoreError};
 use super::memory::Memory;
 use super::options::ResumeOptions;
@@ -184,9 +184,7 @@ where
                 if memory.contains(id) && !claims.is_held(id) {
                     return Err(ClaimError::Retained);
                 }
-                claims
-                    .try_claim(id, Reserved::Local)
-                    .ok_or(ClaimError::Running)
+                claims.try_claim(id, None).ok_or(ClaimError::Running)
             }
             #[cfg(feature = "redis")]
             Store::Redis(redis) => {
@@ -195,7 +193,7 @@ where
                 }
                 let reserved = redis.claim(id).await?;
                 claims
-                    .try_claim(id, Reserved::Redis(reserved))
+                    .try_claim(id, Some(Box::new(reserved)))
                     .ok_or(ClaimError::Running)
             }
         }

@@ -508,7 +508,7 @@ impl Timeline {
     /// records held in memory. A stream that can be read only once (standard input, a socket)
     /// cannot be windowed, and does not compile:
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0277
     /// # use std::time::Duration;
     /// # use streamgate::timeline::Timeline;
     /// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));

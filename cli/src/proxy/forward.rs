@@ -17,10 +17,10 @@ use bytes::BytesMut;
 use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::Proxy;
 use super::body::Buffered;
 use super::stream::{self, StreamRequest};
 use super::upstream::{pass_response, set_request_id};
-use super::{Proxy, REQUEST_ID};
 use crate::serving;
 
 /// The endpoints whose `"stream": true` requests the proxy streams itself, and whether their
@@ -215,14 +215,6 @@ fn model(body: &[u8]) -> Option<String> {
             Some(serde_json::Value::String(model)) => Some(model),
             _ => None,
         })
-}
-
-/// `x-request-id`, as the client sent it.
-pub(super) fn client_request_id(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(REQUEST_ID)
-        .and_then(|value| value.to_str().ok())
-        .filter(|id| !id.is_empty() && id.len() <= 256)
 }
 
 #[cfg(test)]

@@ -107,113 +107,27 @@ mod chunk;
 mod config;
 mod error;
 mod forward;
+mod pages;
 mod resume;
+mod state;
 mod stats;
 mod stream;
 mod upstream;
 
-use std::fmt;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 
 use axum::Router;
-use axum::http::header::{HeaderMap, HeaderName, HeaderValue};
-use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
-use streamgate::GateExt;
-use streamgate::probe::{HopProbe, RecordSink};
-use streamgate::resume::Registry;
-use streamgate::sse::SseFrame;
-use streamgate::transport::{SseResponse, TunedListener};
+use streamgate::transport::TunedListener;
 
-use self::chunk::Relayed;
 pub use self::config::{Config, InjectedStall, UpstreamUrl};
+pub use self::state::Proxy;
 use self::stats::Stats;
-use self::upstream::{Upstream, UpstreamError};
+use self::upstream::Upstream;
 use crate::serving;
-
-/// The request id header, carried both ways.
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// The proxy's state: its upstream, streams, probes and counters.
-pub struct Proxy {
-    /// Every stream: shut down together on SIGINT/SIGTERM (give it to
-    /// [`serving::serve_until`]).
-    pub group: streamgate::Group,
-    /// Where hop records go (`--hop-records`), if anywhere: sync it before exiting.
-    pub records: Option<RecordSink>,
-    config: Config,
-    upstream: Upstream,
-    stats: Stats,
-    /// Every streamed completion by its request id: resumable, several readers at once.
-    store: Registry<Relayed>,
-    recv: HopProbe,
-    write: HopProbe,
-    prometheus: PrometheusHandle,
-    /// Generated request ids: a counter under a keyed hash whose key is random per process,
-    /// so ids are unique across instances sharing a store and cannot be guessed (an id is
-    /// what a resume asks for).
-    ids: std::hash::RandomState,
-    next_id: AtomicU64,
-    /// The bytes of request bodies being read or waiting to go upstream, process-wide
-    /// (`--max-buffered-bytes`): a permit per byte.
-    buffered: Arc<tokio::sync::Semaphore>,
-}
-
-impl fmt::Debug for Proxy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Proxy")
-            .field("upstream", &self.config.upstream.to_string())
-            .field("stats", &self.stats)
-            .field("streams", &self.group.stats())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Proxy {
-    /// Whether streams are registered for resumes and stops (`--resume-grace-ms` above 0).
-    fn resumable(&self) -> bool {
-        !self.config.resume.grace.is_zero()
-    }
-
-    /// The request's id: the client's `x-request-id`, or a new one.
-    fn request_id(&self, headers: &HeaderMap) -> String {
-        use std::hash::BuildHasher;
-        match forward::client_request_id(headers) {
-            Some(id) => id.to_owned(),
-            None => {
-                let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-                let (high, low) = (self.ids.hash_one((n, 0)), self.ids.hash_one((n, 1)));
-                format!("sg-{high:016x}{low:016x}")
-            }
-        }
-    }
-
-    /// The answer when the upstream gave no response, counted.
-    fn upstream_failed(&self, failure: &UpstreamError) -> Response {
-        self.stats.upstream_failed(failure.cause());
-        error::upstream(&self.upstream, failure)
-    }
-
-    /// A stream's frames as the client's response: heartbeats, the `proxy.write` probe, the
-    /// streaming headers and `x-request-id`.
-    fn sse_response(
-        &self,
-        frames: impl futures_core::Stream<Item = SseFrame> + Send + 'static,
-        id: &str,
-    ) -> Response {
-        let frames = frames
-            .heartbeat(self.config.gate.heartbeat)
-            .probe(&self.write, id);
-        let mut response = SseResponse::new(frames).into_response();
-        if let Ok(id) = HeaderValue::from_str(id) {
-            response.headers_mut().insert(REQUEST_ID, id);
-        }
-        response
-    }
-}
 
 /// Binds the listener (with the crate's kernel-aware defaults, as `--sndbuf`,
 /// `--notsent-lowat` and `--user-timeout-ms` adjust them) and builds the app for `config`;
@@ -253,8 +167,8 @@ pub fn app(
         config,
     });
     let mut app = Router::new()
-        .route("/metrics", get(stats::metrics).fallback(forward::forward))
-        .route("/stats", get(stats::stats).fallback(forward::forward));
+        .route("/metrics", get(pages::metrics).fallback(forward::forward))
+        .route("/stats", get(pages::stats).fallback(forward::forward));
     if proxy.resumable() {
         app = app
             .route(

@@ -1,29 +1,22 @@
-//! The proxy's counters (`GET /stats`) and its Prometheus page (`GET /metrics`).
+//! The proxy's counters: its streams' ends, the upstream's failures by cause, the requests
+//! passed through.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::Response;
 use serde_json::{Map, Value};
 use streamgate::EndReason;
 
-use super::Proxy;
+use super::upstream::FailureCause;
 use crate::serving;
 
 /// The proxy's counters.
 #[derive(Debug, Default)]
 pub(super) struct Stats {
     streams: serving::StreamCounts,
-    /// Requests the upstream gave no response to, by cause.
-    upstream_failures: [AtomicU64; 4],
+    /// Requests the upstream gave no response to, by [`FailureCause::index`].
+    upstream_failures: [AtomicU64; FailureCause::ALL.len()],
     passed_through: AtomicU64,
 }
-
-/// The causes of `upstream_failures`, as
-/// [`UpstreamError::cause`](super::upstream::UpstreamError::cause) names them.
-const FAILURES: [&str; 4] = ["connect", "connect_timeout", "headers_timeout", "failed"];
 
 /// What the generator saw, which the gate's end reason cannot tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,11 +54,9 @@ impl Stats {
     }
 
     /// A request the upstream gave no response to.
-    pub(super) fn upstream_failed(&self, cause: &'static str) {
-        if let Some(at) = FAILURES.iter().position(|known| *known == cause) {
-            self.upstream_failures[at].fetch_add(1, Ordering::SeqCst);
-        }
-        metrics::counter!("streamgate_proxy_upstream_failures_total", "cause" => cause)
+    pub(super) fn upstream_failed(&self, cause: FailureCause) {
+        self.upstream_failures[cause.index()].fetch_add(1, Ordering::SeqCst);
+        metrics::counter!("streamgate_proxy_upstream_failures_total", "cause" => cause.as_str())
             .increment(1);
     }
 
@@ -73,6 +64,38 @@ impl Stats {
     pub(super) fn passed_through(&self) {
         self.passed_through.fetch_add(1, Ordering::SeqCst);
         metrics::counter!("streamgate_proxy_requests_total", "kind" => "passthrough").increment(1);
+    }
+}
+
+impl Stats {
+    /// The counts as `/stats` fields: the streams' as both servers give them
+    /// ([`StreamCounts::fields`](serving::StreamCounts::fields), running as `streams_running`),
+    /// `streams_upstream_error`, `upstream_errors` (requests the upstream gave no response to)
+    /// and `upstream_failures` (by cause), `requests_passed_through`.
+    pub(super) fn fields(&self) -> Map<String, Value> {
+        let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
+        let failures: Map<String, Value> = FailureCause::ALL
+            .iter()
+            .map(|cause| {
+                (
+                    cause.as_str().to_owned(),
+                    load(&self.upstream_failures[cause.index()]).into(),
+                )
+            })
+            .collect();
+        let upstream_error = self.streams.ended()[EndReason::UpstreamError];
+        let mut fields = self.streams.fields("streams_running");
+        let more: [(&str, Value); 4] = [
+            ("streams_upstream_error", upstream_error.into()),
+            (
+                "upstream_errors",
+                self.upstream_failures.iter().map(load).sum::<u64>().into(),
+            ),
+            ("upstream_failures", Value::Object(failures)),
+            ("requests_passed_through", load(&self.passed_through).into()),
+        ];
+        fields.extend(more.map(|(name, value)| (name.to_owned(), value)));
+        fields
     }
 }
 
@@ -86,45 +109,4 @@ pub(super) fn describe() {
         "streamgate_proxy_upstream_failures_total",
         "Requests the upstream gave no usable response to, by cause"
     );
-}
-
-/// `GET /stats`: the streams' counts as both servers give them
-/// ([`StreamCounts::fields`](serving::StreamCounts::fields), running as `streams_running`),
-/// `streams_upstream_error`, `upstream_errors` (requests the upstream gave no response to) and
-/// `upstream_failures` (by cause), `requests_passed_through`, and the resume store's
-/// `streams_detached`, `streams_resumed`, `streams_expired`, `replay_bytes`.
-pub(super) async fn stats(State(proxy): State<Arc<Proxy>>) -> Response {
-    let stats = &proxy.stats;
-    let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-    let failures: Map<String, Value> = FAILURES
-        .iter()
-        .zip(&stats.upstream_failures)
-        .map(|(cause, n)| ((*cause).to_owned(), load(n).into()))
-        .collect();
-    let resumable = proxy.store.stats();
-    let upstream_error = stats.streams.ended()[EndReason::UpstreamError];
-    let mut fields = stats.streams.fields("streams_running");
-    let more: [(&str, Value); 8] = [
-        ("streams_upstream_error", upstream_error.into()),
-        (
-            "upstream_errors",
-            stats.upstream_failures.iter().map(load).sum::<u64>().into(),
-        ),
-        ("upstream_failures", Value::Object(failures)),
-        (
-            "requests_passed_through",
-            load(&stats.passed_through).into(),
-        ),
-        ("streams_detached", resumable.detached.into()),
-        ("streams_resumed", resumable.resumed.into()),
-        ("streams_expired", resumable.expired.into()),
-        ("replay_bytes", resumable.log_bytes.into()),
-    ];
-    fields.extend(more.map(|(name, value)| (name.to_owned(), value)));
-    serving::json_response(StatusCode::OK, Value::Object(fields))
-}
-
-/// `GET /metrics`: the process's Prometheus page, with the hops `proxy.recv` and `proxy.write`.
-pub(super) async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
-    serving::metrics_response(&proxy.prometheus)
 }

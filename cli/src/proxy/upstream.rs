@@ -58,16 +58,61 @@ pub(super) enum UpstreamError {
 }
 
 impl UpstreamError {
-    /// A short label for metrics and stats: `connect`, `connect_timeout`, `headers_timeout`,
-    /// `failed`.
-    pub(super) fn cause(&self) -> &'static str {
+    /// Its cause, as metrics and `/stats` count it.
+    pub(super) fn cause(&self) -> FailureCause {
         match self {
-            UpstreamError::Connect(_) => "connect",
-            UpstreamError::ConnectTimeout => "connect_timeout",
-            UpstreamError::HeadersTimeout(_) => "headers_timeout",
-            UpstreamError::Failed(_) => "failed",
+            UpstreamError::Connect(_) => FailureCause::Connect,
+            UpstreamError::ConnectTimeout => FailureCause::ConnectTimeout,
+            UpstreamError::HeadersTimeout(_) => FailureCause::HeadersTimeout,
+            UpstreamError::Failed(_) => FailureCause::Failed,
         }
     }
+}
+
+/// Why the upstream gave no response, as a closed set for counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FailureCause {
+    Connect,
+    ConnectTimeout,
+    HeadersTimeout,
+    Failed,
+}
+
+impl FailureCause {
+    /// Every cause, in the order of [`index`](FailureCause::index).
+    pub(super) const ALL: [FailureCause; 4] = [
+        FailureCause::Connect,
+        FailureCause::ConnectTimeout,
+        FailureCause::HeadersTimeout,
+        FailureCause::Failed,
+    ];
+
+    /// Its label: `connect`, `connect_timeout`, `headers_timeout`, `failed`.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            FailureCause::Connect => "connect",
+            FailureCause::ConnectTimeout => "connect_timeout",
+            FailureCause::HeadersTimeout => "headers_timeout",
+            FailureCause::Failed => "failed",
+        }
+    }
+
+    /// Its position in [`ALL`](FailureCause::ALL).
+    pub(super) fn index(self) -> usize {
+        // Declared in the order of `ALL`.
+        self as usize
+    }
+}
+
+/// The request id header, carried both ways.
+pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// `x-request-id`, as the client sent it.
+pub(super) fn client_request_id(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(REQUEST_ID)
+        .and_then(|value| value.to_str().ok())
+        .filter(|id| !id.is_empty() && id.len() <= 256)
 }
 
 impl Upstream {
@@ -168,7 +213,7 @@ pub(super) fn is_event_stream(headers: &HeaderMap) -> bool {
 /// Sets `x-request-id` to `id`.
 pub(super) fn set_request_id(headers: &mut HeaderMap, id: &str) {
     if let Ok(value) = HeaderValue::from_str(id) {
-        headers.insert(super::REQUEST_ID, value);
+        headers.insert(REQUEST_ID, value);
     }
 }
 

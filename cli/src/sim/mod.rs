@@ -18,8 +18,8 @@
 //! naming the exhausted pool, then the gate's terminal frame, and is counted in
 //! `streams_failed` and `streams_kv_exhausted`, not `streams_cancelled`. Events cross a gate
 //! (`--buffer-events`, `--buffer-bytes`, `--policy`, `--slow-deadline-ms`) into a
-//! `resume::Registry` (`--resume-grace-ms`, `--replay-bytes`), or with `--resume-store
-//! redis://HOST:PORT` a `resume::RedisRegistry` that other instances serve resumes from; each
+//! `resume::Registry` (`--resume-grace-ms`, `--replay-bytes`), in memory or, with
+//! `--resume-store redis://HOST:PORT`, in Redis, so other instances serve resumes from it; each
 //! client reads at its own position, and an explicit stop (`POST .../cancel`) ends the
 //! generation with a final chunk. They are encoded as SSE with heartbeats (`--heartbeat-ms`) and
 //! written one HTTP chunk per event on sockets with `TCP_NODELAY`, a backlog of 1024, the

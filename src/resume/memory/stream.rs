@@ -43,7 +43,7 @@ pub(crate) struct Registered<C> {
 }
 
 /// An attached subscriber, as the log sees it.
-struct Reader {
+struct Attached {
     /// The id of the next event it needs.
     next: u64,
     /// How long it may keep a full log from taking the next event.
@@ -61,7 +61,7 @@ pub(crate) struct State<C> {
     pub(crate) end: Option<Option<GateError>>,
     /// Ordered by key (the order they attached): a map without hashing, since a stream has
     /// few and every read looks one up.
-    readers: BTreeMap<u64, Reader>,
+    readers: BTreeMap<u64, Attached>,
     next_reader: u64,
     /// While nobody is attached, events from here on were never taken by a subscriber that
     /// left: they are kept for a resume, and a full log pauses the generator instead.
@@ -266,7 +266,7 @@ impl<C: Chunk + Clone> Registered<C> {
         state.next_reader += 1;
         state.readers.insert(
             key,
-            Reader {
+            Attached {
                 next,
                 max_lag,
                 cut: false,

@@ -4,17 +4,19 @@
 use std::time::Duration;
 
 use redis::RedisResult;
+use tokio::sync::watch;
 
-use super::RUNNING_TTL;
 use super::keys::{Keys, millis};
 use super::shared::Shared;
+use super::timing::RUNNING_TTL;
 use crate::resume::error::{ClaimError, StoreError};
-use crate::sync::Arc;
+use crate::sync::{Arc, lock};
 
 /// An id claimed in Redis: its meta key, created by this claim (`state` is `claimed`), which
 /// holds the claim's name.
 pub(crate) struct Reservation {
     shared: Arc<Shared>,
+    id: String,
     meta: String,
     name: String,
     /// Renews the key's TTL while the claim is held.
@@ -22,6 +24,20 @@ pub(crate) struct Reservation {
     /// Given back when dropped: the stream was never registered.
     armed: bool,
 }
+
+/// Claims an id: creates its meta key as `claimed` by `ARGV[1]` with a TTL of `ARGV[2]` ms, or
+/// answers the state of the stream that has it.
+const CLAIM: &str = r"
+if redis.call('HSETNX', KEYS[1], 'state', 'claimed') == 1 then
+    redis.call('HSET', KEYS[1], 'claim', ARGV[1])
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 'won'
+end
+return redis.call('HGET', KEYS[1], 'state')";
+
+/// The longest a claim waits for an earlier one of its id to be given back, and a release for
+/// Redis to answer.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// Gives a claim back: deletes the meta key if it is still this claim's and not registered.
 const RELEASE: &str = r"
@@ -32,50 +48,49 @@ end
 return 0";
 
 impl Reservation {
-    /// Claims `id` in Redis: of two instances claiming it at once, one wins.
+    /// Claims `id` in Redis, in one round trip: of two instances claiming it at once, one
+    /// wins. A key that exists keeps its TTL, so a retained stream is not kept longer for being
+    /// asked about.
     pub(crate) async fn claim(shared: &Arc<Shared>, id: &str) -> Result<Self, ClaimError> {
-        let keys = Keys::new(id);
-        let unavailable = |error| ClaimError::Unavailable(StoreError::new(error));
-        let ttl = millis(RUNNING_TTL);
-        // The first to create the key wins; a key that exists keeps its TTL (`NX`), so a
-        // retained stream is not kept longer for being asked about.
-        let (created, state): (bool, Option<String>) = shared
-            .query(
-                redis::pipe()
-                    .atomic()
-                    .hset_nx(&keys.meta, "state", "claimed")
-                    .cmd("PEXPIRE")
-                    .arg(&keys.meta)
-                    .arg(ttl)
-                    .arg("NX")
-                    .ignore()
-                    .hget(&keys.meta, "state"),
-            )
-            .await
-            .map_err(unavailable)?;
-        if !created {
-            return Err(match state.as_deref() {
-                Some("ended") => ClaimError::Retained,
-                _ => ClaimError::Running,
-            });
+        let releasing = lock(&shared.releasing).get(id).cloned();
+        if let Some(mut released) = releasing {
+            // An earlier claim of this instance is being given back: after it.
+            let _ = tokio::time::timeout(RELEASE_WAIT, released.wait_for(|done| *done)).await;
         }
+        let keys = Keys::new(id);
         let name = shared.name();
-        shared
-            .query::<()>(redis::pipe().hset(&keys.meta, "claim", &name).ignore())
+        let mut claim = redis::pipe();
+        claim
+            .cmd("EVAL")
+            .arg(CLAIM)
+            .arg(1)
+            .arg(&keys.meta)
+            .arg(&name)
+            .arg(millis(RUNNING_TTL));
+        let (answer,): (Option<String>,) = shared
+            .query(&claim)
             .await
-            .map_err(unavailable)?;
+            .map_err(|error| ClaimError::Unavailable(StoreError::new(error)))?;
+        match answer.as_deref() {
+            Some("won") => {}
+            Some("ended") => return Err(ClaimError::Retained),
+            _ => return Err(ClaimError::Running),
+        }
         let renewal = tokio::spawn(renew(shared.clone(), keys.meta.clone()));
         Ok(Reservation {
             shared: shared.clone(),
+            id: id.to_owned(),
             meta: keys.meta,
             name,
             renewal,
             armed: true,
         })
     }
+}
 
-    /// The stream is registered: its pump keeps its keys from now on.
-    pub(crate) fn registered(mut self) {
+impl crate::resume::claim::Reservation for Reservation {
+    fn registered(mut self: Box<Self>) {
+        // Its pump keeps the keys from now on.
         self.armed = false;
     }
 }
@@ -102,21 +117,27 @@ impl Drop for Reservation {
         if !self.armed {
             return;
         }
-        let (shared, meta, name) = (self.shared.clone(), self.meta.clone(), self.name.clone());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let mut release = redis::pipe();
-                release
-                    .cmd("EVAL")
-                    .arg(RELEASE)
-                    .arg(1)
-                    .arg(&meta)
-                    .arg(&name)
-                    .ignore();
-                // Left to its TTL if Redis does not answer.
-                let _ = tokio::time::timeout(Duration::from_secs(2), shared.query::<()>(&release))
-                    .await;
-            });
-        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            // No runtime to give it back on (the process is ending): its TTL does.
+            return;
+        };
+        let (shared, id) = (self.shared.clone(), self.id.clone());
+        let (meta, name) = (self.meta.clone(), self.name.clone());
+        let (done, released) = watch::channel(false);
+        lock(&shared.releasing).insert(id.clone(), released);
+        runtime.spawn(async move {
+            let mut release = redis::pipe();
+            release
+                .cmd("EVAL")
+                .arg(RELEASE)
+                .arg(1)
+                .arg(&meta)
+                .arg(&name)
+                .ignore();
+            // Left to its TTL if Redis does not answer.
+            let _ = tokio::time::timeout(RELEASE_WAIT, shared.query::<()>(&release)).await;
+            lock(&shared.releasing).remove(&id);
+            let _ = done.send(true);
+        });
     }
 }

@@ -9,7 +9,7 @@ use crate::end::EndReason;
 use crate::sse::SseFrame;
 
 /// The Redis keys of one stream.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Keys {
     pub(crate) log: String,
     pub(crate) meta: String,
@@ -94,7 +94,7 @@ pub(crate) fn parse_entry(id: EntryId, fields: &[Vec<u8>]) -> Option<LogEntry> {
 }
 
 /// The wall clock in Unix milliseconds: leases are compared across instances, whose clocks
-/// are taken to agree within a fraction of [`LEASE`](super::LEASE).
+/// are taken to agree within a fraction of [`LEASE`](super::timing::LEASE).
 pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -7,17 +7,26 @@ use super::keys::{Keys, millis};
 use super::pump::pump;
 use super::reader::RedisReader;
 use super::shared::{Pumped, Shared, StopHook};
-use super::{BLOCK, RUNNING_TTL};
+use super::timing::{BLOCK, RUNNING_TTL};
 use crate::chunk::Chunk;
 use crate::ext::GateExt;
 use crate::gate::Consumer;
-use crate::resume::claim::{Claim, Reserved};
+use crate::resume::claim::Claim;
 use crate::resume::error::{AttachError, ClaimError, StoreError};
 use crate::resume::options::ResumeOptions;
 use crate::resume::stats::RegistryStats;
 use crate::resume::subscriber::Subscriber;
 use crate::sse::SseEvent;
 use crate::sync::{Arc, lock};
+
+/// Sets the `stop` flag of a stream that has not ended, in one atomic step (the key keeps its
+/// TTL), and answers its state (`nil` for an unknown stream).
+const STOP: &str = r"
+local state = redis.call('HGET', KEYS[1], 'state')
+if state and state ~= 'ended' then
+    redis.call('HSET', KEYS[1], 'stop', 1)
+end
+return state";
 
 /// Streams kept in Redis, reachable from every instance sharing it.
 pub(crate) struct RedisLogs {
@@ -72,9 +81,7 @@ impl RedisLogs {
             )
             .await
             .map_err(unavailable)?;
-        if let Reserved::Redis(reservation) =
-            std::mem::replace(&mut claim.reserved, Reserved::Local)
-        {
+        if let Some(reservation) = claim.reserved.take() {
             reservation.registered();
         }
         let pumped = Arc::new(Pumped::new(consumer.handle()));
@@ -84,7 +91,11 @@ impl RedisLogs {
             Ok(first) => first,
             Err(error) => {
                 lock(&self.shared.pumped).remove(&id);
-                return Err(unavailable(error));
+                return Err(match error {
+                    AttachError::Unavailable(failure) => failure,
+                    // A first reader of a stream pumped here waits for nothing.
+                    other => StoreError::new(other),
+                });
             }
         };
         claim.registered(consumer.handle());
@@ -123,9 +134,7 @@ impl RedisLogs {
         if state == "ended" && end.is_some_and(|end| next >= end) {
             return Err(AttachError::Finished);
         }
-        let reader = RedisReader::attach(self.shared.clone(), id, after)
-            .await
-            .map_err(unavailable)?;
+        let reader = RedisReader::attach(self.shared.clone(), id, after).await?;
         self.shared.counters.resumed();
         Ok(Subscriber::new(id.into(), reader))
     }
@@ -134,28 +143,17 @@ impl RedisLogs {
     /// stop hook. Whether it was running.
     pub(crate) async fn stop(&self, id: &str) -> Result<bool, AttachError> {
         let keys = Keys::new(id);
-        let unavailable = |error| AttachError::Unavailable(unavailable(error));
+        let mut stop = redis::pipe();
+        stop.cmd("EVAL").arg(STOP).arg(1).arg(&keys.meta);
         let (state,): (Option<String>,) = self
             .shared
-            .query(redis::pipe().hget(&keys.meta, "state"))
+            .query(&stop)
             .await
-            .map_err(unavailable)?;
+            .map_err(|error| AttachError::Unavailable(unavailable(error)))?;
         match state.as_deref() {
             None => Err(AttachError::Unknown),
             Some("ended") => Ok(false),
-            Some(_) => {
-                self.shared
-                    .query::<()>(
-                        redis::pipe()
-                            .hset(&keys.meta, "stop", 1)
-                            .ignore()
-                            .pexpire(&keys.meta, millis(RUNNING_TTL) as i64)
-                            .ignore(),
-                    )
-                    .await
-                    .map_err(unavailable)?;
-                Ok(true)
-            }
+            Some(_) => Ok(true),
         }
     }
 

@@ -40,24 +40,6 @@ mod logs;
 mod pump;
 mod reader;
 mod shared;
+mod timing;
 
-pub(crate) use self::claim::Reservation;
 pub(crate) use self::logs::RedisLogs;
-
-use std::time::Duration;
-
-/// How often a pump looks at its stream's readers and stop flag, and renews its keys' TTL; how
-/// often a reader on another instance writes its position when it moved.
-const TICK: Duration = Duration::from_millis(100);
-/// How long a reader's lease lasts; it renews it every [`LEASE_RENEWAL`].
-const LEASE: Duration = Duration::from_secs(3);
-const LEASE_RENEWAL: Duration = Duration::from_secs(1);
-/// The TTL of a running (or claimed) stream's keys, renewed while it runs: the keys of an
-/// instance that died go away this long after it.
-const RUNNING_TTL: Duration = Duration::from_secs(10);
-/// The least a finished stream's keys are kept, so attached readers can read its tail.
-const MIN_RETAIN: Duration = LEASE;
-/// How long one `XREAD BLOCK` waits before a reader looks at its stream again.
-const BLOCK: Duration = Duration::from_secs(1);
-/// Entries read per `XRANGE`, and frames a reader holds before it waits for its subscriber.
-const BATCH: usize = 64;

@@ -11,7 +11,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::keys::{END, EntryId, Keys, format_id, millis};
 use super::shared::{Pumped, Shared};
-use super::{MIN_RETAIN, RUNNING_TTL, TICK};
+use super::timing::{MIN_RETAIN, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::resume::claim::Claim;
 use crate::sse::SseFrame;
@@ -183,45 +183,26 @@ where
     let mut held_since = None::<Instant>;
     let lag = tokio::time::sleep(options.max_lag);
     tokio::pin!(lag);
-    // Held by a reader on another instance: when to look at the positions again, and the wait.
+    // Held by a reader on another instance: a look at the positions again, after `backoff`.
     let repoll = tokio::time::sleep(REPOLL);
     tokio::pin!(repoll);
-    let mut repoll_after = None::<std::time::Duration>;
+    let mut repoll_armed = false;
+    let mut backoff = REPOLL;
     // A frame taken from the gate and not yet appended: while it waits, the gate behind it
     // fills and pauses the generator.
     let mut pending = None::<SseFrame>;
     loop {
         let waiting = pending.is_some();
-        tokio::select! {
+        // Whether to look at Redis now: the tick, or a reader elsewhere holding the pump.
+        let look = tokio::select! {
             biased;
-            _ = tick.tick() => {
-                let stop;
-                (readers, stop) = watch(shared, keys, readers.cut).await?;
-                if stop && !stopped {
-                    stopped = true;
-                    (shared.on_stop)(id);
-                }
-                attached = readers.attached();
-                if attached {
-                    alone_since = None;
-                    expiry = EndReason::ConsumerGone;
-                } else if alone_since.get_or_insert_with(Instant::now).elapsed() >= options.grace {
-                    // Nobody came back in time.
-                    let _ = pumped.handle.cancel_with(expiry);
-                    shared.counters.expired();
-                    return shared.query(redis::pipe().del(&keys.all()).ignore()).await;
-                }
-                pumped.detached.store(!attached, Ordering::Relaxed);
-                pumped.bytes.store(log.bytes as u64, Ordering::Relaxed);
+            _ = tick.tick() => true,
+            () = &mut repoll, if waiting && repoll_armed => {
+                repoll_armed = false;
+                backoff = (backoff * 2).min(TICK);
+                true
             }
-            () = pumped.moved.notified(), if waiting => {}
-            () = &mut repoll, if waiting && repoll_after.is_some() => {
-                let stop;
-                (readers, stop) = watch(shared, keys, readers.cut).await?;
-                stopped |= stop;
-                attached = readers.attached();
-                repoll_after = repoll_after.map(|after| (after * 2).min(TICK));
-            }
+            () = pumped.moved.notified(), if waiting => false,
             () = &mut lag, if waiting && held_since.is_some() => {
                 // The slowest readers held the log back past their lag limit: cut them off.
                 if let Some((slowest, _)) = readers.slowest(pumped) {
@@ -234,11 +215,35 @@ where
                     // The grace starts at the next look.
                     expiry = EndReason::SlowConsumer;
                 }
+                false
             }
             frame = next(frames), if !waiting => match frame {
-                Some(frame) => pending = Some(frame),
+                Some(frame) => {
+                    pending = Some(frame);
+                    false
+                }
                 None => return finish(shared, keys, &log).await,
             },
+        };
+        if look {
+            let stop;
+            (readers, stop) = watch(shared, keys, readers.cut).await?;
+            if stop && !stopped {
+                stopped = true;
+                (shared.on_stop)(id);
+            }
+            attached = readers.attached();
+            if attached {
+                alone_since = None;
+                expiry = EndReason::ConsumerGone;
+            } else if alone_since.get_or_insert_with(Instant::now).elapsed() >= options.grace {
+                // Nobody came back in time.
+                let _ = pumped.handle.cancel_with(expiry);
+                shared.counters.expired();
+                return shared.query(redis::pipe().del(&keys.all()).ignore()).await;
+            }
+            pumped.detached.store(!attached, Ordering::Relaxed);
+            pumped.bytes.store(log.bytes as u64, Ordering::Relaxed);
         }
         stopped |= pumped.stop_waiting.load(Ordering::Relaxed);
         while let Some(frame) = pending.take() {
@@ -278,7 +283,7 @@ where
                 Step::Append => {
                     append(shared, keys, &mut log, &frame).await?;
                     held_since = None;
-                    repoll_after = None;
+                    backoff = REPOLL;
                 }
                 Step::Evict => {
                     evict(&mut log);
@@ -286,8 +291,8 @@ where
                 }
                 Step::Wait => {
                     if attached && readers.slowest(pumped).is_some_and(|(_, far)| far) {
-                        let after = *repoll_after.get_or_insert(REPOLL);
-                        repoll.as_mut().reset(Instant::now() + after);
+                        repoll_armed = true;
+                        repoll.as_mut().reset(Instant::now() + backoff);
                     }
                     if attached && held_since.is_none() {
                         let now = Instant::now();
@@ -316,15 +321,21 @@ async fn watch(
     mut cut: HashSet<String>,
 ) -> RedisResult<(Readers, bool)> {
     let ttl = millis(RUNNING_TTL) as i64;
+    // One instant: an attach elsewhere that read the count of looks before this one saw its
+    // lease (see `reader::seen`).
     let mut pipe = redis::pipe();
-    pipe.cmd("ZREMRANGEBYSCORE")
+    pipe.atomic()
+        .cmd("ZREMRANGEBYSCORE")
         .arg(&keys.readers)
         .arg("-inf")
         .arg(super::keys::now_ms())
         .ignore()
         .zrange(&keys.readers, 0, -1)
         .hgetall(&keys.positions)
-        .hget(&keys.meta, "stop");
+        .hget(&keys.meta, "stop")
+        // Counted, so that an attach on another instance knows when it has been seen.
+        .hincr(&keys.meta, "looks", 1)
+        .ignore();
     for key in keys.all() {
         pipe.pexpire(key, ttl).ignore();
     }

@@ -14,9 +14,10 @@ use super::keys::{
     Entries, EntryId, Keys, LogEntry, format_id, millis, now_ms, parse_entry, parse_id,
 };
 use super::shared::{Position, Pumped, Shared};
-use super::{BATCH, BLOCK, LEASE, LEASE_RENEWAL, RUNNING_TTL, TICK};
+use super::timing::{BATCH, BLOCK, LEASE, LEASE_RENEWAL, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::gate::GateError;
+use crate::resume::error::{AttachError, StoreError};
 use crate::sse::{SseFrame, end_frame, error_frame};
 use crate::sync::Arc;
 
@@ -35,19 +36,26 @@ pub(crate) struct RedisReader {
 }
 
 impl RedisReader {
-    /// Takes a lease on the stream `id` and starts reading it after `after`.
+    /// Takes a lease on the stream `id` and starts reading it after `after`. On another
+    /// instance than the pump's, it returns once the pump has looked at the readers since the
+    /// lease was taken, so that from then on it holds this reader to the read-ahead as it holds
+    /// one of its own instance; a position the log gave up meanwhile is
+    /// [`AttachError::Gone`].
     pub(crate) async fn attach(
         shared: Arc<Shared>,
         id: &str,
         after: Option<u64>,
-    ) -> RedisResult<Self> {
+    ) -> Result<Self, AttachError> {
+        let unavailable = |error| AttachError::Unavailable(StoreError::new(error));
         let keys = Keys::new(id);
-        let connection = shared.dedicated().await?;
+        let connection = shared.dedicated().await.map_err(unavailable)?;
         let next = after.map_or(0, |after| after.saturating_add(1));
         let position = Arc::new(Position::new(shared.name(), next));
         let local = shared.pumped(id);
         // A reader on another instance says where it is in Redis, for the stream's pump.
-        lease(&shared, &keys, &position, local.is_none()).await?;
+        let looks = lease(&shared, &keys, &position, local.is_none())
+            .await
+            .map_err(unavailable)?;
         if let Some(local) = &local {
             local.add(position.clone());
         }
@@ -57,35 +65,43 @@ impl RedisReader {
         let remote = local.is_none();
         let shared_read_ahead = shared.options.read_ahead as u64;
         tokio::spawn(run(
-            shared,
-            keys,
+            shared.clone(),
+            keys.clone(),
             position.clone(),
             remote,
             connection,
             last,
             tx,
         ));
-        Ok(RedisReader {
+        let reader = RedisReader {
             frames,
             position,
             local,
             eager: (shared_read_ahead / 2).max(1),
             done: false,
-        })
+        };
+        if reader.local.is_none() {
+            // Dropping the reader on the way out gives its lease up.
+            seen(&shared, &keys, looks, next).await?;
+        }
+        Ok(reader)
     }
 }
 
-/// Takes or renews the lease of `reader` (with `positioned`, its position too).
+/// Takes or renews the lease of `reader` (with `positioned`, its position too); returns how
+/// many times the stream's pump has looked at its readers so far.
 async fn lease(
     shared: &Shared,
     keys: &Keys,
     reader: &Position,
     positioned: bool,
-) -> RedisResult<()> {
+) -> RedisResult<u64> {
     let expiry = now_ms().saturating_add(millis(LEASE));
     let ttl = millis(RUNNING_TTL) as i64;
+    // One instant: the lease and the count of looks that did not see it (see `seen`).
     let mut pipe = redis::pipe();
-    pipe.zadd(&keys.readers, &reader.name, expiry)
+    pipe.atomic()
+        .zadd(&keys.readers, &reader.name, expiry)
         .ignore()
         .pexpire(&keys.readers, ttl)
         .ignore();
@@ -96,8 +112,35 @@ async fn lease(
             .pexpire(&keys.positions, ttl)
             .ignore();
     }
-    shared.query(&pipe).await
+    let (looks,): (Option<u64>,) = shared.query(pipe.hget(&keys.meta, "looks")).await?;
+    Ok(looks.unwrap_or(0))
 }
+
+/// Waits until the pump of the stream has looked at its readers after `looks` (so it knows
+/// the reader who saw that count at `next`), at most [`SEEN_WAIT`]: a pump that does not look
+/// (its instance died) is not waited for. [`AttachError::Gone`] if the log gave up `next`
+/// meanwhile.
+async fn seen(shared: &Shared, keys: &Keys, looks: u64, next: u64) -> Result<(), AttachError> {
+    let deadline = tokio::time::Instant::now() + SEEN_WAIT;
+    loop {
+        let ((state, now, start),): ((Option<String>, Option<u64>, Option<u64>),) = shared
+            .query(redis::pipe().hmget(&keys.meta, &["state", "looks", "start"]))
+            .await
+            .map_err(|error| AttachError::Unavailable(StoreError::new(error)))?;
+        if let Some(oldest) = start.filter(|&oldest| next < oldest) {
+            return Err(AttachError::Gone { oldest });
+        }
+        let pumped = state.as_deref() == Some("running");
+        if !pumped || now.unwrap_or(0) > looks || tokio::time::Instant::now() >= deadline {
+            return Ok(());
+        }
+        tokio::time::sleep(SEEN_POLL).await;
+    }
+}
+
+/// How often an attach on another instance asks whether the pump has seen it, and for how long.
+const SEEN_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+const SEEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The reader's task: renews its lease (and, for a reader on another instance than the pump,
 /// writes its position every tick it moved) while it reads the log into `tx`, until the end,
@@ -112,8 +155,11 @@ async fn run(
     tx: mpsc::Sender<SseFrame>,
 ) {
     let keep = async {
-        let renewals = (LEASE_RENEWAL.as_millis() / TICK.as_millis()).max(1) as u64;
-        let mut tick = tokio::time::interval(TICK);
+        // A reader on another instance than the pump's writes its position every tick it
+        // moved; one on the pump's only renews its lease.
+        let every = if remote { TICK } else { LEASE_RENEWAL };
+        let renewals = (LEASE_RENEWAL.as_millis() / every.as_millis()).max(1) as u64;
+        let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut n = 0u64;
         loop {

@@ -6,9 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, FromRedisValue, Pipeline, RedisResult};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
-use super::BLOCK;
+use super::timing::BLOCK;
 use crate::gate::GateHandle;
 use crate::resume::options::ResumeOptions;
 use crate::resume::stats::Counters;
@@ -27,6 +27,9 @@ pub(crate) struct Shared {
     /// The streams this instance pumps.
     pub(crate) pumped: Mutex<HashMap<Arc<str>, Arc<Pumped>>>,
     pub(crate) counters: Counters,
+    /// The ids whose claims, dropped unregistered here, are being given back in Redis: a
+    /// claim here waits for that first, so an id dropped is free at once on this instance.
+    pub(crate) releasing: Mutex<HashMap<String, watch::Receiver<bool>>>,
     /// Names this instance's readers and claims in Redis.
     pub(crate) instance: u64,
     next_name: AtomicU64,
@@ -115,6 +118,7 @@ impl Shared {
             on_stop,
             pumped: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            releasing: Mutex::new(HashMap::new()),
             instance: RandomState::new().hash_one(super::keys::now_ms()),
             next_name: AtomicU64::new(0),
         }

@@ -1,0 +1,20 @@
+//! How often a Redis store's pumps and readers look, how long their leases and keys live,
+//! and how much a reader takes at a time.
+
+use std::time::Duration;
+
+/// How often a pump looks at its stream's readers and stop flag, and renews its keys' TTL; how
+/// often a reader on another instance writes its position when it moved.
+pub(super) const TICK: Duration = Duration::from_millis(100);
+/// How long a reader's lease lasts; it renews it every [`LEASE_RENEWAL`].
+pub(super) const LEASE: Duration = Duration::from_secs(3);
+pub(super) const LEASE_RENEWAL: Duration = Duration::from_secs(1);
+/// The TTL of a running (or claimed) stream's keys, renewed while it runs: the keys of an
+/// instance that died go away this long after it.
+pub(super) const RUNNING_TTL: Duration = Duration::from_secs(10);
+/// The least a finished stream's keys are kept, so attached readers can read its tail.
+pub(super) const MIN_RETAIN: Duration = LEASE;
+/// How long one `XREAD BLOCK` waits before a reader looks at its stream again.
+pub(super) const BLOCK: Duration = Duration::from_secs(1);
+/// Entries read per `XRANGE`, and frames a reader holds before it waits for its subscriber.
+pub(super) const BATCH: usize = 64;
