@@ -16,41 +16,17 @@ use std::time::Duration;
 
 use common::gate::Releases;
 use common::redis_server::RedisServer;
-use common::subscriber::{expected, register, rest, take};
+use common::subscriber::{expected, register, rest, take, tokens};
 use futures_util::StreamExt;
 use streamgate::probe::HopProbe;
 use streamgate::resume::{AttachError, ClaimError, Registry, ResumeOptions};
-use streamgate::{Consumer, EndReason, Gate, GateExt, Policy};
+use streamgate::{EndReason, Gate, GateExt, Policy};
 use tokio::time::sleep;
 
 /// Two registries on one Redis: two instances of a server.
 fn instances(redis: &RedisServer, options: ResumeOptions) -> (Registry<String>, Registry<String>) {
     let open = || Registry::redis(&redis.url(), options).expect("a Redis URL");
     (open(), open())
-}
-
-/// A generator of `n` tokens `"t{i}"`, one every `step`, counting what it generated; its gate
-/// holds 4 events and pauses without limit (the registry's limits bound a slow reader).
-fn tokens(
-    releases: &Releases,
-    n: u64,
-    step: Duration,
-    generated: Arc<AtomicU64>,
-) -> Consumer<String> {
-    releases
-        .gate()
-        .policy(Policy::backpressure().max_pause(None))
-        .max_events(4)
-        .spawn(move |_, mut tx| async move {
-            for i in 0..n {
-                if !step.is_zero() {
-                    sleep(step).await;
-                }
-                tx.send(format!("t{i}")).await?;
-                generated.fetch_add(1, Ordering::SeqCst);
-            }
-            Ok::<_, streamgate::SendError<String>>(())
-        })
 }
 
 /// Waits until `generated` has not moved for `quiet`, at most the hang guard: where it paused.

@@ -10,37 +10,13 @@ use std::time::Duration;
 
 use common::Rng;
 use common::gate::Releases;
-use common::subscriber::{expected, read, register, rest, take};
+use common::subscriber::{expected, read, register, rest, take, tokens};
 use futures_util::{FutureExt, StreamExt};
 use streamgate::resume::{AttachError, ClaimError, Registry, ResumeOptions, Subscriber};
-use streamgate::{Consumer, EndReason, Policy};
+use streamgate::{EndReason, Policy};
 use tokio::time::{sleep, timeout};
 
 use common::HANG;
-
-/// A generator of `n` tokens `"t{i}"`, one every `step`, counting what it generated; its gate
-/// records its release and pauses without limit (the grace bounds a detached stream).
-fn tokens(
-    releases: &Releases,
-    n: u64,
-    step: Duration,
-    generated: Arc<AtomicU64>,
-) -> Consumer<String> {
-    releases
-        .gate()
-        .policy(Policy::backpressure().max_pause(None))
-        .max_events(4)
-        .spawn(move |_, mut tx| async move {
-            for i in 0..n {
-                if !step.is_zero() {
-                    sleep(step).await;
-                }
-                tx.send(format!("t{i}")).await?;
-                generated.fetch_add(1, Ordering::SeqCst);
-            }
-            Ok::<_, streamgate::SendError<String>>(())
-        })
-}
 
 /// A registry and its stream `"r"`: `n` tokens, one every `step`, its releases, how many tokens
 /// were generated, and its first subscriber.

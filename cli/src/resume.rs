@@ -5,7 +5,8 @@ use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use streamgate::resume::{AttachError, ClaimError, RegisterError, StoreError};
+use serde_json::{Map, Value};
+use streamgate::resume::{AttachError, ClaimError, RegisterError, RegistryStats, StoreError};
 
 use crate::serving;
 
@@ -88,6 +89,19 @@ pub fn register_error(error: &RegisterError) -> Response {
             "server_error",
         ),
     }
+}
+
+/// A resume registry's counts as `/stats` fields, the same in both servers: `streams_detached`
+/// (waiting for a resume now), `streams_resumed` (attaches so far), `streams_expired` (graces
+/// that ran out), `replay_bytes` (held in the replay logs now).
+pub fn stats_fields(stats: &RegistryStats, fields: &mut Map<String, Value>) {
+    let counts: [(&str, Value); 4] = [
+        ("streams_detached", stats.detached.into()),
+        ("streams_resumed", stats.resumed.into()),
+        ("streams_expired", stats.expired.into()),
+        ("replay_bytes", stats.log_bytes.into()),
+    ];
+    fields.extend(counts.map(|(name, value)| (name.to_owned(), value)));
 }
 
 /// 503: the resume store failed, with what it said.

@@ -2,12 +2,18 @@
 //! terminal frame into an end, whichever store the registry keeps its logs in.
 
 use futures_util::StreamExt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 use streamgate::resume::{Registry, Subscriber};
 use streamgate::sse::SseFrame;
 use streamgate::{Consumer, EndReason};
-use tokio::time::timeout;
+
+use streamgate::Policy;
+use tokio::time::{sleep, timeout};
 
 use super::HANG;
+use super::gate::Releases;
 
 /// Claims `id` and registers `consumer` under it.
 pub async fn register(
@@ -77,4 +83,29 @@ pub async fn rest(subscriber: &mut Subscriber) -> (Vec<(u64, String)>, Option<En
 /// The events `t{i}` for `range`, as (id, token).
 pub fn expected(range: std::ops::Range<u64>) -> Vec<(u64, String)> {
     range.map(|i| (i, format!("t{i}"))).collect()
+}
+
+/// A generator of `n` tokens `"t{i}"`, one every `step`, counting what it generated; its gate
+/// holds 4 events, records its release and pauses without limit (the registry's grace and lag
+/// limits bound a slow or absent reader).
+pub fn tokens(
+    releases: &Releases,
+    n: u64,
+    step: Duration,
+    generated: Arc<AtomicU64>,
+) -> Consumer<String> {
+    releases
+        .gate()
+        .policy(Policy::backpressure().max_pause(None))
+        .max_events(4)
+        .spawn(move |_, mut tx| async move {
+            for i in 0..n {
+                if !step.is_zero() {
+                    sleep(step).await;
+                }
+                tx.send(format!("t{i}")).await?;
+                generated.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok::<_, streamgate::SendError<String>>(())
+        })
 }

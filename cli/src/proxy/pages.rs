@@ -9,20 +9,13 @@ use axum::response::Response;
 use serde_json::Value;
 
 use super::Proxy;
-use crate::serving;
+use crate::{resume, serving};
 
 /// `GET /stats`: the proxy's counters ([`Stats::fields`](super::stats::Stats::fields)) and its
 /// resume registry's `streams_detached`, `streams_resumed`, `streams_expired`, `replay_bytes`.
 pub(super) async fn stats(State(proxy): State<Arc<Proxy>>) -> Response {
-    let resumable = proxy.store.stats();
     let mut fields = proxy.stats.fields();
-    let more: [(&str, Value); 4] = [
-        ("streams_detached", resumable.detached.into()),
-        ("streams_resumed", resumable.resumed.into()),
-        ("streams_expired", resumable.expired.into()),
-        ("replay_bytes", resumable.log_bytes.into()),
-    ];
-    fields.extend(more.map(|(name, value)| (name.to_owned(), value)));
+    resume::stats_fields(&proxy.store.stats(), &mut fields);
     serving::json_response(StatusCode::OK, Value::Object(fields))
 }
 

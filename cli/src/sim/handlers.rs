@@ -201,15 +201,8 @@ pub(super) async fn cancel(State(sim): State<Arc<Sim>>, Path(id): Path<String>) 
 
 /// `GET /stats`.
 pub(super) async fn stats(State(sim): State<Arc<Sim>>) -> Response {
-    let resumable = sim.store.stats();
     let mut fields = sim.stats.fields(sim.kv.in_use());
-    let more: [(&str, Value); 4] = [
-        ("streams_detached", resumable.detached.into()),
-        ("streams_resumed", resumable.resumed.into()),
-        ("streams_expired", resumable.expired.into()),
-        ("replay_bytes", resumable.log_bytes.into()),
-    ];
-    fields.extend(more.map(|(name, value)| (name.to_owned(), value)));
+    resume::stats_fields(&sim.store.stats(), &mut fields);
     serving::json_response(StatusCode::OK, Value::Object(fields))
 }
 
