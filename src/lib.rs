@@ -135,6 +135,7 @@ pub struct ReadmeDoctests;
 mod chunk;
 mod end;
 mod ext;
+pub mod fleet;
 mod gate;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
