@@ -164,6 +164,17 @@ impl Circuit {
         };
     }
 
+    /// An active health check at `now`: a failed one counts as a failed request; a passed one
+    /// closes the circuit unless it is cooling down (the check is then its probe), and resets
+    /// the failures in a row of a closed one.
+    pub(crate) fn checked(&mut self, now: Instant, healthy: bool, options: &CircuitOptions) {
+        match self.state {
+            _ if !healthy => self.failed(now, None, options),
+            State::Open { until, .. } if now < until => {}
+            _ => self.succeeded(),
+        }
+    }
+
     /// A probe ended without a verdict (its client left first): another may go.
     pub(crate) fn probe_abandoned(&mut self) {
         if let State::HalfOpen { cooldown, .. } = self.state {
@@ -221,5 +232,23 @@ mod tests {
         // A hold longer than the cap is the cap.
         circuit.failed(now, Some(Duration::from_secs(3600)), &options);
         assert!(circuit.admits(now + Duration::from_secs(30)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_passed_health_check_is_the_probe_once_the_cooldown_is_over() {
+        let options = CircuitOptions::default().failures(2);
+        let mut circuit = Circuit::new();
+        let now = Instant::now();
+        circuit.checked(now, false, &options);
+        circuit.checked(now, false, &options);
+        assert!(circuit.is_open(), "two failed checks");
+        circuit.checked(now, true, &options);
+        assert!(circuit.is_open(), "still cooling down");
+        circuit.checked(now + Duration::from_secs(1), true, &options);
+        assert!(!circuit.is_open(), "closed by the check after its cool-down");
+        circuit.checked(now, false, &options);
+        circuit.checked(now, true, &options);
+        circuit.checked(now, false, &options);
+        assert!(!circuit.is_open(), "a passed check resets the failures in a row");
     }
 }

@@ -165,6 +165,35 @@ impl<R: Send + Sync + 'static> Pool<R> {
         candidates[0]
     }
 
+    /// Reports an active health check of the replica at `index` (a `GET` of its health path,
+    /// say): a failed check counts against the replica for every model as a failed attempt
+    /// would (not in its failure counts: no request failed), a passed one brings an ejected
+    /// replica back once its cool-down is over, as a successful probe would. An `index` out of
+    /// the pool is ignored.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::fleet::{CircuitOptions, Pool};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let pool = Pool::with_circuits([("a", 1), ("b", 1)], CircuitOptions::default().failures(1));
+    /// pool.checked(0, false);
+    /// assert!(pool.stats()[0].ejected);
+    /// assert_eq!(pool.pick("m", &[]).unwrap().index(), 1, "a is out");
+    /// # }
+    /// ```
+    pub fn checked(&self, index: usize, healthy: bool) {
+        if let Some(replica) = self.replicas.get(index) {
+            let options = replica.circuits;
+            replica
+                .health()
+                .replica
+                .checked(Instant::now(), healthy, &options);
+        }
+    }
+
     /// Every replica's counts, in pool order.
     pub fn stats(&self) -> Vec<ReplicaStats> {
         self.replicas

@@ -102,17 +102,21 @@
 //! records. `/stats` is the proxy's own: streams started, running, ended by reason, upstream
 //! failures by cause, requests passed through, and the resume store's counters.
 
+mod attempt;
 mod body;
 mod chunk;
 mod config;
 mod error;
+mod fleet;
 mod forward;
 mod pages;
 mod resume;
+mod routes;
 mod state;
 mod stats;
 mod stream;
 mod upstream;
+mod url;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -123,8 +127,11 @@ use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::transport::TunedListener;
 
-pub use self::config::{Config, InjectedStall, UpstreamUrl};
+pub use self::config::{Config, InjectedStall};
+pub use self::routes::{PoolConfig, Routes};
 pub use self::state::Proxy;
+pub use self::url::{Scheme, UpstreamUrl};
+use self::fleet::Fleet;
 use self::stats::Stats;
 use self::upstream::Upstream;
 use crate::serving;
@@ -138,19 +145,23 @@ use crate::serving;
 ///
 /// # Errors
 ///
-/// When the listener cannot be bound, the hop record file cannot be created, or the Redis
-/// store URL is malformed.
+/// When the fleet cannot serve (see [`Config::routes`]), `--upstream-ca` cannot be read, the
+/// listener cannot be bound, the hop record file cannot be created, or the Redis store URL is
+/// malformed.
 pub fn app(
     config: Config,
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Proxy>), String> {
+    let fleet = Arc::new(Fleet::new(config.routes()?));
+    let upstream = Upstream::new(config.connect_timeout, config.upstream_ca.as_deref())?;
     let records = serving::record_sink(config.hop_records.as_deref())?;
     let listener = TunedListener::bind(config.addr, config.listen.options())
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
     stats::describe();
     let proxy = Arc::new(Proxy {
         group: streamgate::Group::new(),
-        upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),
+        upstream,
+        fleet,
         recv: config.hop_records_sample.hop(&records, "proxy.recv"),
         write: config.hop_records_sample.hop(&records, "proxy.write"),
         records,
@@ -181,6 +192,7 @@ pub fn app(
             );
     }
     let app = app.fallback(forward::forward).with_state(proxy.clone());
+    Fleet::check_health(&proxy.fleet, &proxy.upstream);
     Ok((listener, app, proxy))
 }
 
@@ -190,7 +202,7 @@ pub async fn run(config: Config) -> ExitCode {
     let server = config.server();
     match serving::prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, proxy)) => {
-            eprintln!("proxy: forwarding to {}", proxy.config.upstream);
+            eprintln!("proxy: forwarding to{}", proxy.fleet.describe());
             if proxy.resumable() {
                 if let Err(failure) = proxy.store.check().await {
                     let why = serving::with_causes(&failure);

@@ -17,10 +17,12 @@ use streamgate::transport::SseResponse;
 use super::chunk::Relayed;
 use super::config::Config;
 use super::error;
+use super::fleet::Fleet;
 use super::stats::Stats;
 use super::upstream::{REQUEST_ID, Upstream, UpstreamError, client_request_id};
+use super::url::UpstreamUrl;
 
-/// The proxy's state: its upstream, streams, probes and counters.
+/// The proxy's state: its fleet of upstreams, streams, probes and counters.
 pub struct Proxy {
     /// Every stream: shut down together on SIGINT/SIGTERM (give it to
     /// [`serving::serve_until`](crate::serving::serve_until)).
@@ -28,7 +30,10 @@ pub struct Proxy {
     /// Where hop records go (`--hop-records`), if anywhere: sync it before exiting.
     pub records: Option<RecordSink>,
     pub(super) config: Config,
+    /// The client of every upstream.
     pub(super) upstream: Upstream,
+    /// The pools, their replicas' health and counts, the fallbacks.
+    pub(super) fleet: Arc<Fleet>,
     pub(super) stats: Stats,
     /// Every streamed completion by its request id: resumable, several readers at once.
     pub(super) store: Registry<Relayed>,
@@ -48,7 +53,7 @@ pub struct Proxy {
 impl fmt::Debug for Proxy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Proxy")
-            .field("upstream", &self.config.upstream.to_string())
+            .field("fleet", &self.fleet)
             .field("stats", &self.stats)
             .field("streams", &self.group.stats())
             .finish_non_exhaustive()
@@ -74,10 +79,10 @@ impl Proxy {
         }
     }
 
-    /// The answer when the upstream gave no response, counted.
-    pub(super) fn upstream_failed(&self, failure: &UpstreamError) -> Response {
+    /// The answer when the upstream at `url` gave no response, counted.
+    pub(super) fn upstream_failed(&self, url: &UpstreamUrl, failure: &UpstreamError) -> Response {
         self.stats.upstream_failed(failure.cause());
-        error::upstream(&self.upstream, failure)
+        error::upstream(url, failure)
     }
 
     /// A stream's frames as the client's response: heartbeats, the `proxy.write` probe, the
