@@ -245,10 +245,16 @@ mod tests {
         circuit.checked(now, true, &options);
         assert!(circuit.is_open(), "still cooling down");
         circuit.checked(now + Duration::from_secs(1), true, &options);
-        assert!(!circuit.is_open(), "closed by the check after its cool-down");
+        assert!(
+            !circuit.is_open(),
+            "closed by the check after its cool-down"
+        );
         circuit.checked(now, false, &options);
         circuit.checked(now, true, &options);
         circuit.checked(now, false, &options);
-        assert!(!circuit.is_open(), "a passed check resets the failures in a row");
+        assert!(
+            !circuit.is_open(),
+            "a passed check resets the failures in a row"
+        );
     }
 }

@@ -140,9 +140,12 @@ pub(super) async fn run(proxy: Arc<Proxy>, request: Attempted) -> Outcome {
     loop {
         let model = attempts.model().to_owned();
         // Every fallback is served by some pool (checked at start).
-        let lease = fleet
-            .pool_for(&model)
-            .and_then(|pool| Some((pool.replicas.len(), pool.replicas.pick(&model, attempts.avoid())?)));
+        let lease = fleet.pool_for(&model).and_then(|pool| {
+            Some((
+                pool.replicas.len(),
+                pool.replicas.pick(&model, attempts.avoid())?,
+            ))
+        });
         let Some((replicas, mut lease)) = lease else {
             match attempts.no_replica() {
                 Next::Retry { after } | Next::Fallback { after } => {
@@ -364,7 +367,10 @@ fn retry_after(value: &str) -> Option<Duration> {
 /// small (vLLM's `BadRequestError` carries only that).
 fn error_code(body: &[u8]) -> Option<ErrorCode> {
     let value: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let object = value.get("error").filter(|error| error.is_object()).unwrap_or(&value);
+    let object = value
+        .get("error")
+        .filter(|error| error.is_object())
+        .unwrap_or(&value);
     let named = ["code", "type"]
         .iter()
         .filter_map(|key| object.get(key).and_then(serde_json::Value::as_str))
@@ -377,10 +383,14 @@ fn error_code(body: &[u8]) -> Option<ErrorCode> {
         .or_else(|| value.get("message"))
         .and_then(serde_json::Value::as_str)?;
     let message = message.to_ascii_lowercase();
-    ["maximum context length", "context length", "exceeds the available context size"]
-        .iter()
-        .any(|phrase| message.contains(phrase))
-        .then_some(ErrorCode::ContextLength)
+    [
+        "maximum context length",
+        "context length",
+        "exceeds the available context size",
+    ]
+    .iter()
+    .any(|phrase| message.contains(phrase))
+    .then_some(ErrorCode::ContextLength)
 }
 
 /// `body` (a JSON object) with its `model` set to `model`, for a fallback's attempt; `body` as

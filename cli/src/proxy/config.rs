@@ -247,11 +247,19 @@ mod tests {
         assert_eq!(routes.pools[0].upstreams.len(), 2);
         assert_eq!(routes.attempts, AttemptOptions::default());
         let more = Config::parse_from(["--upstream", "a:1", "--max-attempts", "5"]).unwrap();
-        assert_eq!(more.routes().unwrap().attempts, AttemptOptions::default().max_attempts(5));
+        assert_eq!(
+            more.routes().unwrap().attempts,
+            AttemptOptions::default().max_attempts(5)
+        );
         assert!(Config::parse_from(["--upstream", "a:1", "--max-attempts", "0"]).is_err());
         assert!(Config::parse_from(["--upstream", "a:1", "--config", "f.toml"]).is_err());
         let missing = Config::parse_from(["--config", "/nonexistent/fleet.toml"]).unwrap();
-        assert!(missing.routes().unwrap_err().contains("/nonexistent/fleet.toml"));
+        assert!(
+            missing
+                .routes()
+                .unwrap_err()
+                .contains("/nonexistent/fleet.toml")
+        );
         // Fault injection is no flag of the proxy's.
         for flag in ["--stall-at", "--stall-ms"] {
             let parsed = Config::parse_from(["--upstream", "a:1", flag, "1"]);

@@ -43,7 +43,11 @@ impl Fleet {
             .pools
             .into_iter()
             .map(|pool| FleetPool {
-                models: pool.models.iter().map(|model| WildMatch::new(model)).collect(),
+                models: pool
+                    .models
+                    .iter()
+                    .map(|model| WildMatch::new(model))
+                    .collect(),
                 replicas: Pool::with_circuits(pool.upstreams, pool.circuits),
                 health: pool.health,
                 name: pool.name,
@@ -84,7 +88,11 @@ impl Fleet {
         for pool in &self.pools {
             let stats = pool.replicas.stats();
             for (url, stats) in pool.replicas.replicas().zip(stats) {
-                let _ = write!(lines, "\n  pool {}: {url} (weight {})", pool.name, stats.weight);
+                let _ = write!(
+                    lines,
+                    "\n  pool {}: {url} (weight {})",
+                    pool.name, stats.weight
+                );
             }
         }
         lines
@@ -173,13 +181,15 @@ impl Fleet {
                             let _ = writeln!(text, "{name}{{{labels}}} {}", stats.picks);
                         }
                         "streamgate_proxy_upstream_ejected" => {
-                            let _ = writeln!(text, "{name}{{{labels}}} {}", u8::from(stats.ejected));
+                            let _ =
+                                writeln!(text, "{name}{{{labels}}} {}", u8::from(stats.ejected));
                         }
                         _ => {
                             for cause in Cause::ALL {
                                 let count = stats.failures_by_cause[cause.index()];
                                 let cause = cause.as_str();
-                                let _ = writeln!(text, "{name}{{{labels},cause=\"{cause}\"}} {count}");
+                                let _ =
+                                    writeln!(text, "{name}{{{labels},cause=\"{cause}\"}} {count}");
                             }
                         }
                     }

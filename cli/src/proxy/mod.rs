@@ -1,15 +1,34 @@
 //! `streamgate proxy`: a drop-in proxy in front of any OpenAI-compatible server (vLLM, SGLang,
-//! llama.cpp, TGI, `streamgate sim`), which gives every client bounded, flushed, cancellable,
-//! resumable and instrumented streams without changing the server.
+//! llama.cpp, TGI, `streamgate sim`) or a fleet of them, which gives every client bounded,
+//! flushed, cancellable, resumable and instrumented streams without changing the servers, and
+//! retries what failed before anything reached the client.
 //!
 //! `streamgate proxy --upstream http://127.0.0.1:8000 --addr 0.0.0.0:8080`
 //!
 //! ```text
-//! client --> [proxy: own endpoints | streamed completion | pass-through] --> upstream
+//! client --> [proxy: own endpoints | completion | pass-through] --> replica of the model's pool
 //!
+//! completion: attempts (replica, another, a fallback) until a first event or an answer
 //! streamed: upstream SSE --decode (bounded)--> proxy.recv --gate (policy)--> replay log
 //!           --> subscriber --sse + heartbeats--> proxy.write --> one HTTP chunk per event
 //! ```
+//!
+//! # A fleet
+//!
+//! `--upstream` given several times makes one pool of replicas serving every model; `--config
+//! FILE` (TOML, [`Routes::from_toml`]) describes several pools, the models each serves,
+//! weights, health checks, circuits, fallbacks and attempts; `--fallbacks FILE` (JSON) adds
+//! fallbacks. A completion goes to the pool of its `model` (404 `model_not_found` when none
+//! serves it), to the replica with the fewest streams in flight per weight of two drawn at
+//! random ([`streamgate::fleet::Pool`]); its stream counts there until its end. Until its
+//! first event (or, not streamed, its answer) its attempts are invisible to the client and
+//! follow [`streamgate::fleet::Attempts`]: another replica, the same one after a backoff, a
+//! fallback (its body's `model` rewritten), `Retry-After` honoured, at most `--max-attempts`;
+//! each failure counted at its upstream (`/stats` `upstreams`, `/metrics`
+//! `streamgate_proxy_upstream_*`) and against its health (a replica, or only the model on it).
+//! An error status is read up to 64 KiB for its `error.code` (`context_length_exceeded` goes
+//! only to a `[context_fallbacks]` model) and, when the attempts give up, passed on whole.
+//! Requests that are no completion go to the first pool, once.
 //!
 //! # What goes where
 //!
@@ -29,11 +48,12 @@
 //!   `text_completion` chunks never merge). The response's headers are the proxy's (the
 //!   upstream's other headers are not copied), and the upstream is asked without
 //!   `Accept-Encoding`, since the proxy reads its events. Only a body with `"stream": true`
-//!   gets the `--upstream-headers-ms` deadline (a non-streamed completion has its headers only
-//!   once it is done). A server that queues such a request (llama.cpp with every slot busy)
-//!   sends no headers until it starts on it: the proxy waits one heartbeat interval
-//!   (`--heartbeat-ms`) for them, then commits the stream (200) and heartbeats flow while it
-//!   waits on.
+//!   gets the `--upstream-headers-ms` deadline, per attempt (a non-streamed completion has its
+//!   headers only once it is done). The client's response starts with the stream's first
+//!   event, or one heartbeat interval (`--heartbeat-ms`) in, whichever comes first: a server
+//!   that queues the request (llama.cpp with every slot busy sends no headers until it starts
+//!   on it) or attempts that take longer commit the stream (200), and heartbeats flow while
+//!   the proxy waits on.
 //! - Everything else (other paths and methods, a completion the upstream answers with an error
 //!   or without SSE) passes through: method, path and query (after the upstream's prefix),
 //!   headers without the hop-by-hop ones (`Host` becomes the upstream's), bodies streamed both
@@ -79,12 +99,19 @@
 //!
 //! # Upstream failures
 //!
+//! What the client sees when the last attempt failed so (the others were retried, as
+//! [`streamgate::fleet::Failure`] classifies them):
+//!
 //! | upstream | client sees |
 //! |---|---|
 //! | connection refused, unknown host | 502, OpenAI error body, `upstream_error` |
+//! | a certificate not trusted (`https://`), a failed handshake | 502 saying TLS failed, never plain text |
 //! | connect slower than `--connect-timeout-ms` | 504, OpenAI error body |
-//! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body; or, when the deadline is past the first heartbeat interval, heartbeats, then the terminal frame "sent no response headers within N ms" |
-//! | error status (any content type) | that status and body; after the stream was committed (a queued request), the terminal frame quoting the status and the start of the body |
+//! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body; or, when the stream was committed (one heartbeat interval in), heartbeats, then the terminal frame "sent no response headers within N ms" |
+//! | no first event within `--first-token-ms` (or `--upstream-idle-ms`) after the headers | 504; or heartbeats, then the terminal frame saying so |
+//! | error status (any content type) | that status and body; after the stream was committed, the terminal frame quoting the status and the start of the body |
+//! | a final chunk (a `finish_reason`), then a clean close without `data: [DONE]` | the answer, whole, and the `[DONE]` the client waits for |
+//! | an event whose data is not a JSON object | dropped (`events_dropped_invalid` in `/stats`, `streamgate_proxy_invalid_events_total`); the stream goes on |
 //! | 2xx, not SSE, to a completion request | passed through as it is |
 //! | SSE cut mid-stream (short `Content-Length`, chunked without its end, a close before `[DONE]`) | the events so far, then `event: error` / `data: {"error":{"message":..,"type":"upstream_error",..}}`, end |
 //! | a line or event past the decoder's limits (256 KiB / 1 MiB) | the same terminal frame; memory stays within the limits |
@@ -98,9 +125,13 @@
 //! Hops `proxy.recv` (each upstream event as it arrives) and `proxy.write` (each frame handed to
 //! the client's connection); their gaps, time to first event and end reasons are in `/metrics`
 //! with the process's other series (`streamgate_proxy_requests_total{kind}`,
-//! `streamgate_proxy_upstream_failures_total{cause}`), and with `--hop-records FILE` in hop
-//! records. `/stats` is the proxy's own: streams started, running, ended by reason, upstream
-//! failures by cause, requests passed through, and the resume store's counters.
+//! `streamgate_proxy_upstream_failures_total{cause}` for requests no attempt got an answer for,
+//! `streamgate_proxy_retries_total`, `streamgate_proxy_fallbacks_total` and the per-upstream
+//! `streamgate_proxy_upstream_{in_flight,picks_total,attempt_failures_total,ejected}`), and
+//! with `--hop-records FILE` in hop records. `/stats` is the proxy's own: streams started,
+//! running, ended by reason, requests no attempt got an answer for (by cause), requests passed
+//! through, retries, fallbacks, invalid events dropped, `upstreams` (each one's figures), and
+//! the resume store's counters.
 
 mod attempt;
 mod body;
@@ -128,12 +159,12 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::transport::TunedListener;
 
 pub use self::config::{Config, InjectedStall};
+use self::fleet::Fleet;
 pub use self::routes::{PoolConfig, Routes};
 pub use self::state::Proxy;
-pub use self::url::{Scheme, UpstreamUrl};
-use self::fleet::Fleet;
 use self::stats::Stats;
 use self::upstream::Upstream;
+pub use self::url::{Scheme, UpstreamUrl};
 use crate::serving;
 
 /// Binds the listener (with the crate's kernel-aware defaults, as `--sndbuf`,

@@ -1,5 +1,5 @@
-//! The proxy's own pages: `GET /stats` (its counters and its resume registry's) and
-//! `GET /metrics` (the process's Prometheus page).
+//! The proxy's own pages: `GET /stats` (its counters, its upstreams' and its resume
+//! registry's) and `GET /metrics` (the process's Prometheus page and its upstreams' series).
 
 use std::sync::Arc;
 

@@ -147,8 +147,8 @@ impl Routes {
     pub fn from_toml(path: &Path, attempts: AttemptOptions) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|error| format!("--config {}: {error}", path.display()))?;
-        let file: File =
-            toml::from_str(&text).map_err(|error| format!("--config {}: {error}", path.display()))?;
+        let file: File = toml::from_str(&text)
+            .map_err(|error| format!("--config {}: {error}", path.display()))?;
         let mut pools = Vec::new();
         for pool in file.pools {
             let upstreams = pool
@@ -259,7 +259,9 @@ impl Routes {
     /// What is wrong, naming the pool or the model.
     pub fn check(mut self) -> Result<Self, String> {
         if self.pools.is_empty() {
-            return Err("no pool: give --upstream URL (one or more), or a --config with a [[pool]]".into());
+            return Err(
+                "no pool: give --upstream URL (one or more), or a --config with a [[pool]]".into(),
+            );
         }
         let mut names = HashSet::new();
         for pool in &self.pools {
@@ -388,16 +390,42 @@ mod tests {
         let routes = Routes::from_toml(&file.0, AttemptOptions::default()).unwrap();
         assert_eq!(routes.pools.len(), 2);
         assert_eq!(routes.pools[0].upstreams[1].1, 3);
-        assert_eq!(routes.pools[0].upstreams[1].0.to_string(), "https://gpu-2:443/openai/v1");
+        assert_eq!(
+            routes.pools[0].upstreams[1].0.to_string(),
+            "https://gpu-2:443/openai/v1"
+        );
         assert_eq!(routes.pool_for("llama-70b-instruct"), Some(0));
         assert_eq!(routes.pool_for("tiny"), Some(1));
         assert_eq!(routes.pool_for("gpt-4"), None);
-        assert_eq!(routes.fallbacks["big"], ["small", "tiny"], "followed through");
+        assert_eq!(
+            routes.fallbacks["big"],
+            ["small", "tiny"],
+            "followed through"
+        );
         assert_eq!(
             routes.pools[0].health.as_ref().map(|(p, _)| p.as_str()),
             Some("/health")
         );
         assert_eq!(routes.attempts, AttemptOptions::default().max_attempts(5));
+    }
+
+    #[test]
+    fn the_commented_example_is_a_fleet() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/fleet.toml");
+        let routes = Routes::from_toml(&path, AttemptOptions::default()).unwrap();
+        assert_eq!(routes.pools.len(), 3);
+        assert_eq!(routes.pool_for("llama-3.1-70b-instruct"), Some(0));
+        assert_eq!(routes.pool_for("llama-3.1-8b-128k"), Some(1));
+        assert_eq!(routes.pool_for("small"), Some(2));
+        assert_eq!(routes.fallbacks["big"], ["small"]);
+        assert_eq!(routes.context_fallbacks["small"], ["llama-3.1-8b-128k"]);
+        // Its "default" values are the defaults.
+        assert_eq!(routes.attempts, AttemptOptions::default());
+        assert_eq!(routes.pools[0].circuits, CircuitOptions::default());
+        assert_eq!(
+            routes.pools[0].health,
+            Some(("/health".to_owned(), HEALTH_INTERVAL))
+        );
     }
 
     #[test]
@@ -409,13 +437,23 @@ mod tests {
         assert!(refused("").contains("no pool"));
         assert!(refused("[[pool]]\nname = \"p\"\nupstreams = []\n").contains("has no upstream"));
         assert!(refused("[[pool]]\nname = \"p\"\nupstreams = [\"ftp://x\"]\n").contains("ftp://x"));
-        assert!(refused("[[pool]]\nname = \"p\"\n").contains("upstreams"), "missing field");
-        assert!(refused("[[pool]]\nname = \"p\"\nupstreams = [\"a:1\"]\nweight = 2\n").contains("weight"));
+        assert!(
+            refused("[[pool]]\nname = \"p\"\n").contains("upstreams"),
+            "missing field"
+        );
+        assert!(
+            refused("[[pool]]\nname = \"p\"\nupstreams = [\"a:1\"]\nweight = 2\n")
+                .contains("weight")
+        );
         let two = "[[pool]]\nname = \"p\"\nupstreams = [\"a:1\"]\n[[pool]]\nname = \"p\"\nupstreams = [\"b:1\"]\n";
         assert!(refused(two).contains("two pools are named `p`"));
         let pool = "[[pool]]\nname = \"p\"\nmodels = [\"a\", \"b\"]\nupstreams = [\"a:1\"]\n";
         let cycle = format!("{pool}[fallbacks]\na = \"b\"\nb = [\"a\"]\n");
-        assert!(refused(&cycle).contains("fallback cycle: a -> b -> a"), "{}", refused(&cycle));
+        assert!(
+            refused(&cycle).contains("fallback cycle: a -> b -> a"),
+            "{}",
+            refused(&cycle)
+        );
         let nowhere = format!("{pool}[fallbacks]\na = \"c\"\n");
         assert!(refused(&nowhere).contains("fallback `c`: no pool serves it"));
         assert!(refused("not toml at all [").contains("--config"));
@@ -434,6 +472,10 @@ mod tests {
             .with_fallbacks_file(&bad.0)
             .unwrap_err();
         assert!(error.contains("not a JSON object"), "{error}");
-        assert!(Routes::of_upstreams(&[], AttemptOptions::default()).check().is_err());
+        assert!(
+            Routes::of_upstreams(&[], AttemptOptions::default())
+                .check()
+                .is_err()
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! The proxy's state: its configuration, upstream, resume registry, probes and counters, and
-//! what every handler asks of it.
+//! The proxy's state: its configuration, fleet, upstream client, resume registry, probes and
+//! counters, and what every handler asks of it.
 
 use std::fmt;
 use std::sync::Arc;

@@ -523,7 +523,9 @@ impl Peek {
     }
 
     fn finishes(&self) -> bool {
-        self.choices.iter().any(|choice| choice.finish_reason.is_some())
+        self.choices
+            .iter()
+            .any(|choice| choice.finish_reason.is_some())
     }
 }
 

@@ -103,8 +103,7 @@ impl FromStr for UpstreamUrl {
     type Err = String;
 
     fn from_str(value: &str) -> Result<Self, String> {
-        let problem =
-            |why: &str| format!("`{value}` is not http[s]://HOST[:PORT][/PREFIX]: {why}");
+        let problem = |why: &str| format!("`{value}` is not http[s]://HOST[:PORT][/PREFIX]: {why}");
         let with_scheme = if value.contains("://") {
             value.to_owned()
         } else {
@@ -173,7 +172,10 @@ mod tests {
         assert_eq!(url.prefix(), "/openai");
         let base: UpstreamUrl = "https://gpu-2/openai/v1".parse().unwrap();
         for (path, joined) in [
-            ("/v1/chat/completions", "https://gpu-2:443/openai/v1/chat/completions"),
+            (
+                "/v1/chat/completions",
+                "https://gpu-2:443/openai/v1/chat/completions",
+            ),
             ("/v1?x=1", "https://gpu-2:443/openai/v1?x=1"),
             ("/v1x", "https://gpu-2:443/openai/v1/v1x"),
             ("/health", "https://gpu-2:443/openai/v1/health"),
@@ -182,7 +184,13 @@ mod tests {
         }
         let url: UpstreamUrl = "https://[::1]:8443".parse().unwrap();
         assert_eq!(url.authority().port_u16(), Some(8443));
-        for bad in ["ftp://a:1", "http://a:1/x?y=1", "http://u:p@a:1", "http://", "a b"] {
+        for bad in [
+            "ftp://a:1",
+            "http://a:1/x?y=1",
+            "http://u:p@a:1",
+            "http://",
+            "a b",
+        ] {
             let error = bad.parse::<UpstreamUrl>().unwrap_err();
             assert!(error.contains(bad), "{error}");
         }
