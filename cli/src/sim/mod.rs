@@ -49,6 +49,7 @@
 //! - `handlers`, `stats`: the endpoints, and the counters `GET /stats` reports.
 //! - `app`: the listener and the router; [`run`] until a signal.
 
+mod answer;
 mod app;
 mod config;
 mod connection;
@@ -57,6 +58,7 @@ mod generation;
 mod handlers;
 mod kv;
 mod meta;
+mod request;
 mod state;
 mod stats;
 mod stream;
