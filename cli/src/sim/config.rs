@@ -47,8 +47,9 @@ pub struct Config {
     #[arg(long)]
     pub no_prefill: bool,
     /// The process dies abruptly (SIGKILL to itself: no shutdown frames, no hop records
-    /// flushed) once any generation has made N tokens, one decode step after its Nth (0: as
-    /// the first generation starts); for failover tests.
+    /// flushed) once any generation has made N new tokens: one decode step after its Nth, or
+    /// before its final chunk if N is all it was asked for (0: a step into the first
+    /// generation); for failover tests.
     #[arg(long, value_name = "N")]
     pub die_after: Option<u64>,
 }
