@@ -19,10 +19,11 @@ impl<S: Send + Sync> FromRequestParts<S> for ResumeAfter {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Response> {
-        let mut after = last_event_id(&parts.headers)?;
+        let mut after = last_event_id(&parts.headers).map_err(IntoResponse::into_response)?;
         for pair in parts.uri.query().unwrap_or("").split('&') {
             if let Some(value) = pair.strip_prefix("after=") {
-                after = Some(event_id(value).ok_or_else(|| not_an_event_id("`after`"))?);
+                let n = event_id(value).ok_or(NotAnEventId("`after`").into_response())?;
+                after = Some(n);
             }
         }
         Ok(ResumeAfter(after))
@@ -39,10 +40,14 @@ pub fn event_id(text: &str) -> Option<u64> {
 }
 
 /// The `Last-Event-ID` header as an event id: `None` when it is absent or empty (the SSE
-/// meaning of an empty last event id: none), a 400 when it is anything but an
+/// meaning of an empty last event id: none), refused when it is anything but an
 /// [event id](event_id) (surrounding spaces aside), so a client that had events is never
 /// replayed them from the start.
-pub fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, Response> {
+///
+/// # Errors
+///
+/// [`NotAnEventId`], a 400 as a response.
+pub fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, NotAnEventId> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);
     };
@@ -52,16 +57,25 @@ pub fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, Response> {
     }
     event_id(text)
         .map(Some)
-        .ok_or_else(|| not_an_event_id("`Last-Event-ID`"))
+        .ok_or(NotAnEventId("`Last-Event-ID`"))
 }
 
-/// 400: `what` (a header or a parameter) is no event id.
-fn not_an_event_id(what: &str) -> Response {
-    serving::json_error(
-        StatusCode::BAD_REQUEST,
-        &format!("{what} must be an event id (a whole number, as the stream's `id:` lines give)"),
-        "invalid_request_error",
-    )
+/// A position that is no event id: the header or parameter that gave it (`` `after` ``).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAnEventId(pub &'static str);
+
+impl IntoResponse for NotAnEventId {
+    /// 400 with an OpenAI-style `invalid_request_error` naming the header or parameter.
+    fn into_response(self) -> Response {
+        serving::json_error(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "{} must be an event id (a whole number, as the stream's `id:` lines give)",
+                self.0
+            ),
+            "invalid_request_error",
+        )
+    }
 }
 
 /// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds, 204 when
@@ -159,7 +173,7 @@ mod tests {
         let with = |value: &str| {
             let mut headers = HeaderMap::new();
             headers.insert("last-event-id", value.parse().unwrap());
-            last_event_id(&headers).map_err(|refused| refused.status())
+            last_event_id(&headers).map_err(|refused| refused.into_response().status())
         };
         assert_eq!(last_event_id(&HeaderMap::new()).ok(), Some(None));
         assert_eq!(with("").ok(), Some(None));

@@ -112,7 +112,7 @@ mod tests {
     /// the flag.
     #[test]
     fn contradictory_and_absurd_flags_are_refused_naming_them() {
-        let refused = |args: &[&str]| Config::parse_from(args).err().expect("refused").to_string();
+        let refused = |args: &[&str]| Config::parse_from(args).expect_err("refused").to_string();
         for (args, named) in [
             (&["--stall-ms", "100"][..], "--stall-at"),
             (&["--stall-at", "3"][..], "--stall-ms"),

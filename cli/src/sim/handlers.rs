@@ -5,7 +5,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use streamgate::resume::AttachError;
 
@@ -75,7 +75,7 @@ pub(super) async fn stream_get(
     }
     let last = match resume::last_event_id(&headers) {
         Ok(last) => last,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let model = request::MODEL.to_owned();
     let mut response = match name {

@@ -1,5 +1,6 @@
-//! A generation's frames as a client's SSE response: heartbeats, the `worker.write` probe and,
-//! over HTTP/1.1, `worker.sent` when each event's bytes left the kernel.
+//! A generation's frames as a client's SSE response, named by its request id (claimed before
+//! the generation starts): heartbeats, the `worker.write` probe and, over HTTP/1.1,
+//! `worker.sent` when each event's bytes left the kernel.
 
 use std::sync::Arc;
 
