@@ -22,8 +22,8 @@ impl<S: Send + Sync> FromRequestParts<S> for ResumeAfter {
         let mut after = last_event_id(&parts.headers).map_err(IntoResponse::into_response)?;
         for pair in parts.uri.query().unwrap_or("").split('&') {
             if let Some(value) = pair.strip_prefix("after=") {
-                let n = event_id(value).ok_or(NotAnEventId("`after`").into_response())?;
-                after = Some(n);
+                let n = event_id(value).ok_or(NotAnEventId("`after`"));
+                after = Some(n.map_err(IntoResponse::into_response)?);
             }
         }
         Ok(ResumeAfter(after))
