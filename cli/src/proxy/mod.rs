@@ -67,7 +67,9 @@
 //!
 //! # Request ids and traces
 //!
-//! `x-request-id` is the client's, or a new unguessable `sg-<32 hex digits>` when it sent none;
+//! `x-request-id` is the client's when it is 1 to 128 bytes of `A-Z a-z 0-9 . _ : -` (safe in a
+//! header, a path and a Redis key), or a new unguessable `sg-<32 hex digits>` when it sent none
+//! (or another);
 //! it goes upstream and comes back on every response. Without a grace (the default) ids name
 //! nothing: no stream is registered, and requests sharing one (an Envoy retry keeps its id) are
 //! served side by side. With a grace an id names its stream for resumes and stops, and a
@@ -151,7 +153,6 @@ mod url;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use axum::Router;
 use axum::routing::{get, post};
@@ -165,6 +166,7 @@ pub use self::state::Proxy;
 use self::stats::Stats;
 use self::upstream::Upstream;
 pub use self::url::{Scheme, UpstreamUrl};
+use crate::request_id::RequestIds;
 use crate::serving;
 
 /// Binds the listener (with the crate's kernel-aware defaults, as `--sndbuf`,
@@ -199,8 +201,7 @@ pub fn app(
         stats: Stats::default(),
         store: config.resume.open(&config.gate)?,
         prometheus,
-        ids: std::hash::RandomState::new(),
-        next_id: AtomicU64::new(0),
+        ids: RequestIds::new("sg-"),
         buffered: Arc::new(tokio::sync::Semaphore::new(
             config
                 .max_buffered_bytes

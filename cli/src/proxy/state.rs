@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use axum::http::header::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
@@ -19,8 +18,9 @@ use super::config::Config;
 use super::error;
 use super::fleet::Fleet;
 use super::stats::Stats;
-use super::upstream::{REQUEST_ID, Upstream, UpstreamError, client_request_id};
+use super::upstream::{REQUEST_ID, Upstream, UpstreamError};
 use super::url::UpstreamUrl;
+use crate::request_id::{self, RequestIds};
 
 /// The proxy's state: its fleet of upstreams, streams, probes and counters.
 pub struct Proxy {
@@ -40,11 +40,9 @@ pub struct Proxy {
     pub(super) recv: HopProbe,
     pub(super) write: HopProbe,
     pub(super) prometheus: PrometheusHandle,
-    /// Generated request ids: a counter under a keyed hash whose key is random per process,
-    /// so ids are unique across instances sharing a store and cannot be guessed (an id is
-    /// what a resume asks for).
-    pub(super) ids: std::hash::RandomState,
-    pub(super) next_id: AtomicU64,
+    /// Generated request ids (`sg-` and 32 hex digits): unique across instances sharing a
+    /// store, and not to be guessed (an id is what a resume asks for).
+    pub(super) ids: RequestIds,
     /// The bytes of request bodies being read or waiting to go upstream, process-wide
     /// (`--max-buffered-bytes`): a permit per byte.
     pub(super) buffered: Arc<tokio::sync::Semaphore>,
@@ -66,16 +64,12 @@ impl Proxy {
         !self.config.resume.grace.is_zero()
     }
 
-    /// The request's id: the client's `x-request-id`, or a new one.
+    /// The request's id: the client's `x-request-id` when it is
+    /// [valid](crate::request_id::is_valid), or a new one.
     pub(super) fn request_id(&self, headers: &HeaderMap) -> String {
-        use std::hash::BuildHasher;
-        match client_request_id(headers) {
+        match request_id::from_client(headers) {
             Some(id) => id.to_owned(),
-            None => {
-                let n = self.next_id.fetch_add(1, Ordering::Relaxed);
-                let (high, low) = (self.ids.hash_one((n, 0)), self.ids.hash_one((n, 1)));
-                format!("sg-{high:016x}{low:016x}")
-            }
+            None => self.ids.next_id(),
         }
     }
 

@@ -83,15 +83,7 @@ impl UpstreamError {
 }
 
 /// The request id header, carried both ways.
-pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// `x-request-id`, as the client sent it.
-pub(super) fn client_request_id(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(REQUEST_ID)
-        .and_then(|value| value.to_str().ok())
-        .filter(|id| !id.is_empty() && id.len() <= 256)
-}
+pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static(crate::request_id::HEADER);
 
 impl Upstream {
     /// A client whose connections take at most `connect_timeout` to open, and that trusts the
