@@ -448,6 +448,19 @@ async fn a_silent_provider_holds_the_connection_until_it_stops() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!read.is_finished(), "no answer and no close while silent");
 
+    // A client that gives up closes its connection: it is not held.
+    let leaving = tokio::spawn(raw_end(addr));
+    provider
+        .until("the second request", |p| p.attempt_count() == 2)
+        .await;
+    assert_eq!(provider.connections(), 2);
+    leaving.abort();
+    provider
+        .until("the leaving client's connection closed", |p| {
+            p.connections() == 1
+        })
+        .await;
+
     provider.stop().await;
     assert_eq!(provider.connections(), 0);
     assert_eq!(read.await.unwrap().unwrap(), 0, "closed at the stop");
@@ -486,9 +499,8 @@ async fn headers_can_come_late_and_events_later() {
 async fn events_can_be_spaced() {
     let gap = Duration::from_millis(50);
     let provider = Provider::start(Behaviour::Stream(Stream::new().gap(gap))).await;
-    let response = send(provider.addr(), chat("m", 3)).await;
     let started = Instant::now();
-    let text = whole(response).await;
+    let text = whole(send(provider.addr(), chat("m", 3)).await).await;
     // Three tokens, the final chunk and [DONE]: four gaps.
     assert!(started.elapsed() >= gap * 4);
     assert_eq!(events(&text).len(), 5);
@@ -569,6 +581,16 @@ async fn connections_are_reused_and_counted() {
         .until("the first connection closed", |p| p.connections() == 1)
         .await;
     assert_eq!(provider.accepted(), 2);
+
+    // A client that leaves mid-stream, while the provider waits to send: the connection closes
+    // then, not at the next event.
+    let slow = Provider::start(Behaviour::Stream(Stream::new().gap(HANG * 2))).await;
+    let mut body = send(slow.addr(), chat("m", 3)).await.into_body();
+    timeout(HANG, body.frame()).await.unwrap().unwrap().unwrap();
+    assert_eq!(slow.connections(), 1);
+    drop(body);
+    slow.until("the reader's connection closed", |p| p.connections() == 0)
+        .await;
 }
 
 /// A TLS handshake with `connector` to `addr` under `name`.
@@ -705,7 +727,7 @@ async fn a_replica_can_be_killed_frozen_and_restarted_on_its_port() {
     assert!(replica.output().starts_with("listening on http://"));
 
     // Frozen: the kernel still accepts, nothing answers until it goes on.
-    replica.pause();
+    replica.pause().await;
     let waiting = tokio::spawn(async move {
         let mut response = RawResponse::post_json(addr, CHAT, body).await;
         response.rest().await
@@ -722,4 +744,22 @@ async fn a_replica_can_be_killed_frozen_and_restarted_on_its_port() {
     // A restart of a running replica kills it first.
     replica.restart().await;
     assert_eq!(replica.stats().await["streams_completed"], 0);
+}
+
+#[tokio::test]
+async fn a_restart_waits_for_its_port() {
+    let mut replica = Replica::start(&[]).await;
+    let addr = replica.addr();
+    replica.kill().await;
+    // Something else holds the port for a while: the restart tries again until it is free.
+    let squatter = std::net::TcpListener::bind(addr).unwrap();
+    let release = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(squatter);
+    };
+    let started = Instant::now();
+    tokio::join!(replica.restart(), release);
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(replica.addr(), addr);
+    assert_eq!(replica.stats().await["streams_started"], 0);
 }

@@ -89,10 +89,21 @@ impl Replica {
         }
     }
 
-    /// Freezes the process (SIGSTOP): connections are still accepted by the kernel, nothing is
-    /// read or answered, streams stop mid-way.
-    pub fn pause(&self) {
+    /// Freezes the process (SIGSTOP) and returns once the kernel says it is stopped:
+    /// connections are still accepted (into the listening socket's backlog), nothing is read or
+    /// answered, streams stop mid-way.
+    pub async fn pause(&self) {
         self.signal("-STOP");
+        let stat = format!("/proc/{}/stat", self.pid().expect("a running replica"));
+        let deadline = Instant::now() + HANG;
+        // The state is the field after the command's parenthesis: `T` once stopped.
+        while !std::fs::read_to_string(&stat).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        }) {
+            assert!(Instant::now() < deadline, "the replica never stopped");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Lets a paused process go on (SIGCONT).

@@ -14,10 +14,13 @@ pub struct Attempt {
     pub at: Instant,
     /// The connection it came on: 1 for the provider's first (so a test can tell reuse).
     pub connection: u64,
+    /// `POST` for a completion, `GET` for a health check.
     pub method: Method,
     /// The path and query as sent (an upstream URL's path prefix included).
     pub path: String,
+    /// The request's headers as they came (`authorization`, `traceparent`...).
     pub headers: HeaderMap,
+    /// The whole body.
     pub body: Bytes,
     /// The body's JSON `model`, if it has one.
     pub model: Option<String>,

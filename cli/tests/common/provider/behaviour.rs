@@ -30,7 +30,7 @@ pub enum Behaviour {
     /// Reads the request, then closes the connection (FIN): no response.
     Close,
     /// Reads the request and never answers: the connection stays open, silent, until the
-    /// provider stops (or the test ends).
+    /// client closes it or the provider stops (or the test ends).
     Silent,
     /// Waits, then behaves as the inner behaviour (an answer whose headers come late).
     After(Duration, Box<Behaviour>),
@@ -162,16 +162,23 @@ impl Endpoint {
 /// One step of a streamed body: wait `after`, then send `event` (`None`: fail the connection).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Step {
+    /// The wait before it.
     pub after: Duration,
+    /// A whole event (`data: ...\n\n`), or `None` for the connection's failure.
     pub event: Option<String>,
 }
 
 /// What a successful answer says: its API, `id`, `model` and number of tokens.
 #[derive(Debug, Clone)]
 pub struct Answer {
+    /// The API asked.
     pub endpoint: Endpoint,
+    /// `chatcmpl-PORT-N` (`cmpl-PORT-N` for completions): the provider's port and the
+    /// request's [`Attempt::number`](super::attempt::Attempt::number), so a client can tell who answered.
     pub id: String,
+    /// The request's model (`fake` without one).
     pub model: String,
+    /// The request's `max_tokens` ([`DEFAULT_TOKENS`] without it).
     pub tokens: u64,
 }
 
@@ -310,8 +317,11 @@ enum Shape {
 /// (`{"error":{"message":...,"type":...,"param":...,"code":...}}`) and maybe `Retry-After`.
 #[derive(Debug, Clone)]
 pub struct Failure {
+    /// The status.
     pub status: StatusCode,
+    /// The body's `code` (and with it its `message` and `param`).
     pub code: ErrorCode,
+    /// A `Retry-After` header, if any.
     pub retry_after: Option<RetryAfter>,
 }
 

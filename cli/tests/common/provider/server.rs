@@ -302,21 +302,20 @@ async fn answer(
             }
             Behaviour::Stream(stream) => return success(&attempt, shared.port, &stream),
             Behaviour::Error(failure) => return error(&failure),
-            Behaviour::Reset | Behaviour::Close => {
-                let how = match behaviour {
-                    Behaviour::Reset => End::Reset,
-                    _ => End::Close,
-                };
-                if let Some(end) = end.lock().unwrap().take() {
-                    let _ = end.send(how);
-                }
-                // The connection ends without this answer.
-                return std::future::pending().await;
-            }
-            // Held until the connection is closed (the provider stops).
+            Behaviour::Reset => return end_now(&end, End::Reset).await,
+            Behaviour::Close => return end_now(&end, End::Close).await,
+            // Held until the connection closes (the client leaves or the provider stops).
             Behaviour::Silent => return std::future::pending().await,
         }
     }
+}
+
+/// Has the connection end `how`, without an answer.
+async fn end_now(end: &Mutex<Option<oneshot::Sender<End>>>, how: End) -> Response<Body> {
+    if let Some(end) = end.lock().unwrap().take() {
+        let _ = end.send(how);
+    }
+    std::future::pending().await
 }
 
 /// A `200`: the stream, the unstreamed completion, or `{}` for another path.
