@@ -2,7 +2,7 @@
 //! `sim --die-after` dies abruptly mid-stream (the client's connection is cut with no terminal
 //! frame, the exit status says it was killed), and flags that cannot mean anything are refused
 //! at start with exit status 2 and the flag's name (sim's own, and the shared resume flags, for
-//! the proxy too).
+//! the proxy too), as is a fleet the proxy cannot serve.
 
 mod common;
 
@@ -156,6 +156,23 @@ fn absurd_or_contradictory_flags_are_refused_at_start() {
         args.into_iter().map(str::to_owned).collect::<Vec<_>>()
     };
     let redis = ["--resume-store", "redis://127.0.0.1:9"];
+    // A fleet that cannot serve: a file that is no TOML, a pool without upstreams, a fallback
+    // cycle.
+    let file = |name: &str, text: &str| {
+        let path = std::env::temp_dir().join(format!("process-{}-{name}", std::process::id()));
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let fleet = |file: &str| {
+        ["proxy", "--addr", "127.0.0.1:0", "--config", file]
+            .map(str::to_owned)
+            .to_vec()
+    };
+    let (malformed, empty) = (
+        file("malformed.toml", "[[pool]\nname = "),
+        file("empty.toml", "[[pool]]\nname = \"p\"\nupstreams = []\n"),
+    );
+    let cycle = file("cycle.json", r#"{"a": "b", "b": ["a"]}"#);
     let cases = [
         (sim(&["--stall-ms", "100"]), "--stall-at"),
         (sim(&["--stall-at", "3"]), "--stall-ms"),
@@ -171,6 +188,13 @@ fn absurd_or_contradictory_flags_are_refused_at_start() {
             "--resume-grace-ms",
         ),
         (proxy(&redis), "needs --resume-grace-ms"),
+        (proxy(&["--max-attempts", "0"]), "--max-attempts"),
+        (fleet(&malformed), "--config"),
+        (fleet(&empty), "has no upstream"),
+        (
+            proxy(&["--fallbacks", &cycle]),
+            "fallback cycle: a -> b -> a",
+        ),
     ];
     for (args, named) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();

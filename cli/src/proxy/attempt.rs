@@ -56,9 +56,11 @@ pub(super) struct Attempted {
 pub(super) enum Outcome {
     /// A stream whose first event came.
     Stream(Started),
-    /// An answer to pass on as it is: a 2xx that is no stream (its body holds the attempt's
-    /// lease until it ends), or the error status of the last attempt.
+    /// A 2xx that is no stream (a non-streamed completion), to pass on as it is: its body
+    /// holds the attempt's lease until it ends.
     Answer(Response),
+    /// The last attempt's error status, passed on with its headers and whole body.
+    Refused(Refused),
     /// No usable answer at all.
     GaveUp(GaveUp),
 }
@@ -71,6 +73,14 @@ pub(super) struct Started {
     pub(super) events: Events,
     /// The first event with data.
     pub(super) first: SseEvent,
+}
+
+/// An error status no other attempt was made for.
+pub(super) struct Refused {
+    /// The upstream's answer.
+    pub(super) response: Response,
+    /// What it was, counted in `/stats`' `upstream_failures`.
+    pub(super) cause: Cause,
 }
 
 /// Why a request got no usable answer: what its client is told.
@@ -326,8 +336,11 @@ async fn refused(response: hyper::Response<Incoming>) -> Failed {
         .chain(BodyDataStream::new(rest));
     let body = Body::from_stream(chunks);
     Failed {
+        last: Outcome::Refused(Refused {
+            response: Response::from_parts(parts, body),
+            cause: failure.cause(),
+        }),
         failure,
-        last: Outcome::Answer(Response::from_parts(parts, body)),
     }
 }
 

@@ -78,6 +78,9 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     let parent = streamgate::otel::extract(&headers);
     // The events are decoded here: they must arrive as they are.
     headers.remove(header::ACCEPT_ENCODING);
+    // Each attempt sends the whole body (a fallback's with its model rewritten, so of another
+    // length): hyper sends the length of the body it is given.
+    headers.remove(header::CONTENT_LENGTH);
     // The stream's time to its first event counts from here, across its attempts.
     let recv = proxy.recv.recorder_in(id.as_str(), &parent);
     let attempted = Attempted {
@@ -127,11 +130,15 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             }
             start(proxy, &id, chat, model, claim, Answer::Now(started), recv).await
         }
-        // An error (`500` even when typed `text/event-stream`), or an answer that is no
-        // stream.
+        // An answer that is no stream.
         Outcome::Answer(response) => {
             proxy.stats.passed_through();
             response
+        }
+        // The last attempt's error (`500` even when typed `text/event-stream`).
+        Outcome::Refused(refused) => {
+            proxy.stats.gave_up(Some(refused.cause));
+            refused.response
         }
         Outcome::GaveUp(gave_up) => {
             proxy.stats.gave_up(gave_up.cause);
@@ -419,15 +426,22 @@ impl Pump {
                 self.proxy.stats.gave_up(gave_up.cause);
                 Err(End::Failed(gave_up.message))
             }
-            Outcome::Answer(answer) => {
-                // Too late for its status: the stream's terminal frame says what it was.
-                let status = answer.status();
-                let body = prefix(answer.into_body(), ANSWER_PREFIX).await;
-                Err(End::Failed(format!(
-                    "the upstream answered {status} after the stream had started: {body}"
-                )))
+            Outcome::Answer(answer) => self.too_late(answer).await,
+            Outcome::Refused(refused) => {
+                self.proxy.stats.gave_up(Some(refused.cause));
+                self.too_late(refused.response).await
             }
         }
+    }
+
+    /// An answer that came once the stream had started: too late for its status, the stream's
+    /// terminal frame says what it was.
+    async fn too_late(&self, answer: Response) -> Result<Started, End> {
+        let status = answer.status();
+        let body = prefix(answer.into_body(), ANSWER_PREFIX).await;
+        Err(End::Failed(format!(
+            "the upstream answered {status} after the stream had started: {body}"
+        )))
     }
 
     /// Ends the stream as `end` says, after `next_id` events (the first of them `first`).
