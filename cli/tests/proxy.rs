@@ -107,7 +107,9 @@ async fn tokens_pass_through_in_order_with_the_streaming_headers() {
     let stats = stats(proxy).await;
     assert_eq!(stats["streams_completed"], 1, "{stats}");
     assert_eq!(stats["streams_running"], 0, "{stats}");
-    assert_eq!(stats["requests_passed_through"], 1, "{stats}");
+    // The refusal is the request's own upstream failure, not an answer passed through.
+    assert_eq!(stats["requests_passed_through"], 0, "{stats}");
+    assert_eq!(stats["upstream_failures"]["request_error"], 1, "{stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
