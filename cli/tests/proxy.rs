@@ -895,7 +895,8 @@ async fn a_50_mb_line_ends_the_stream_with_an_error_frame_in_bounded_memory() {
     let hostile = Hostile::start(Case::LongLine).await;
     let proxy = start_proxy(&hostile.url(), &[]);
     let before = rss();
-    let mut response = stream(proxy, "", 1).await;
+    // More tokens than come before the line: a stream cut after all it asked for is whole.
+    let mut response = stream(proxy, "", 4).await;
     assert_eq!(response.status(), 200);
     let (frames, _) = events(&mut response).await;
     let grown = rss().saturating_sub(before);
@@ -959,7 +960,8 @@ async fn a_stream_cut_before_done_is_not_a_clean_end() {
     for case in [Case::AbruptClose, Case::ShortSse] {
         let hostile = Hostile::start(case).await;
         let proxy = start_proxy(&hostile.url(), &[]);
-        let mut response = stream(proxy, "", 3).await;
+        // More tokens than the three that come: cut after all it asked for, it would be whole.
+        let mut response = stream(proxy, "", 10).await;
         assert_eq!(response.status(), 200);
         let (frames, _) = events(&mut response).await;
         assert_eq!(text(&frames), "c0 c1 c2 ", "{case:?}");

@@ -194,6 +194,20 @@ impl Attempts {
         self
     }
 
+    /// Not replica `replica` of the requested model's pool: it has just failed this request
+    /// (a stream that broke there and continues elsewhere).
+    ///
+    /// ```
+    /// use streamgate::fleet::{AttemptOptions, Attempts};
+    ///
+    /// let attempts = Attempts::new("m", AttemptOptions::default()).avoiding(1);
+    /// assert_eq!(attempts.avoid(), [1]);
+    /// ```
+    pub fn avoiding(mut self, replica: usize) -> Self {
+        self.avoid_replica(replica);
+        self
+    }
+
     /// The model the next attempt asks for.
     pub fn model(&self) -> &str {
         let models = if self.on_context {

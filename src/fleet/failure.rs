@@ -1,11 +1,13 @@
-//! What went wrong with one attempt before its first event reached the client, and what that
-//! says about trying again and about the upstream's health.
+//! What went wrong with one attempt (before its first event reached the client, or after it),
+//! and what that says about trying again and about the upstream's health.
 
 use std::fmt;
 use std::time::Duration;
 
-/// What went wrong with one attempt (one request to one upstream) before its first event
-/// reached the client: nothing has been delivered, so another attempt is invisible to it.
+/// What went wrong with one attempt (one request to one upstream): before its first event
+/// reached the client (nothing has been delivered, so another attempt is invisible to it), or
+/// after it, when the stream broke ([`Cut`](Failure::Cut), [`Stalled`](Failure::Stalled),
+/// [`ErrorEvent`](Failure::ErrorEvent): a continuation elsewhere can carry it on).
 ///
 /// # Examples
 ///
@@ -41,6 +43,15 @@ pub enum Failure {
     HeadersTimeout,
     /// The headers came, but no first event within the time-to-first-token limit.
     FirstEventTimeout,
+    /// After its first event, the stream broke: the connection failed or closed before the
+    /// answer's end (a replica killed, preempted, restarted).
+    Cut,
+    /// After its first event, the stream sent nothing for longer than its idle limit (a stuck
+    /// replica).
+    Stalled,
+    /// After its first event, the stream ended with an error event of its own that another
+    /// replica could avoid (an overload, an internal error, its KV cache exhausted).
+    ErrorEvent,
     /// An error status.
     Status {
         /// The HTTP status.
@@ -126,6 +137,12 @@ pub enum Cause {
     HeadersTimeout,
     /// [`Failure::FirstEventTimeout`].
     FirstEventTimeout,
+    /// [`Failure::Cut`].
+    Cut,
+    /// [`Failure::Stalled`].
+    Stalled,
+    /// [`Failure::ErrorEvent`].
+    ErrorEvent,
     /// A 429.
     RateLimited,
     /// A 503.
@@ -138,13 +155,16 @@ pub enum Cause {
 
 impl Cause {
     /// Every cause, in the order of [`index`](Cause::index).
-    pub const ALL: [Cause; 10] = [
+    pub const ALL: [Cause; 13] = [
         Cause::Connect,
         Cause::ConnectTimeout,
         Cause::Tls,
         Cause::Reset,
         Cause::HeadersTimeout,
         Cause::FirstEventTimeout,
+        Cause::Cut,
+        Cause::Stalled,
+        Cause::ErrorEvent,
         Cause::RateLimited,
         Cause::Unavailable,
         Cause::ServerError,
@@ -152,7 +172,7 @@ impl Cause {
     ];
 
     /// Its label: `connect`, `connect_timeout`, `tls`, `reset`, `headers_timeout`,
-    /// `first_event_timeout`, `rate_limited`, `unavailable`, `server_error`, `request_error`.
+    /// `first_event_timeout`, `cut`, `stalled`, `error_event`, `rate_limited`, `unavailable`, `server_error`, `request_error`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Cause::Connect => "connect",
@@ -161,6 +181,9 @@ impl Cause {
             Cause::Reset => "reset",
             Cause::HeadersTimeout => "headers_timeout",
             Cause::FirstEventTimeout => "first_event_timeout",
+            Cause::Cut => "cut",
+            Cause::Stalled => "stalled",
+            Cause::ErrorEvent => "error_event",
             Cause::RateLimited => "rate_limited",
             Cause::Unavailable => "unavailable",
             Cause::ServerError => "server_error",
@@ -202,9 +225,12 @@ impl Failure {
     pub fn retry(&self) -> Retry {
         match self {
             Failure::Connect | Failure::ConnectTimeout | Failure::Reset => Retry::AnyReplica,
-            Failure::Tls | Failure::HeadersTimeout | Failure::FirstEventTimeout => {
-                Retry::OtherReplica
-            }
+            Failure::Tls
+            | Failure::HeadersTimeout
+            | Failure::FirstEventTimeout
+            | Failure::Cut
+            | Failure::Stalled
+            | Failure::ErrorEvent => Retry::OtherReplica,
             Failure::Status { status, code, .. } => match (code, status) {
                 (Some(ErrorCode::ContextLength), _) => Retry::ContextFallback,
                 (Some(_), _) => Retry::Never,
@@ -224,8 +250,10 @@ impl Failure {
             | Failure::ConnectTimeout
             | Failure::Tls
             | Failure::Reset
-            | Failure::HeadersTimeout => Scope::Replica,
-            Failure::FirstEventTimeout => Scope::Deployment,
+            | Failure::HeadersTimeout
+            | Failure::Cut
+            | Failure::Stalled => Scope::Replica,
+            Failure::FirstEventTimeout | Failure::ErrorEvent => Scope::Deployment,
             Failure::Status { status, code, .. } => match (code, status) {
                 (Some(_), _) => Scope::Request,
                 (None, 429) | (None, 500..=599) => Scope::Deployment,
@@ -243,6 +271,9 @@ impl Failure {
             Failure::Reset => Cause::Reset,
             Failure::HeadersTimeout => Cause::HeadersTimeout,
             Failure::FirstEventTimeout => Cause::FirstEventTimeout,
+            Failure::Cut => Cause::Cut,
+            Failure::Stalled => Cause::Stalled,
+            Failure::ErrorEvent => Cause::ErrorEvent,
             Failure::Status { status: 429, .. } => Cause::RateLimited,
             Failure::Status { status: 503, .. } => Cause::Unavailable,
             Failure::Status {
@@ -282,6 +313,9 @@ impl fmt::Display for Failure {
             Failure::Reset => f.write_str("the upstream closed the connection before answering"),
             Failure::HeadersTimeout => f.write_str("the upstream sent no response headers in time"),
             Failure::FirstEventTimeout => f.write_str("the upstream sent no first event in time"),
+            Failure::Cut => f.write_str("the upstream's stream broke before its end"),
+            Failure::Stalled => f.write_str("the upstream's stream stalled"),
+            Failure::ErrorEvent => f.write_str("the upstream's stream ended with an error event"),
             Failure::Status { status, .. } => write!(f, "the upstream answered {status}"),
         }
     }
@@ -343,6 +377,22 @@ mod tests {
         }
         assert_eq!(Failure::FirstEventTimeout.retry(), Retry::OtherReplica);
         assert_eq!(Failure::FirstEventTimeout.scope(), Scope::Deployment);
+    }
+
+    #[test]
+    fn a_stream_that_broke_continues_elsewhere_and_a_dead_replica_is_out_for_every_model() {
+        for failure in [Failure::Cut, Failure::Stalled, Failure::ErrorEvent] {
+            assert_eq!(failure.retry(), Retry::OtherReplica, "{failure}");
+        }
+        assert_eq!(Failure::Cut.scope(), Scope::Replica);
+        assert_eq!(Failure::Stalled.scope(), Scope::Replica);
+        // An overload or an exhausted KV cache is the model's on that replica.
+        assert_eq!(Failure::ErrorEvent.scope(), Scope::Deployment);
+        assert_eq!(Failure::Cut.cause().as_str(), "cut");
+    }
+
+    #[test]
+    fn throttles_are_429_and_503() {
         assert!(Failure::status(503, None, None).is_throttle());
         assert!(!Failure::status(500, None, None).is_throttle());
     }

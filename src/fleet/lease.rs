@@ -222,6 +222,25 @@ impl<R> Lease<R> {
             }
         }
     }
+
+    /// The stream broke after its first event ([`Failure::Cut`], [`Failure::Stalled`],
+    /// [`Failure::ErrorEvent`]): counted and held against the replica or the deployment as
+    /// [`failed`](Lease::failed) does, whatever verdict its first event gave.
+    ///
+    /// ```
+    /// use streamgate::fleet::{Failure, Pool};
+    ///
+    /// let pool = Pool::new(["http://10.0.0.1:8000"]);
+    /// let mut lease = pool.pick("m", &[]).unwrap();
+    /// lease.succeeded(); // its first event came
+    /// lease.broke(&Failure::Cut); // then the replica died mid-answer
+    /// drop(lease);
+    /// assert_eq!(pool.stats()[0].failures, 1);
+    /// ```
+    pub fn broke(&mut self, failure: &Failure) {
+        self.reported = false;
+        self.failed(failure);
+    }
 }
 
 impl<R> Drop for Lease<R> {

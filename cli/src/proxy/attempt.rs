@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use http_body_util::{BodyDataStream, BodyExt};
 use hyper::body::Incoming;
 use streamgate::GateExt;
-use streamgate::fleet::{Cause, ErrorCode, Failure, Lease, Next};
+use streamgate::fleet::{Attempts, Cause, ErrorCode, Failure, Lease, Next};
 use streamgate::sse::{DecodeError, SseEvent};
 
 use super::Proxy;
@@ -41,7 +41,8 @@ const ERROR_BODY_TIME: Duration = Duration::from_secs(1);
 pub(super) type Events =
     Pin<Box<dyn futures_core::Stream<Item = Result<SseEvent, DecodeError>> + Send>>;
 
-/// A completion request, to attempt.
+/// A completion request, to attempt (and, for a stream that breaks, to carry on: kept until the
+/// stream's end).
 pub(super) struct Attempted {
     pub(super) path_and_query: String,
     pub(super) headers: HeaderMap,
@@ -79,6 +80,8 @@ pub(super) struct Started {
 pub(super) struct Refused {
     /// The upstream's answer.
     pub(super) response: Response,
+    /// The model the refused attempt asked for.
+    pub(super) model: String,
     /// What it was, counted in `/stats`' `upstream_failures`.
     pub(super) cause: Cause,
 }
@@ -131,10 +134,9 @@ struct Failed {
 /// Runs `request`'s attempts until one succeeds or they give up. Each attempt's lease is held
 /// while it runs; the successful one's goes with its stream (or its answer's body), a failed
 /// one's is dropped at once.
-pub(super) async fn run(proxy: Arc<Proxy>, request: Attempted) -> Outcome {
+pub(super) async fn run(proxy: Arc<Proxy>, request: Arc<Attempted>) -> Outcome {
     let requested = request.model.clone().unwrap_or_default();
-    let fleet = proxy.fleet.clone();
-    if fleet.pool_for(&requested).is_none() {
+    if proxy.fleet.pool_for(&requested).is_none() {
         return Outcome::GaveUp(GaveUp {
             status: StatusCode::NOT_FOUND,
             message: format!("no pool of this proxy serves the model `{requested}`"),
@@ -143,9 +145,34 @@ pub(super) async fn run(proxy: Arc<Proxy>, request: Attempted) -> Outcome {
             cause: None,
         });
     }
-    let mut attempts = fleet.attempts(&requested);
+    let attempts = proxy.fleet.attempts(&requested);
+    let body = request.body.bytes.clone();
+    run_with(&proxy, &request, body, attempts).await
+}
+
+/// The attempts of a stream that broke after its first event, carried on with `body` (the
+/// original request again, or its continuation) as `attempts` say (another replica, a
+/// fallback).
+pub(super) async fn carry_on(
+    proxy: Arc<Proxy>,
+    request: Arc<Attempted>,
+    body: Bytes,
+    attempts: Attempts,
+) -> Outcome {
+    run_with(&proxy, &request, body, attempts).await
+}
+
+/// `request`'s attempts with `body` (its model rewritten for each fallback), as `attempts` say.
+async fn run_with(
+    proxy: &Arc<Proxy>,
+    request: &Attempted,
+    body: Bytes,
+    mut attempts: Attempts,
+) -> Outcome {
+    let fleet = proxy.fleet.clone();
+    let base = body.clone();
     // The body as the current model's attempts send it (a fallback's names the fallback).
-    let mut body = (requested.clone(), request.body.bytes.clone());
+    let mut body = (attempts.model().to_owned(), body);
     let mut last = None;
     loop {
         let model = attempts.model().to_owned();
@@ -166,13 +193,13 @@ pub(super) async fn run(proxy: Arc<Proxy>, request: Attempted) -> Outcome {
             }
         };
         if body.0 != model {
-            body = (model.clone(), with_model(&request.body.bytes, &model));
+            body = (model.clone(), with_model(&base, &model));
         }
         if attempts.made() > 0 {
             proxy.stats.retried();
         }
         let url = lease.replica().clone();
-        match attempt(&proxy, &url, &request, body.1.clone()).await {
+        match attempt(proxy, &url, request, &model, body.1.clone()).await {
             Ok(Success::Stream { events, first }) => {
                 lease.succeeded();
                 if attempts.is_fallback() {
@@ -230,6 +257,7 @@ async fn attempt(
     proxy: &Proxy,
     url: &UpstreamUrl,
     request: &Attempted,
+    model: &str,
     body: Bytes,
 ) -> Result<Success, Failed> {
     let no_response = |error: UpstreamError| Failed {
@@ -257,7 +285,7 @@ async fn attempt(
     let response = response.map_err(no_response)?;
     let status = response.status();
     if !status.is_success() {
-        return Err(refused(response).await);
+        return Err(refused(response, model).await);
     }
     if !is_event_stream(response.headers()) {
         return Ok(Success::Answer(pass_response(response)));
@@ -322,7 +350,7 @@ async fn first_event(
 
 /// An error answer, read far enough to classify it: its status, `Retry-After` and the
 /// `error.code` of its body; passed on whole if it is the last.
-async fn refused(response: hyper::Response<Incoming>) -> Failed {
+async fn refused(response: hyper::Response<Incoming>, model: &str) -> Failed {
     let retry_after = response
         .headers()
         .get(header::RETRY_AFTER)
@@ -338,6 +366,7 @@ async fn refused(response: hyper::Response<Incoming>) -> Failed {
     Failed {
         last: Outcome::Refused(Refused {
             response: Response::from_parts(parts, body),
+            model: model.to_owned(),
             cause: failure.cause(),
         }),
         failure,

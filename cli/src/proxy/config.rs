@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use streamgate::fleet::AttemptOptions;
 
+use super::failover::FailoverMode;
 use super::routes::Routes;
 use super::url::UpstreamUrl;
 use crate::flags;
@@ -98,6 +99,16 @@ pub struct Config {
     /// `--upstream-idle-ms`.
     #[arg(long = "first-token-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
     pub first_token: Duration,
+    /// When a stream breaks after its first event (the upstream is cut, stalls past
+    /// `--upstream-idle-ms`, or ends it with an overload or internal error): `continue` asks
+    /// another replica (or a fallback) to continue the answer from the text the client has, so
+    /// the client sees one whole stream; `restart` only sends the request again while nothing
+    /// visible has reached the client; `off` ends the stream with an error event.
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = FailoverMode::Continue)]
+    pub failover: FailoverMode,
+    /// The most failovers per stream (each with the attempts of `--max-attempts`).
+    #[arg(long = "failover-max", value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    pub failover_max: u32,
     /// Where to listen (`127.0.0.1:0` picks a free port; the real one is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -34,6 +35,9 @@ pub(super) struct FleetPool {
     pub(super) replicas: Pool<UpstreamUrl>,
     /// An active health check: the path to `GET` on every replica, and how often.
     health: Option<(String, Duration)>,
+    /// Its servers continue a final assistant message: configured (`prefill`), and false
+    /// once one answered a continuation with 400.
+    prefill: AtomicBool,
 }
 
 impl Fleet {
@@ -50,6 +54,7 @@ impl Fleet {
                     .collect(),
                 replicas: Pool::with_circuits(pool.upstreams, pool.circuits),
                 health: pool.health,
+                prefill: AtomicBool::new(pool.prefill),
                 name: pool.name,
             })
             .collect();
@@ -80,6 +85,38 @@ impl Fleet {
         Attempts::new(model, self.attempts)
             .fallbacks(self.fallbacks.get(model).unwrap_or(&none))
             .context_fallbacks(self.context_fallbacks.get(model).unwrap_or(&none))
+    }
+
+    /// The attempts that carry on a stream of `model` that broke on replica `broke` of its
+    /// pool: that model on another replica, then its fallbacks; for a continuation
+    /// (`continuing`), only on pools that continue a final assistant message. `None` when no
+    /// pool is left.
+    pub(super) fn carry_on(&self, model: &str, broke: usize, continuing: bool) -> Option<Attempts> {
+        let none = Vec::new();
+        let fallbacks = self.fallbacks.get(model).unwrap_or(&none);
+        let mut models = std::iter::once(model)
+            .chain(fallbacks.iter().map(String::as_str))
+            .filter(|model| {
+                !continuing
+                    || self
+                        .pool_for(model)
+                        .is_some_and(|pool| pool.prefill.load(Ordering::Relaxed))
+            });
+        let first = models.next()?;
+        let attempts = Attempts::new(first, self.attempts).fallbacks(models);
+        Some(if first == model {
+            attempts.avoiding(broke)
+        } else {
+            attempts
+        })
+    }
+
+    /// A server of `model`'s pool refused to continue a final assistant message (a 400 to a
+    /// continuation): the pool is not asked to continue again.
+    pub(super) fn refused_prefill(&self, model: &str) {
+        if let Some(pool) = self.pool_for(model) {
+            pool.prefill.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Every upstream, one line each: `pool url (weight w)`.

@@ -40,6 +40,10 @@ pub struct PoolConfig {
     pub health: Option<(String, Duration)>,
     /// When a replica (or a model on it) is ejected, and for how long.
     pub circuits: CircuitOptions,
+    /// Whether its servers continue a final assistant message (a continuation's prefix): vLLM,
+    /// TGI and llama.cpp do; a pool that does not (`prefill = false`: SGLang, some hosted
+    /// models) is never asked to continue a stream, only to restart one.
+    pub prefill: bool,
 }
 
 impl PoolConfig {
@@ -77,6 +81,12 @@ struct PoolFile {
     failures: Option<u32>,
     cooldown_ms: Option<u64>,
     max_cooldown_ms: Option<u64>,
+    #[serde(default = "accepts_prefill")]
+    prefill: bool,
+}
+
+fn accepts_prefill() -> bool {
+    true
 }
 
 fn every_model() -> Vec<String> {
@@ -129,6 +139,7 @@ impl Routes {
                 upstreams: upstreams.iter().map(|url| (url.clone(), 1)).collect(),
                 health: None,
                 circuits: CircuitOptions::default(),
+                prefill: accepts_prefill(),
             }],
             fallbacks: BTreeMap::new(),
             context_fallbacks: BTreeMap::new(),
@@ -192,6 +203,7 @@ impl Routes {
                 upstreams,
                 health: pool.health_path.map(|path| (path, interval)),
                 circuits,
+                prefill: pool.prefill,
             });
         }
         let options = file.attempts;

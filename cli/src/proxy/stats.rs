@@ -1,5 +1,5 @@
 //! The proxy's counters: its streams' ends, requests that got no usable answer (by cause),
-//! the requests passed through, retries, fallbacks and invalid upstream events.
+//! the requests passed through, retries, fallbacks, invalid upstream events and failovers.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use streamgate::EndReason;
 use streamgate::fleet::Cause;
 
+use super::failover::Carried;
 use crate::serving;
 
 /// The proxy's counters.
@@ -22,6 +23,8 @@ pub(super) struct Stats {
     fallbacks: AtomicU64,
     /// Upstream events dropped at `proxy.recv` for not being JSON.
     invalid_events: AtomicU64,
+    /// Streams that broke after their first event, by how they went on ([`Carried::ALL`]).
+    failovers: [AtomicU64; Carried::ALL.len()],
 }
 
 /// What the generator saw, which the gate's end reason cannot tell.
@@ -93,6 +96,13 @@ impl Stats {
             .increment(1);
     }
 
+    /// A stream that broke after its first event went on as `carried`.
+    pub(super) fn failed_over(&self, carried: Carried) {
+        self.failovers[carried as usize].fetch_add(1, Ordering::SeqCst);
+        metrics::counter!("streamgate_proxy_failovers_total", "outcome" => carried.as_str())
+            .increment(1);
+    }
+
     /// A request answered with the upstream's response as it is (not streamed by the proxy).
     pub(super) fn passed_through(&self) {
         self.passed_through.fetch_add(1, Ordering::SeqCst);
@@ -106,8 +116,9 @@ impl Stats {
     /// `streams_upstream_error`, `upstream_errors` (requests that got no usable answer from
     /// any attempt) and `upstream_failures` (by their last attempt's cause),
     /// `requests_passed_through`, `attempts_retried` (attempts after a request's first),
-    /// `fallbacks_answered` (requests a fallback model answered) and `events_dropped_invalid`
-    /// (upstream events that were no JSON object).
+    /// `fallbacks_answered` (requests a fallback model answered), `events_dropped_invalid`
+    /// (upstream events that were no JSON object) and `failovers` (streams that broke after
+    /// their first event, by how they went on).
     pub(super) fn fields(&self) -> Map<String, Value> {
         let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
         let failures: Map<String, Value> = Cause::ALL
@@ -121,7 +132,14 @@ impl Stats {
             .collect();
         let upstream_error = self.streams.ended()[EndReason::UpstreamError];
         let mut fields = self.streams.fields("streams_running");
-        let more: [(&str, Value); 7] = [
+        let failovers: Map<String, Value> = Carried::ALL
+            .iter()
+            .map(|carried| {
+                let count = load(&self.failovers[*carried as usize]);
+                (carried.as_str().to_owned(), count.into())
+            })
+            .collect();
+        let more: [(&str, Value); 8] = [
             ("streams_upstream_error", upstream_error.into()),
             (
                 "upstream_errors",
@@ -132,6 +150,7 @@ impl Stats {
             ("attempts_retried", load(&self.retries).into()),
             ("fallbacks_answered", load(&self.fallbacks).into()),
             ("events_dropped_invalid", load(&self.invalid_events).into()),
+            ("failovers", Value::Object(failovers)),
         ];
         fields.extend(more.map(|(name, value)| (name.to_owned(), value)));
         fields
@@ -155,6 +174,10 @@ pub(super) fn describe() {
     metrics::describe_counter!(
         "streamgate_proxy_fallbacks_total",
         "Requests a fallback model answered"
+    );
+    metrics::describe_counter!(
+        "streamgate_proxy_failovers_total",
+        "Streams that broke after their first event, by how they went on: continued, restarted, whole, refused, failed"
     );
     metrics::describe_counter!(
         "streamgate_proxy_invalid_events_total",

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
+use axum::http::StatusCode;
 use axum::http::header::{self, HeaderMap};
 use axum::response::Response;
 use futures_util::StreamExt;
@@ -16,15 +17,20 @@ use streamgate::openai::{ChatCompletionChunk, ChunkChoice, Delta};
 use streamgate::probe::{Observed, Recorder, Seen};
 use streamgate::resume::{Claim, ClaimError};
 use streamgate::sse::{DecodeError, SseEvent};
+use streamgate::fleet::{Failure, Lease};
 use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{self, Attempted, Outcome, Started};
+use super::attempt::{self, Attempted, Events, Outcome, Started};
 use super::body::Buffered;
 use super::chunk::Relayed;
 use super::config::InjectedStall;
+use super::failover::{self, Carried, CarryOn, Delivered, FailoverMode, NotCarried};
+use super::peek::{self, Peek};
+use super::seam::Seam;
 use super::stats::Verdict;
+use super::url::UpstreamUrl;
 use super::{Proxy, error};
 use crate::flags::PolicyFlag;
 use crate::{resume, serving};
@@ -83,14 +89,14 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     headers.remove(header::CONTENT_LENGTH);
     // The stream's time to its first event counts from here, across its attempts.
     let recv = proxy.recv.recorder_in(id.as_str(), &parent);
-    let attempted = Attempted {
+    let request = Arc::new(Attempted {
         path_and_query,
         headers,
         body,
         asked,
-        model: model.clone(),
-    };
-    let mut attempts: Attempting = Box::pin(attempt::run(proxy.clone(), attempted));
+        model,
+    });
+    let mut attempts: Attempting = Box::pin(attempt::run(proxy.clone(), request.clone()));
     let outcome = if asked {
         // The client hears from the proxy within one heartbeat interval. A server that queues
         // the request (llama.cpp with every slot busy) sends its headers only when it starts on
@@ -113,7 +119,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             Some(outcome) => outcome,
             None => {
                 let answer = Answer::Awaited(attempts);
-                return start(proxy, &id, chat, model, claim, answer, recv).await;
+                return start(proxy, &id, chat, request, claim, answer, recv).await;
             }
         }
     } else {
@@ -128,7 +134,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
                     Err(refused) => return refused_claim(&id, &refused),
                 }
             }
-            start(proxy, &id, chat, model, claim, Answer::Now(started), recv).await
+            start(proxy, &id, chat, request, claim, Answer::Now(started), recv).await
         }
         // An answer that is no stream.
         Outcome::Answer(response) => {
@@ -153,7 +159,7 @@ async fn start(
     proxy: &Arc<Proxy>,
     id: &str,
     chat: bool,
-    model: Option<String>,
+    request: Arc<Attempted>,
     mut claim: Option<Claim>,
     answer: Answer,
     recv: Recorder,
@@ -166,7 +172,7 @@ async fn start(
     let start = Start {
         id,
         chat,
-        model,
+        request,
         stop,
     };
     let consumer = start.spawn(proxy, answer, recv);
@@ -200,7 +206,9 @@ pub(super) enum Answer {
 struct Start<'a> {
     id: &'a str,
     chat: bool,
-    model: Option<String>,
+    /// The request: its `model` names a final chunk made before the upstream sent any, and a
+    /// stream that breaks is carried on with it.
+    request: Arc<Attempted>,
     /// `/cancel`'s stop (resumes on): the generator ends the stream with a final chunk.
     stop: CancellationToken,
 }
@@ -230,7 +238,7 @@ impl Start<'_> {
             verdict,
             chat: self.chat,
             id: self.id.to_owned(),
-            model: self.model,
+            request: self.request,
             mergeable: self.chat && config.gate.policy == PolicyFlag::Coalesce,
             idle: config.upstream_idle,
             stall: config.stall,
@@ -264,9 +272,11 @@ struct Pump {
     stop: CancellationToken,
     verdict: Arc<AtomicU8>,
     chat: bool,
-    /// The request id and `model`: a final chunk made before the upstream sent any names them.
+    /// The request id: a final chunk made before the upstream sent any names it.
     id: String,
-    model: Option<String>,
+    /// The request, to carry the stream on when it breaks (and its `model`, for a final chunk
+    /// made before the upstream sent any).
+    request: Arc<Attempted>,
     mergeable: bool,
     /// `--upstream-idle-ms` (zero: none): the longest wait for the upstream's next event.
     idle: Duration,
@@ -286,6 +296,62 @@ enum End {
     Stopped,
 }
 
+/// The upstream a stream reads: its events, and its lease on the replica, held until the
+/// stream ends or breaks there.
+struct Upstream {
+    lease: Option<Lease<UpstreamUrl>>,
+    events: Events,
+}
+
+impl Upstream {
+    /// The stream `started`, and its first event.
+    fn of(started: Started) -> (Upstream, SseEvent) {
+        let upstream = Upstream {
+            lease: Some(started.lease),
+            events: started.events,
+        };
+        (upstream, started.first)
+    }
+}
+
+/// What a stream has sent its client so far.
+#[derive(Default)]
+struct Sent {
+    /// The next event's id (its position in the stream).
+    next_id: u64,
+    /// The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
+    first: Option<String>,
+    /// Whether a chunk said how the answer finished (a `finish_reason`).
+    finished: bool,
+    /// The answer so far, to continue it from.
+    delivered: Delivered,
+    /// Once the stream was carried on elsewhere: the join of the carried-on chunks.
+    seam: Option<Seam>,
+    /// How many times the stream was carried on.
+    failovers: u32,
+}
+
+/// One wait for the upstream.
+enum Read {
+    /// Its next item (`None`: its end).
+    Item(Option<Result<SseEvent, DecodeError>>),
+    /// Nothing for `--upstream-idle-ms`.
+    Stalled,
+}
+
+/// What one read came to.
+enum Step {
+    /// An event (sent on, or dropped as invalid): the upstream is not idle.
+    Heard,
+    /// Nothing that counts (a `retry:` alone).
+    Quiet,
+    /// The stream ends.
+    End(End),
+    /// The upstream's stream broke: the failure, and what the client is told if it is not
+    /// carried on.
+    Broke(Failure, String),
+}
+
 impl Pump {
     async fn run(
         self,
@@ -293,29 +359,20 @@ impl Pump {
         mut recv: Recorder,
         mut tx: Sender<Relayed>,
     ) -> Result<(), &'static str> {
-        let Started {
-            lease,
-            mut events,
-            first: first_event,
-        } = match self.started(answer).await {
-            Ok(started) => started,
+        let (mut upstream, first_event) = match self.started(answer).await {
+            Ok(started) => Upstream::of(started),
             Err(end) => return self.finish(end, recv, tx, None, 0).await,
         };
-        let gone = |_| "the stream ended";
         // The idle deadline: one timer, moved only when it fires (an event only reads the
         // clock), as the heartbeat's. It runs only while the upstream is awaited: a wait for
         // room in the gate (a slow client) is not the upstream's.
         let mut waiting_since = Instant::now();
         let mut idle = std::pin::pin!(tokio::time::sleep(self.idle));
         let mut stall = self.stall;
-        let mut next_id = 0u64;
-        // The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
-        let mut first: Option<String> = None;
-        // Whether a chunk said how the answer finished (a `finish_reason`).
-        let mut finished = false;
+        let mut sent = Sent::default();
         let mut pending = Some(Ok(first_event));
         let end = loop {
-            if let Some(injected) = stall.filter(|injected| injected.at == next_id) {
+            if let Some(injected) = stall.filter(|injected| injected.at == sent.next_id) {
                 // An injected freeze before forwarding event n (a proxy-side stall), once.
                 stall = None;
                 tokio::select! {
@@ -324,8 +381,8 @@ impl Pump {
                 }
                 waiting_since = Instant::now();
             }
-            let item = match pending.take() {
-                Some(item) => Some(item),
+            let read = match pending.take() {
+                Some(item) => Read::Item(Some(item)),
                 None => tokio::select! {
                     biased;
                     () = self.stop.cancelled() => break End::Stopped,
@@ -335,77 +392,239 @@ impl Pump {
                             idle.as_mut().reset(due);
                             continue;
                         }
-                        break End::Failed(format!(
-                            "upstream stalled: no event for {} ms",
-                            self.idle.as_millis()
-                        ));
+                        Read::Stalled
                     }
-                    item = events.next() => item,
+                    item = upstream.events.next() => Read::Item(item),
                 },
             };
-            let Some(item) = item else {
-                if finished {
-                    // Its final chunk came and it closed cleanly: the answer is whole, and the
-                    // client gets the `[DONE]` it waits for.
-                    let done = SseEvent::data("[DONE]").with_id(next_id.to_string());
-                    let done = done.expect("a number is a valid id");
-                    tx.send(Relayed::new(done, false)).await.map_err(gone)?;
-                    break End::Done;
-                }
-                break End::Failed("the upstream closed the stream before data: [DONE]".into());
-            };
-            match item.observed() {
-                Seen::Event(event) | Seen::Last(event, _) => recv.observe(event),
-                Seen::End(_) | Seen::Nothing => {}
-            }
-            let event = match item {
-                Ok(event) => event,
-                Err(error) => break End::Failed(describe(&error)),
-            };
-            let Some(data) = event.data_str() else {
-                // A `retry:` alone: the proxy's clients reconnect to the proxy.
-                continue;
-            };
-            if event.event() == Some("error") {
-                // The upstream's own end frame, passed on as the stream's end.
-                let frame = SseEvent::data(data)
-                    .with_event("error")
-                    .expect("a constant type");
-                tx.send(Relayed::new(frame, false)).await.map_err(gone)?;
-                break End::ErrorFrame;
-            }
-            let done = data.starts_with("[DONE]");
-            if !done {
-                match Peek::of(data) {
-                    Some(peek) => finished |= peek.finishes(),
-                    None => {
-                        // Not JSON: an SDK would raise on it mid-answer. Dropped and counted;
-                        // the stream goes on whole.
-                        self.proxy.stats.invalid_event();
-                        waiting_since = Instant::now();
-                        continue;
+            let step = match read {
+                Read::Stalled => Step::Broke(
+                    Failure::Stalled,
+                    format!("upstream stalled: no event for {} ms", self.idle.as_millis()),
+                ),
+                // Its final chunk came and it closed cleanly: the answer is whole, and the
+                // client gets the `[DONE]` it waits for.
+                Read::Item(None) if sent.finished => self.done(&mut sent, &mut tx).await?,
+                Read::Item(None) => Step::Broke(
+                    Failure::Cut,
+                    "the upstream closed the stream before data: [DONE]".to_owned(),
+                ),
+                Read::Item(Some(item)) => {
+                    match item.observed() {
+                        Seen::Event(event) | Seen::Last(event, _) => recv.observe(event),
+                        Seen::End(_) | Seen::Nothing => {}
+                    }
+                    match item {
+                        Ok(event) => self.forward(event, &mut sent, &mut tx).await?,
+                        Err(error) => Step::Broke(Failure::Cut, describe(&error)),
                     }
                 }
-                if first.is_none() {
-                    first = Some(data.to_owned());
+            };
+            match step {
+                Step::Heard => waiting_since = Instant::now(),
+                Step::Quiet => {}
+                Step::End(end) => break end,
+                Step::Broke(failure, why) => {
+                    match self.carry_on(&mut upstream, failure, why, &mut sent).await {
+                        Ok(Some(first)) => {
+                            pending = Some(Ok(first));
+                            waiting_since = Instant::now();
+                        }
+                        Ok(None) => break self.whole(&mut sent, &mut tx).await?,
+                        Err(end) => break end,
+                    }
                 }
-            }
-            let event = event
-                .with_id(next_id.to_string())
-                .expect("a number is a valid id");
-            tx.send(Relayed::new(event, self.mergeable && !done))
-                .await
-                .map_err(gone)?;
-            waiting_since = Instant::now();
-            next_id += 1;
-            if done {
-                break End::Done;
             }
         };
         // Whatever the end, the upstream connection goes now (an unfinished body closes it),
         // and with it the stream's count on its replica.
-        drop((events, lease));
-        self.finish(end, recv, tx, first, next_id).await
+        drop(upstream);
+        self.finish(end, recv, tx, sent.first, sent.next_id).await
+    }
+
+    /// Sends one upstream event on (its data, joined at the seam once carried on), or says
+    /// that the stream ends or broke with it.
+    async fn forward(
+        &self,
+        event: SseEvent,
+        sent: &mut Sent,
+        tx: &mut Sender<Relayed>,
+    ) -> Result<Step, &'static str> {
+        let gone = |_| "the stream ended";
+        let Some(data) = event.data_str() else {
+            // A `retry:` alone: the proxy's clients reconnect to the proxy.
+            return Ok(Step::Quiet);
+        };
+        let carrying = self.proxy.config.failover != FailoverMode::Off;
+        if event.event() == Some("error") {
+            let error = serde_json::from_str::<Value>(data).unwrap_or(Value::Null);
+            if carrying && peek::another_replica_could_avoid(&error) {
+                let why = format!("the upstream ended the stream with an error: {data}");
+                return Ok(Step::Broke(Failure::ErrorEvent, why));
+            }
+            // The upstream's own end frame, passed on as the stream's end.
+            let frame = SseEvent::data(data)
+                .with_event("error")
+                .expect("a constant type");
+            tx.send(Relayed::new(frame, false)).await.map_err(gone)?;
+            return Ok(Step::End(End::ErrorFrame));
+        }
+        if data.starts_with("[DONE]") {
+            return self.done(sent, tx).await;
+        }
+        let Some(mut peek) = Peek::of(data) else {
+            // Not JSON: an SDK would raise on it mid-answer. Dropped and counted; the stream
+            // goes on whole.
+            self.proxy.stats.invalid_event();
+            return Ok(Step::Heard);
+        };
+        if carrying && peek.error().is_some_and(peek::another_replica_could_avoid) {
+            let why = format!("the upstream sent an error mid-stream: {data}");
+            return Ok(Step::Broke(Failure::ErrorEvent, why));
+        }
+        let joined = match sent.seam.as_mut() {
+            None => None,
+            Some(seam) => match seam.join(data) {
+                // Nothing to say (a repeated role, the echo of the delivered text).
+                None => return Ok(Step::Heard),
+                Some(joined) => {
+                    peek = Peek::of(&joined).unwrap_or_default();
+                    Some(joined)
+                }
+            },
+        };
+        sent.finished |= peek.finishes();
+        if carrying {
+            sent.delivered.add(&peek);
+        }
+        if sent.first.is_none() {
+            sent.first = Some(data.to_owned());
+        }
+        let event = match joined {
+            Some(joined) => SseEvent::data(joined),
+            None => event,
+        };
+        let event = event
+            .with_id(sent.next_id.to_string())
+            .expect("a number is a valid id");
+        tx.send(Relayed::new(event, self.mergeable))
+            .await
+            .map_err(gone)?;
+        sent.next_id += 1;
+        Ok(Step::Heard)
+    }
+
+    /// Sends `[DONE]`: the stream is complete.
+    async fn done(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<Step, &'static str> {
+        let done = SseEvent::data("[DONE]").with_id(sent.next_id.to_string());
+        let done = done.expect("a number is a valid id");
+        tx.send(Relayed::new(done, false))
+            .await
+            .map_err(|_| "the stream ended")?;
+        sent.next_id += 1;
+        Ok(Step::End(End::Done))
+    }
+
+    /// Ends a stream whose `max_tokens` were all delivered before it broke: its final chunk
+    /// (`finish_reason: length`) and `[DONE]`.
+    async fn whole(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
+        let model = self.request.model.as_deref();
+        let last = final_chunk(sent.first.as_deref(), &self.id, model, self.chat, "length");
+        let event = SseEvent::data(last).with_id(sent.next_id.to_string());
+        tx.send(Relayed::new(event.expect("a number is a valid id"), false))
+            .await
+            .map_err(|_| "the stream ended")?;
+        sent.next_id += 1;
+        self.done(sent, tx).await?;
+        Ok(End::Done)
+    }
+
+    /// The upstream's stream broke (`failure`, which the client is told as `why` if it is not
+    /// carried on): counted against its replica, dropped, and carried on elsewhere as
+    /// `--failover` allows. The carried-on stream's first event; `None` when the answer was
+    /// already whole; the stream's end when it is not carried on.
+    async fn carry_on(
+        &self,
+        upstream: &mut Upstream,
+        failure: Failure,
+        why: String,
+        sent: &mut Sent,
+    ) -> Result<Option<SseEvent>, End> {
+        let Some(mut lease) = upstream.lease.take() else {
+            return Err(End::Failed(why));
+        };
+        lease.broke(&failure);
+        let (model, broke) = (lease.model().to_owned(), lease.index());
+        // The broken upstream goes now: its connection closes, its count on its replica ends.
+        upstream.events = Box::pin(futures_util::stream::empty());
+        drop(lease);
+        let config = &self.proxy.config;
+        let stats = &self.proxy.stats;
+        let not_carried = |reason: NotCarried| {
+            stats.failed_over(Carried::Refused);
+            match reason {
+                NotCarried::Off => End::Failed(why.clone()),
+                reason => End::Failed(format!("{why}; not carried on: {reason}")),
+            }
+        };
+        if sent.failovers >= config.failover_max {
+            return Err(not_carried(NotCarried::Budget(config.failover_max)));
+        }
+        let body = &self.request.body.bytes;
+        let (body, carried) =
+            match failover::carry_on(config.failover, body, self.chat, &sent.delivered) {
+                Ok(CarryOn::Whole) => {
+                    stats.failed_over(Carried::Whole);
+                    return Ok(None);
+                }
+                Ok(CarryOn::Restart(body)) => (body, Carried::Restarted),
+                Ok(CarryOn::Continue(body)) => (body, Carried::Continued),
+                Err(reason) => return Err(not_carried(reason)),
+            };
+        let continuing = carried == Carried::Continued;
+        let Some(attempts) = self.proxy.fleet.carry_on(&model, broke, continuing) else {
+            return Err(not_carried(NotCarried::NoPrefill));
+        };
+        sent.failovers += 1;
+        let request = self.request.clone();
+        let outcome = tokio::select! {
+            biased;
+            () = self.stop.cancelled() => return Err(End::Stopped),
+            outcome = attempt::carry_on(self.proxy.clone(), request, body, attempts) => outcome,
+        };
+        let failed = |what: String| {
+            stats.failed_over(Carried::Failed);
+            End::Failed(format!("{why}; carrying it on failed: {what}"))
+        };
+        match outcome {
+            Outcome::Stream(started) => {
+                stats.failed_over(carried);
+                let (carried_on, first) = Upstream::of(started);
+                *upstream = carried_on;
+                let delivered = &sent.delivered;
+                sent.seam = Some(Seam::new(
+                    sent.first.as_deref(),
+                    &delivered.text,
+                    delivered.tokens,
+                ));
+                Ok(Some(first))
+            }
+            Outcome::Refused(refused) => {
+                // A server that answers a continuation with 400 does not take an assistant
+                // prefix: its pool is not asked to continue again, and its 400 is not the
+                // client's error (the original failure is).
+                if continuing && refused.response.status() == StatusCode::BAD_REQUEST {
+                    self.proxy.fleet.refused_prefill(&refused.model);
+                }
+                let status = refused.response.status();
+                Err(failed(format!("the upstream answered {status}")))
+            }
+            Outcome::GaveUp(gave_up) => Err(failed(gave_up.message)),
+            Outcome::Answer(answer) => Err(failed(format!(
+                "the upstream answered {} without a stream",
+                answer.status()
+            ))),
+        }
     }
 
     /// The upstream's stream, its first event come: at once, or once the attempts are over (a
@@ -472,8 +691,8 @@ impl Pump {
             End::Stopped => {
                 self.verdict.store(Verdict::Stopped as u8, Ordering::SeqCst);
                 recv.end(EndReason::Cancelled);
-                let finish =
-                    final_chunk(first.as_deref(), &self.id, self.model.as_deref(), self.chat);
+                let model = self.request.model.as_deref();
+                let finish = final_chunk(first.as_deref(), &self.id, model, self.chat, "stop");
                 for data in [finish, "[DONE]".to_owned()] {
                     let event = SseEvent::data(data).with_id(next_id.to_string());
                     let event = event.expect("a number is a valid id");
@@ -513,36 +732,6 @@ async fn prefix(body: Body, limit: usize) -> String {
         .unwrap_or_default()
 }
 
-/// What the proxy reads of each upstream chunk: whether it is JSON at all, and whether it
-/// finishes the answer (a choice's `finish_reason`). One parse, nothing kept but that.
-#[derive(serde::Deserialize)]
-struct Peek {
-    #[serde(default)]
-    choices: Vec<PeekChoice>,
-}
-
-#[derive(serde::Deserialize)]
-struct PeekChoice {
-    #[serde(default)]
-    finish_reason: Option<serde::de::IgnoredAny>,
-}
-
-impl Peek {
-    /// What `data` says, if it is a JSON object.
-    fn of(data: &str) -> Option<Peek> {
-        if !data.trim_start().starts_with('{') {
-            return None;
-        }
-        serde_json::from_str(data).ok()
-    }
-
-    fn finishes(&self) -> bool {
-        self.choices
-            .iter()
-            .any(|choice| choice.finish_reason.is_some())
-    }
-}
-
 /// What the client is told when decoding the upstream failed.
 fn describe(error: &DecodeError) -> String {
     match error {
@@ -556,12 +745,19 @@ fn describe(error: &DecodeError) -> String {
     }
 }
 
-/// The last chunk of a stream stopped on purpose: one choice that finishes with `stop` (a
+/// The last chunk of a stream stopped on purpose (or whole): one choice that finishes with
+/// `finish` (`stop`, or `length` for an answer all of whose `max_tokens` came) (a
 /// `delta` for a chat completion, a `text` for a text one), in the envelope (`id`, `model`,
 /// ...) of the stream's `first` chunk, without its `usage`. When there was none (stopped before
 /// the upstream's first chunk), or it was not a chunk, a minimal one of the proxy's own: its id
 /// the request id, its `model` the request's (empty when it named none).
-fn final_chunk(first: Option<&str>, id: &str, model: Option<&str>, chat: bool) -> String {
+fn final_chunk(
+    first: Option<&str>,
+    id: &str,
+    model: Option<&str>,
+    chat: bool,
+    finish: &str,
+) -> String {
     let created = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -574,7 +770,7 @@ fn final_chunk(first: Option<&str>, id: &str, model: Option<&str>, chat: bool) -
             .unwrap_or_else(|| ChatCompletionChunk::new(id, created(), model));
         chunk.usage = None;
         chunk.choices = vec![ChunkChoice {
-            finish_reason: Some("stop".to_owned()),
+            finish_reason: Some(finish.to_owned()),
             ..ChunkChoice::new(0, Delta::default())
         }];
         return chunk.to_json();
@@ -590,7 +786,7 @@ fn final_chunk(first: Option<&str>, id: &str, model: Option<&str>, chat: bool) -
         ]),
     };
     chunk.remove("usage");
-    let choice = json!({"index": 0, "text": "", "logprobs": null, "finish_reason": "stop"});
+    let choice = json!({"index": 0, "text": "", "logprobs": null, "finish_reason": finish});
     chunk.insert("choices".into(), json!([choice]));
     Value::Object(chunk).to_string()
 }
@@ -603,7 +799,7 @@ mod tests {
     fn a_final_chunk_repeats_the_envelope() {
         let first = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"role":"assistant","content":"a"}}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}"#;
         let chunk: Value =
-            serde_json::from_str(&final_chunk(Some(first), "r1", Some("x"), true)).unwrap();
+            serde_json::from_str(&final_chunk(Some(first), "r1", Some("x"), true, "stop")).unwrap();
         assert_eq!(
             chunk,
             json!({
@@ -614,7 +810,7 @@ mod tests {
         );
         let text = r#"{"id":"c2","object":"text_completion","choices":[{"index":0,"text":"a"}]}"#;
         let chunk: Value =
-            serde_json::from_str(&final_chunk(Some(text), "r1", None, false)).unwrap();
+            serde_json::from_str(&final_chunk(Some(text), "r1", None, false, "stop")).unwrap();
         assert_eq!(chunk["id"], "c2");
         assert_eq!(
             chunk["choices"],
@@ -623,14 +819,14 @@ mod tests {
         // Stopped before the first chunk, or after one that was none: the proxy's own.
         for first in [None, Some("not json"), Some(r#"{"odd":1}"#)] {
             let chunk: Value =
-                serde_json::from_str(&final_chunk(first, "r1", Some("m"), true)).unwrap();
+                serde_json::from_str(&final_chunk(first, "r1", Some("m"), true, "stop")).unwrap();
             assert_eq!(chunk["id"], "r1", "{first:?}");
             assert_eq!(chunk["object"], "chat.completion.chunk");
             assert_eq!(chunk["model"], "m");
             assert_eq!(chunk["choices"][0]["finish_reason"], "stop");
             assert_eq!(chunk["choices"][0]["delta"], json!({}));
         }
-        let chunk: Value = serde_json::from_str(&final_chunk(None, "r2", None, false)).unwrap();
+        let chunk: Value = serde_json::from_str(&final_chunk(None, "r2", None, false, "stop")).unwrap();
         assert_eq!(chunk["id"], "r2");
         assert_eq!(chunk["object"], "text_completion");
         assert_eq!(chunk["model"], "");

@@ -1,0 +1,376 @@
+//! Failover after the first event: when an upstream stream breaks mid-answer (cut, stalled, an
+//! error event another replica could avoid), the request that carries it on elsewhere. What
+//! the client has so far ([`Delivered`]) decides it: nothing visible yet is a restart (the
+//! original request again); some text is a continuation (the original request with that text
+//! as a final assistant message, the flags vLLM and TGI need to continue it rather than start
+//! a new turn, and `max_tokens` less what was delivered), where one can be faithful
+//! ([`NotCarried`] says why not).
+
+use std::fmt;
+
+use axum::body::Bytes;
+use clap::ValueEnum;
+use serde_json::{Map, Value, json};
+
+use super::peek::Peek;
+
+/// What the proxy does when a stream breaks after its first event (`--failover`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum FailoverMode {
+    /// End the stream with an error event saying what broke.
+    Off,
+    /// Send the original request again elsewhere, but only while nothing visible has reached
+    /// the client; after that, as `off`.
+    Restart,
+    /// Send it again while nothing visible has reached the client; after that, ask another
+    /// replica (or a fallback) to continue the answer from the text delivered.
+    Continue,
+}
+
+/// What the client has of the answer so far: everything the stream sent into its gate (it all
+/// reaches the client, merged or not).
+#[derive(Debug, Default)]
+pub(super) struct Delivered {
+    /// The answer's text.
+    pub(super) text: String,
+    /// Its tokens, one per chunk that added text (as the servers fronted stream them).
+    pub(super) tokens: u64,
+    /// A tool call began.
+    pub(super) tool_call: bool,
+}
+
+impl Delivered {
+    /// `chunk` went to the client.
+    pub(super) fn add(&mut self, chunk: &Peek) {
+        let before = self.text.len();
+        for text in chunk.text() {
+            self.text.push_str(text);
+        }
+        if self.text.len() > before {
+            self.tokens += 1;
+        }
+        self.tool_call |= chunk.calls_a_tool();
+    }
+
+    /// Whether anything visible reached the client.
+    pub(super) fn is_empty(&self) -> bool {
+        self.text.is_empty() && !self.tool_call
+    }
+}
+
+/// How a stream that broke after its first event went on, for `/stats` and `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Carried {
+    /// Continued elsewhere from the delivered text.
+    Continued,
+    /// Sent again elsewhere: nothing visible had been delivered.
+    Restarted,
+    /// Ended as a whole answer: its `max_tokens` had all been delivered.
+    Whole,
+    /// Not carried on ([`NotCarried`]): the client got the error event.
+    Refused,
+    /// Carrying it on was tried, and every attempt failed.
+    Failed,
+}
+
+impl Carried {
+    /// Every outcome, in the order of their counters.
+    pub(super) const ALL: [Carried; 5] = [
+        Carried::Continued,
+        Carried::Restarted,
+        Carried::Whole,
+        Carried::Refused,
+        Carried::Failed,
+    ];
+
+    /// Its label: `continued`, `restarted`, `whole`, `refused`, `failed`.
+    pub(super) const fn as_str(self) -> &'static str {
+        match self {
+            Carried::Continued => "continued",
+            Carried::Restarted => "restarted",
+            Carried::Whole => "whole",
+            Carried::Refused => "refused",
+            Carried::Failed => "failed",
+        }
+    }
+}
+
+/// The request that carries a broken stream on.
+#[derive(Debug, PartialEq)]
+pub(super) enum CarryOn {
+    /// The original request again: nothing visible had reached the client.
+    Restart(Bytes),
+    /// The original request with the delivered text as a final assistant message.
+    Continue(Bytes),
+    /// The delivered tokens already are the `max_tokens` asked for: the answer is whole, and
+    /// ends with `finish_reason: length`.
+    Whole,
+}
+
+/// Why a broken stream is not carried on: the client gets the stream's error event, saying it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum NotCarried {
+    /// `--failover off`.
+    Off,
+    /// `--failover restart`, and text had reached the client.
+    Delivered,
+    /// The stream failed over `--failover-max` times already.
+    Budget(u32),
+    /// A tool call was in progress: a continuation could not be faithful to it.
+    ToolCall,
+    /// The request asked for structured output (`response_format` with a schema or JSON).
+    StructuredOutput,
+    /// The request asked for several choices (`n` > 1).
+    SeveralChoices,
+    /// The request asked for log probabilities, which a continuation cannot give for the
+    /// delivered tokens.
+    Logprobs,
+    /// A text completion (`/v1/completions`): only chat completions are continued.
+    TextCompletion,
+    /// No pool left to continue on accepts an assistant prefix.
+    NoPrefill,
+}
+
+impl fmt::Display for NotCarried {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotCarried::Off => f.write_str("failover is off"),
+            NotCarried::Delivered => {
+                f.write_str("text had reached the client, and --failover restart only restarts")
+            }
+            NotCarried::Budget(max) => write!(f, "it failed over {max} times already"),
+            NotCarried::ToolCall => f.write_str("a tool call was in progress"),
+            NotCarried::StructuredOutput => {
+                f.write_str("the request asked for structured output (response_format)")
+            }
+            NotCarried::SeveralChoices => f.write_str("the request asked for several choices (n)"),
+            NotCarried::Logprobs => f.write_str("the request asked for logprobs"),
+            NotCarried::TextCompletion => f.write_str("text completions are not continued"),
+            NotCarried::NoPrefill => {
+                f.write_str("no upstream left to continue on accepts an assistant prefix")
+            }
+        }
+    }
+}
+
+/// The request that carries a stream of the original `body` (a chat completion or not) on,
+/// after `delivered` reached its client, as `mode` allows.
+pub(super) fn carry_on(
+    mode: FailoverMode,
+    body: &Bytes,
+    chat: bool,
+    delivered: &Delivered,
+) -> Result<CarryOn, NotCarried> {
+    if mode == FailoverMode::Off {
+        return Err(NotCarried::Off);
+    }
+    if delivered.is_empty() {
+        return Ok(CarryOn::Restart(body.clone()));
+    }
+    if mode == FailoverMode::Restart {
+        return Err(NotCarried::Delivered);
+    }
+    if delivered.tool_call {
+        return Err(NotCarried::ToolCall);
+    }
+    if !chat {
+        return Err(NotCarried::TextCompletion);
+    }
+    // The body was a JSON object when the stream started (its `model` was read).
+    let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
+        return Err(NotCarried::TextCompletion);
+    };
+    if request.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+        return Err(NotCarried::SeveralChoices);
+    }
+    let logprobs = request.get("logprobs").is_some_and(|asked| asked == &json!(true))
+        || request.get("top_logprobs").is_some_and(|n| !n.is_null());
+    if logprobs {
+        return Err(NotCarried::Logprobs);
+    }
+    let format = request
+        .get("response_format")
+        .and_then(|format| format.get("type"))
+        .and_then(Value::as_str);
+    if matches!(format, Some("json_schema" | "json_object")) {
+        return Err(NotCarried::StructuredOutput);
+    }
+    for key in ["max_tokens", "max_completion_tokens"] {
+        if let Some(asked) = request.get(key).and_then(Value::as_u64) {
+            let left = asked.saturating_sub(delivered.tokens);
+            if left == 0 {
+                return Ok(CarryOn::Whole);
+            }
+            request.insert(key.to_owned(), left.into());
+        }
+    }
+    let messages = request
+        .entry("messages")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(messages) = messages {
+        // A request that ended with an assistant message of its own (a prefill) continues it.
+        let prefilled = messages
+            .last_mut()
+            .filter(|last| last["role"] == "assistant")
+            .and_then(|last| last.get_mut("content"))
+            .and_then(|content| match content {
+                Value::String(text) => Some(text),
+                _ => None,
+            });
+        match prefilled {
+            Some(text) => text.push_str(&delivered.text),
+            None => messages.push(json!({"role": "assistant", "content": delivered.text})),
+        }
+    }
+    request.insert("continue_final_message".to_owned(), true.into());
+    request.insert("add_generation_prompt".to_owned(), false.into());
+    Ok(CarryOn::Continue(Bytes::from(Value::Object(request).to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn delivered(text: &str, tokens: u64) -> Delivered {
+        Delivered {
+            text: text.to_owned(),
+            tokens,
+            tool_call: false,
+        }
+    }
+
+    fn body(json: Value) -> Bytes {
+        Bytes::from(json.to_string())
+    }
+
+    #[test]
+    fn text_delivered_is_continued_as_a_final_assistant_message() {
+        let original = body(json!({
+            "model": "m", "stream": true, "max_tokens": 10,
+            "messages": [{"role": "user", "content": "hi"}],
+        }));
+        let Ok(CarryOn::Continue(carried)) = carry_on(
+            FailoverMode::Continue,
+            &original,
+            true,
+            &delivered("t0 t1 t2 ", 3),
+        ) else {
+            panic!("a continuation");
+        };
+        let carried: Value = serde_json::from_slice(&carried).unwrap();
+        assert_eq!(
+            carried,
+            json!({
+                "model": "m", "stream": true, "max_tokens": 7,
+                "messages": [
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": "t0 t1 t2 "},
+                ],
+                "continue_final_message": true, "add_generation_prompt": false,
+            })
+        );
+        // A prefill of the client's own goes on with what followed it.
+        let prefilled = body(json!({
+            "model": "m", "max_completion_tokens": 5,
+            "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure: "}],
+        }));
+        let Ok(CarryOn::Continue(carried)) = carry_on(
+            FailoverMode::Continue,
+            &prefilled,
+            true,
+            &delivered("t0 ", 1),
+        ) else {
+            panic!("a continuation");
+        };
+        let carried: Value = serde_json::from_slice(&carried).unwrap();
+        assert_eq!(carried["messages"][1]["content"], "Sure: t0 ");
+        assert_eq!(carried["messages"].as_array().unwrap().len(), 2);
+        assert_eq!(carried["max_completion_tokens"], 4);
+    }
+
+    #[test]
+    fn nothing_visible_yet_is_a_restart_and_every_token_delivered_is_a_whole_answer() {
+        let original = body(json!({"model": "m", "max_tokens": 3, "messages": []}));
+        for mode in [FailoverMode::Restart, FailoverMode::Continue] {
+            assert_eq!(
+                carry_on(mode, &original, true, &Delivered::default()),
+                Ok(CarryOn::Restart(original.clone()))
+            );
+        }
+        assert_eq!(
+            carry_on(
+                FailoverMode::Continue,
+                &original,
+                true,
+                &delivered("a b c", 3)
+            ),
+            Ok(CarryOn::Whole)
+        );
+    }
+
+    #[test]
+    fn what_a_continuation_cannot_be_faithful_to_is_refused_saying_which() {
+        let text = delivered("t0 ", 1);
+        let refused = |request: Value, chat: bool, delivered: &Delivered| {
+            carry_on(FailoverMode::Continue, &body(request), chat, delivered).unwrap_err()
+        };
+        let with = |key: &str, value: Value| {
+            let mut request = json!({"model": "m", "messages": []});
+            request[key] = value;
+            request
+        };
+        assert_eq!(
+            refused(with("n", json!(2)), true, &text),
+            NotCarried::SeveralChoices
+        );
+        assert_eq!(
+            refused(with("logprobs", json!(true)), true, &text),
+            NotCarried::Logprobs
+        );
+        assert_eq!(
+            refused(
+                with("response_format", json!({"type": "json_schema", "json_schema": {}})),
+                true,
+                &text
+            ),
+            NotCarried::StructuredOutput
+        );
+        let calling = Delivered {
+            tool_call: true,
+            ..Delivered::default()
+        };
+        assert_eq!(
+            refused(with("n", json!(1)), true, &calling),
+            NotCarried::ToolCall
+        );
+        assert_eq!(
+            refused(with("n", json!(1)), false, &text),
+            NotCarried::TextCompletion
+        );
+        let original = body(json!({"model": "m"}));
+        assert_eq!(
+            carry_on(FailoverMode::Restart, &original, true, &text),
+            Err(NotCarried::Delivered)
+        );
+        assert_eq!(
+            carry_on(FailoverMode::Off, &original, true, &Delivered::default()),
+            Err(NotCarried::Off)
+        );
+        assert!(NotCarried::ToolCall.to_string().contains("tool call"));
+    }
+
+    #[test]
+    fn delivered_counts_a_token_per_chunk_with_text() {
+        let mut delivered = Delivered::default();
+        for chunk in [
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"t0 "}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"t1 "}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        ] {
+            delivered.add(&Peek::of(chunk).unwrap());
+        }
+        assert_eq!((delivered.text.as_str(), delivered.tokens), ("t0 t1 ", 2));
+        assert!(!delivered.is_empty());
+    }
+}

@@ -1,0 +1,145 @@
+//! What the proxy reads of each upstream chunk, in one parse that keeps nothing but this:
+//! whether it is a JSON object at all, whether it finishes the answer (a `finish_reason`), the
+//! text it adds and whether it calls a tool (what a continuation must know), and whether it is
+//! an error the server sent in band.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::Value;
+
+/// One upstream chunk, peeked at.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Peek {
+    #[serde(default)]
+    choices: Vec<PeekChoice>,
+    /// A chunk that is an error (vLLM sends `data: {"error": {...}}` mid-stream).
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PeekChoice {
+    #[serde(default)]
+    finish_reason: Option<IgnoredAny>,
+    #[serde(default)]
+    delta: Option<PeekDelta>,
+    /// A text completion's chunk carries its text here.
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PeekDelta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<IgnoredAny>,
+    #[serde(default)]
+    function_call: Option<IgnoredAny>,
+}
+
+impl Peek {
+    /// What `data` says, if it is a JSON object.
+    pub(super) fn of(data: &str) -> Option<Peek> {
+        if !data.trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(data).ok()
+    }
+
+    /// Whether a choice finishes with it.
+    pub(super) fn finishes(&self) -> bool {
+        self.choices
+            .iter()
+            .any(|choice| choice.finish_reason.is_some())
+    }
+
+    /// The text it adds to the answer (its choices' content, or a text completion's text).
+    pub(super) fn text(&self) -> impl Iterator<Item = &str> {
+        self.choices.iter().filter_map(|choice| {
+            let content = choice.delta.as_ref().and_then(|d| d.content.as_deref());
+            content.or(choice.text.as_deref())
+        })
+    }
+
+    /// Whether it calls a tool (a `tool_calls` or `function_call` delta).
+    pub(super) fn calls_a_tool(&self) -> bool {
+        self.choices.iter().any(|choice| {
+            choice
+                .delta
+                .as_ref()
+                .is_some_and(|d| d.tool_calls.is_some() || d.function_call.is_some())
+        })
+    }
+
+    /// The error object of a chunk that is an error.
+    pub(super) fn error(&self) -> Option<&Value> {
+        self.error.as_ref()
+    }
+}
+
+/// Whether an error the upstream sent mid-stream (its `error` object, or the event's whole
+/// JSON) is one another replica could avoid: an overload, an internal error, a server's own
+/// resources (its KV cache) running out, a 5xx. A request error (`invalid_request_error`, a
+/// 4xx) is not.
+pub(super) fn another_replica_could_avoid(error: &Value) -> bool {
+    let error = error.get("error").unwrap_or(error);
+    ["type", "code"]
+        .iter()
+        .filter_map(|key| error.get(key))
+        .any(|value| match value {
+            Value::String(word) => {
+                let word = word.to_ascii_lowercase();
+                ["server_error", "overloaded", "internal", "unavailable", "kv_cache"]
+                    .iter()
+                    .any(|transient| word.contains(transient))
+            }
+            Value::Number(code) => code.as_u64().is_some_and(|code| code >= 500),
+            _ => false,
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chunk_says_its_text_its_end_and_its_tool_calls() {
+        let chunk = Peek::of(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"hi \"you\""},"finish_reason":null}]}"#).unwrap();
+        assert_eq!(chunk.text().collect::<String>(), "hi \"you\"");
+        assert!(!chunk.finishes() && !chunk.calls_a_tool());
+        let last = Peek::of(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"completion_tokens":3}}"#).unwrap();
+        assert!(last.finishes());
+        assert_eq!(last.text().count(), 0);
+        let tool = Peek::of(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}"#).unwrap();
+        assert!(tool.calls_a_tool());
+        let text = Peek::of(r#"{"choices":[{"index":0,"text":"t1 "}]}"#).unwrap();
+        assert_eq!(text.text().collect::<String>(), "t1 ");
+        assert!(Peek::of("[DONE]").is_none());
+        assert!(Peek::of(r#"{"choices":[{"delta":{"content":"t"#).is_none());
+    }
+
+    #[test]
+    fn an_overload_or_an_internal_error_is_for_another_replica_a_bad_request_is_not() {
+        let avoidable = [
+            r#"{"error":{"message":"kv full","type":"server_error","code":"kv_cache_exhausted"}}"#,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            r#"{"object":"error","message":"boom","type":"InternalServerError","code":500}"#,
+        ];
+        for error in avoidable {
+            let error: Value = serde_json::from_str(error).unwrap();
+            assert!(another_replica_could_avoid(&error), "{error}");
+        }
+        let not = [
+            r#"{"error":{"message":"bad","type":"invalid_request_error","code":null}}"#,
+            r#"{"object":"error","message":"too long","type":"BadRequestError","code":400}"#,
+            r#"{"error":"a string"}"#,
+        ];
+        for error in not {
+            let error: Value = serde_json::from_str(error).unwrap();
+            assert!(!another_replica_could_avoid(&error), "{error}");
+        }
+        let peeked = Peek::of(r#"{"error":{"type":"server_error"}}"#).unwrap();
+        assert!(another_replica_could_avoid(peeked.error().unwrap()));
+    }
+}
