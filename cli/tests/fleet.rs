@@ -5,6 +5,8 @@
 //! `/stats` and `/metrics` afterwards.
 
 mod common;
+#[path = "common/fleet_setup.rs"]
+mod fleet_setup;
 #[path = "common/proxy_setup.rs"]
 mod setup;
 
@@ -12,7 +14,6 @@ mod setup;
 use common as client;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::provider::{
@@ -21,127 +22,11 @@ use common::provider::{
 use common::replica::Replica;
 use common::tls::Authority;
 use common::{BodyEnd, HANG, RawResponse, content, data, stats, wait_for};
+use fleet_setup::{chat, configured, file, read, replicas, stream, upstream};
 use serde_json::Value;
-use setup::{CHAT, args, serve_proxy};
-use streamgate_cli::proxy;
+use setup::CHAT;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-
-/// A proxy with `flags`, served in process; its address.
-fn start(flags: &[&str]) -> SocketAddr {
-    let config = proxy::Config::parse_from(args(flags)).unwrap();
-    serve_proxy(config, None).0
-}
-
-/// A proxy in front of `upstreams` (one pool of replicas) with `flags`.
-fn replicas(upstreams: &[&str], flags: &[&str]) -> SocketAddr {
-    let mut all = Vec::new();
-    for upstream in upstreams {
-        all.extend(["--upstream", upstream]);
-    }
-    all.extend_from_slice(flags);
-    start(&all)
-}
-
-/// `text` in a file of its own in the temp dir (left there: the temp dir is the machine's).
-fn file(name: &str, text: &str) -> PathBuf {
-    let path = std::env::temp_dir().join(format!("fleet-{}-{name}", std::process::id()));
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// A proxy with the fleet `toml` describes (`--config`) and `flags`.
-fn configured(name: &str, toml: &str, flags: &[&str]) -> SocketAddr {
-    let path = file(&format!("{name}.toml"), toml);
-    let mut all = vec!["--config", path.to_str().unwrap()];
-    all.extend_from_slice(flags);
-    start(&all)
-}
-
-/// A chat completion request for `model` and `max_tokens` tokens, streamed or not.
-fn chat(model: &str, max_tokens: u64, streamed: bool) -> String {
-    format!(
-        r#"{{"model":"{model}","messages":[{{"role":"user","content":"hi"}}],"stream":{streamed},"max_tokens":{max_tokens}}}"#
-    )
-}
-
-/// A streamed chat completion of `model` through the proxy.
-async fn stream(proxy: SocketAddr, model: &str, max_tokens: u64) -> RawResponse {
-    RawResponse::post(proxy, CHAT, "", &chat(model, max_tokens, true)).await
-}
-
-/// What a client read of a whole stream.
-struct Read {
-    status: u16,
-    frames: Vec<String>,
-}
-
-impl Read {
-    /// The text its chunks carry.
-    fn text(&self) -> String {
-        self.frames.iter().filter_map(|f| content(f)).collect()
-    }
-
-    /// Its events' JSON (not `[DONE]`, not heartbeats).
-    fn chunks(&self) -> Vec<Value> {
-        self.frames
-            .iter()
-            .filter_map(|frame| data(frame))
-            .filter(|data| *data != "[DONE]")
-            .map(|data| serde_json::from_str(data).expect("every event the client gets is JSON"))
-            .collect()
-    }
-
-    /// A whole answer of `tokens` tokens from `model`: 200, every token, the final chunk's
-    /// `finish_reason` and usage, then `[DONE]` last; no error frame anywhere.
-    fn assert_whole(&self, model: &str, tokens: u64) {
-        assert_eq!(self.status, 200, "{:?}", self.frames);
-        assert_eq!(self.text(), Answer::text(tokens), "{:?}", self.frames);
-        let chunks = self.chunks();
-        assert!(
-            chunks.iter().all(|chunk| chunk.get("error").is_none()),
-            "{:?}",
-            self.frames
-        );
-        assert!(
-            chunks.iter().all(|chunk| chunk["model"] == model),
-            "{chunks:?}"
-        );
-        let last = chunks.last().expect("a final chunk");
-        assert_eq!(last["choices"][0]["finish_reason"], "stop", "{chunks:?}");
-        assert_eq!(last["usage"]["completion_tokens"], tokens, "{chunks:?}");
-        assert_eq!(
-            self.frames.last().and_then(|f| data(f)),
-            Some("[DONE]"),
-            "{:?}",
-            self.frames
-        );
-    }
-}
-
-/// Reads `response` to its end.
-async fn read(mut response: RawResponse) -> Read {
-    let status = response.status();
-    let frames = if status == 200 {
-        let frames = response.rest().await;
-        assert_eq!(response.ended(), Some(BodyEnd::Complete), "{frames:?}");
-        frames
-    } else {
-        vec![response.text().await]
-    };
-    Read { status, frames }
-}
-
-/// The upstream of `url` in `/stats`' `upstreams`.
-fn upstream<'a>(stats: &'a Value, url: &str) -> &'a Value {
-    let prefix = url.trim_end_matches('/');
-    stats["upstreams"]
-        .as_array()
-        .expect("upstreams")
-        .iter()
-        .find(|u| u["url"].as_str().unwrap().starts_with(prefix))
-        .unwrap_or_else(|| panic!("no upstream {url} in {stats}"))
-}
 
 #[tokio::test]
 async fn a_one_off_500_is_retried_on_the_only_replica_after_a_backoff_invisibly() {

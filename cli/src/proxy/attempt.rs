@@ -146,33 +146,32 @@ pub(super) async fn run(proxy: Arc<Proxy>, request: Arc<Attempted>) -> Outcome {
         });
     }
     let attempts = proxy.fleet.attempts(&requested);
-    let body = request.body.bytes.clone();
+    let body = (requested, request.body.bytes.clone());
     run_with(&proxy, &request, body, attempts).await
 }
 
 /// The attempts of a stream that broke after its first event, carried on with `body` (the
-/// original request again, or its continuation) as `attempts` say (another replica, a
-/// fallback).
+/// original request again, or its continuation: the model it names, and its bytes) as
+/// `attempts` say (another replica, a fallback).
 pub(super) async fn carry_on(
     proxy: Arc<Proxy>,
     request: Arc<Attempted>,
-    body: Bytes,
+    body: (String, Bytes),
     attempts: Attempts,
 ) -> Outcome {
     run_with(&proxy, &request, body, attempts).await
 }
 
-/// `request`'s attempts with `body` (its model rewritten for each fallback), as `attempts` say.
+/// `request`'s attempts with `body` (the model it names, and its bytes; the model rewritten
+/// for each other model an attempt asks), as `attempts` say.
 async fn run_with(
     proxy: &Arc<Proxy>,
     request: &Attempted,
-    body: Bytes,
+    mut body: (String, Bytes),
     mut attempts: Attempts,
 ) -> Outcome {
     let fleet = proxy.fleet.clone();
-    let base = body.clone();
-    // The body as the current model's attempts send it (a fallback's names the fallback).
-    let mut body = (attempts.model().to_owned(), body);
+    let base = body.1.clone();
     let mut last = None;
     loop {
         let model = attempts.model().to_owned();

@@ -127,8 +127,9 @@ pub(super) enum NotCarried {
     Logprobs,
     /// A text completion (`/v1/completions`): only chat completions are continued.
     TextCompletion,
-    /// No pool left to continue on accepts an assistant prefix.
-    NoPrefill,
+    /// No upstream is left to carry it on: no other replica of its model, and no fallback
+    /// (that accepts an assistant prefix, for a continuation).
+    NoUpstream,
 }
 
 impl fmt::Display for NotCarried {
@@ -146,9 +147,9 @@ impl fmt::Display for NotCarried {
             NotCarried::SeveralChoices => f.write_str("the request asked for several choices (n)"),
             NotCarried::Logprobs => f.write_str("the request asked for logprobs"),
             NotCarried::TextCompletion => f.write_str("text completions are not continued"),
-            NotCarried::NoPrefill => {
-                f.write_str("no upstream left to continue on accepts an assistant prefix")
-            }
+            NotCarried::NoUpstream => f.write_str(
+                "no other upstream is left to carry it on (another replica, or a fallback that accepts an assistant prefix)",
+            ),
         }
     }
 }
@@ -180,10 +181,16 @@ pub(super) fn carry_on(
     let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
         return Err(NotCarried::TextCompletion);
     };
-    if request.get("n").and_then(Value::as_u64).is_some_and(|n| n > 1) {
+    if request
+        .get("n")
+        .and_then(Value::as_u64)
+        .is_some_and(|n| n > 1)
+    {
         return Err(NotCarried::SeveralChoices);
     }
-    let logprobs = request.get("logprobs").is_some_and(|asked| asked == &json!(true))
+    let logprobs = request
+        .get("logprobs")
+        .is_some_and(|asked| asked == &json!(true))
         || request.get("top_logprobs").is_some_and(|n| !n.is_null());
     if logprobs {
         return Err(NotCarried::Logprobs);
@@ -224,7 +231,9 @@ pub(super) fn carry_on(
     }
     request.insert("continue_final_message".to_owned(), true.into());
     request.insert("add_generation_prompt".to_owned(), false.into());
-    Ok(CarryOn::Continue(Bytes::from(Value::Object(request).to_string())))
+    Ok(CarryOn::Continue(Bytes::from(
+        Value::Object(request).to_string(),
+    )))
 }
 
 #[cfg(test)]
@@ -329,7 +338,10 @@ mod tests {
         );
         assert_eq!(
             refused(
-                with("response_format", json!({"type": "json_schema", "json_schema": {}})),
+                with(
+                    "response_format",
+                    json!({"type": "json_schema", "json_schema": {}})
+                ),
                 true,
                 &text
             ),

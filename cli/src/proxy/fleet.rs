@@ -90,17 +90,20 @@ impl Fleet {
     /// The attempts that carry on a stream of `model` that broke on replica `broke` of its
     /// pool: that model on another replica, then its fallbacks; for a continuation
     /// (`continuing`), only on pools that continue a final assistant message. `None` when no
-    /// pool is left.
+    /// upstream is left (the broken replica was its pool's only one, and no fallback is).
     pub(super) fn carry_on(&self, model: &str, broke: usize, continuing: bool) -> Option<Attempts> {
         let none = Vec::new();
         let fallbacks = self.fallbacks.get(model).unwrap_or(&none);
-        let mut models = std::iter::once(model)
+        let others = self
+            .pool_for(model)
+            .is_some_and(|pool| pool.replicas.len() > 1);
+        let mut models = others
+            .then_some(model)
+            .into_iter()
             .chain(fallbacks.iter().map(String::as_str))
             .filter(|model| {
-                !continuing
-                    || self
-                        .pool_for(model)
-                        .is_some_and(|pool| pool.prefill.load(Ordering::Relaxed))
+                let pool = self.pool_for(model);
+                !continuing || pool.is_some_and(|pool| pool.prefill.load(Ordering::Relaxed))
             });
         let first = models.next()?;
         let attempts = Attempts::new(first, self.attempts).fallbacks(models);

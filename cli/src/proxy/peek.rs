@@ -90,9 +90,15 @@ pub(super) fn another_replica_could_avoid(error: &Value) -> bool {
         .any(|value| match value {
             Value::String(word) => {
                 let word = word.to_ascii_lowercase();
-                ["server_error", "overloaded", "internal", "unavailable", "kv_cache"]
-                    .iter()
-                    .any(|transient| word.contains(transient))
+                [
+                    "server_error",
+                    "overloaded",
+                    "internal",
+                    "unavailable",
+                    "kv_cache",
+                ]
+                .iter()
+                .any(|transient| word.contains(transient))
             }
             Value::Number(code) => code.as_u64().is_some_and(|code| code >= 500),
             _ => false,

@@ -196,7 +196,11 @@ mod tests {
     fn new_text_from_the_first_token_passes_at_once() {
         let mut seam = Seam::new(Some(FIRST), "t0 t1 t2 ", 3);
         assert_eq!(text(seam.join(&chunk("t3 "))), Some("t3 ".to_owned()));
-        assert_eq!(text(seam.join(&chunk("t0 "))), Some("t0 ".to_owned()), "settled");
+        assert_eq!(
+            text(seam.join(&chunk("t0 "))),
+            Some("t0 ".to_owned()),
+            "settled"
+        );
         // New text that starts like the delivered text is held only until it differs.
         let mut seam = Seam::new(Some(FIRST), "t0 t1 ", 2);
         assert_eq!(seam.join(&chunk("t0")), None);

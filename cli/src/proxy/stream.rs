@@ -13,11 +13,11 @@ use axum::http::header::{self, HeaderMap};
 use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
+use streamgate::fleet::{Failure, Lease};
 use streamgate::openai::{ChatCompletionChunk, ChunkChoice, Delta};
 use streamgate::probe::{Observed, Recorder, Seen};
 use streamgate::resume::{Claim, ClaimError};
 use streamgate::sse::{DecodeError, SseEvent};
-use streamgate::fleet::{Failure, Lease};
 use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -400,7 +400,10 @@ impl Pump {
             let step = match read {
                 Read::Stalled => Step::Broke(
                     Failure::Stalled,
-                    format!("upstream stalled: no event for {} ms", self.idle.as_millis()),
+                    format!(
+                        "upstream stalled: no event for {} ms",
+                        self.idle.as_millis()
+                    ),
                 ),
                 // Its final chunk came and it closed cleanly: the answer is whole, and the
                 // client gets the `[DONE]` it waits for.
@@ -570,60 +573,75 @@ impl Pump {
         if sent.failovers >= config.failover_max {
             return Err(not_carried(NotCarried::Budget(config.failover_max)));
         }
-        let body = &self.request.body.bytes;
-        let (body, carried) =
-            match failover::carry_on(config.failover, body, self.chat, &sent.delivered) {
+        let original = &self.request.body.bytes;
+        let (bytes, carried) =
+            match failover::carry_on(config.failover, original, self.chat, &sent.delivered) {
                 Ok(CarryOn::Whole) => {
                     stats.failed_over(Carried::Whole);
                     return Ok(None);
                 }
-                Ok(CarryOn::Restart(body)) => (body, Carried::Restarted),
-                Ok(CarryOn::Continue(body)) => (body, Carried::Continued),
+                Ok(CarryOn::Restart(bytes)) => (bytes, Carried::Restarted),
+                Ok(CarryOn::Continue(bytes)) => (bytes, Carried::Continued),
                 Err(reason) => return Err(not_carried(reason)),
             };
+        // The body names the requested model; each attempt's names the model it asks for.
+        let named = self.request.model.clone().unwrap_or_default();
+        let body = (named, bytes);
         let continuing = carried == Carried::Continued;
-        let Some(attempts) = self.proxy.fleet.carry_on(&model, broke, continuing) else {
-            return Err(not_carried(NotCarried::NoPrefill));
-        };
-        sent.failovers += 1;
-        let request = self.request.clone();
-        let outcome = tokio::select! {
-            biased;
-            () = self.stop.cancelled() => return Err(End::Stopped),
-            outcome = attempt::carry_on(self.proxy.clone(), request, body, attempts) => outcome,
-        };
         let failed = |what: String| {
             stats.failed_over(Carried::Failed);
             End::Failed(format!("{why}; carrying it on failed: {what}"))
         };
-        match outcome {
-            Outcome::Stream(started) => {
-                stats.failed_over(carried);
-                let (carried_on, first) = Upstream::of(started);
-                *upstream = carried_on;
-                let delivered = &sent.delivered;
-                sent.seam = Some(Seam::new(
-                    sent.first.as_deref(),
-                    &delivered.text,
-                    delivered.tokens,
-                ));
-                Ok(Some(first))
-            }
-            Outcome::Refused(refused) => {
-                // A server that answers a continuation with 400 does not take an assistant
-                // prefix: its pool is not asked to continue again, and its 400 is not the
-                // client's error (the original failure is).
-                if continuing && refused.response.status() == StatusCode::BAD_REQUEST {
-                    self.proxy.fleet.refused_prefill(&refused.model);
+        loop {
+            let Some(attempts) = self.proxy.fleet.carry_on(&model, broke, continuing) else {
+                return Err(not_carried(NotCarried::NoUpstream));
+            };
+            sent.failovers += 1;
+            let request = self.request.clone();
+            let outcome = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return Err(End::Stopped),
+                outcome = attempt::carry_on(self.proxy.clone(), request, body.clone(), attempts) => outcome,
+            };
+            match outcome {
+                Outcome::Stream(started) => {
+                    stats.failed_over(carried);
+                    let (carried_on, first) = Upstream::of(started);
+                    *upstream = carried_on;
+                    let delivered = &sent.delivered;
+                    sent.seam = Some(Seam::new(
+                        sent.first.as_deref(),
+                        &delivered.text,
+                        delivered.tokens,
+                    ));
+                    return Ok(Some(first));
                 }
-                let status = refused.response.status();
-                Err(failed(format!("the upstream answered {status}")))
+                // A server that answers a continuation with 400 does not take an assistant
+                // prefix: its pool is not asked to continue again, the next one is asked now,
+                // and its 400 is never the client's error (the original failure is).
+                Outcome::Refused(refused)
+                    if continuing && refused.response.status() == StatusCode::BAD_REQUEST =>
+                {
+                    self.proxy.fleet.refused_prefill(&refused.model);
+                    if sent.failovers >= config.failover_max {
+                        return Err(failed(format!(
+                            "`{}` refused the continuation (400)",
+                            refused.model
+                        )));
+                    }
+                }
+                Outcome::Refused(refused) => {
+                    let status = refused.response.status();
+                    return Err(failed(format!("the upstream answered {status}")));
+                }
+                Outcome::GaveUp(gave_up) => return Err(failed(gave_up.message)),
+                Outcome::Answer(answer) => {
+                    return Err(failed(format!(
+                        "the upstream answered {} without a stream",
+                        answer.status()
+                    )));
+                }
             }
-            Outcome::GaveUp(gave_up) => Err(failed(gave_up.message)),
-            Outcome::Answer(answer) => Err(failed(format!(
-                "the upstream answered {} without a stream",
-                answer.status()
-            ))),
         }
     }
 
@@ -826,7 +844,8 @@ mod tests {
             assert_eq!(chunk["choices"][0]["finish_reason"], "stop");
             assert_eq!(chunk["choices"][0]["delta"], json!({}));
         }
-        let chunk: Value = serde_json::from_str(&final_chunk(None, "r2", None, false, "stop")).unwrap();
+        let chunk: Value =
+            serde_json::from_str(&final_chunk(None, "r2", None, false, "stop")).unwrap();
         assert_eq!(chunk["id"], "r2");
         assert_eq!(chunk["object"], "text_completion");
         assert_eq!(chunk["model"], "");

@@ -13,6 +13,8 @@ pub const PROMPT_TOKENS: u64 = 1;
 pub const INVALID_EVENT: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"t\n\n";
 /// The last event of a stream (unless [`Stream::without_done`]).
 pub const DONE_EVENT: &str = "data: [DONE]\n\n";
+/// The event of [`Stream::error_after`]: an overload, in band, as the stream's end.
+pub const ERROR_EVENT: &str = "event: error\ndata: {\"error\":{\"message\":\"The server is overloaded\",\"type\":\"server_error\",\"param\":null,\"code\":\"overloaded\"}}\n\n";
 
 /// What the provider does with one request.
 #[derive(Debug, Clone)]
@@ -73,6 +75,9 @@ pub struct Stream {
     done: bool,
     invalid_after: Option<u64>,
     cut_after: Option<u64>,
+    error_after: Option<u64>,
+    stall_after: Option<(u64, Duration)>,
+    tool_call: bool,
 }
 
 impl Default for Stream {
@@ -91,6 +96,9 @@ impl Stream {
             done: true,
             invalid_after: None,
             cut_after: None,
+            error_after: None,
+            stall_after: None,
+            tool_call: false,
         }
     }
 
@@ -132,6 +140,32 @@ impl Stream {
             ..self
         }
     }
+
+    /// After `tokens` token chunks (at most all of them), [`ERROR_EVENT`], and the body ends
+    /// cleanly there.
+    pub fn error_after(self, tokens: u64) -> Stream {
+        Stream {
+            error_after: Some(tokens),
+            ..self
+        }
+    }
+
+    /// After `tokens` token chunks (at most all of them), a wait of `stall` before the rest.
+    pub fn stall_after(self, tokens: u64, stall: Duration) -> Stream {
+        Stream {
+            stall_after: Some((tokens, stall)),
+            ..self
+        }
+    }
+
+    /// Token chunks that call a tool (`tool_calls` deltas: the call's id and name first, then
+    /// the tokens as its arguments) instead of carrying content.
+    pub fn tool_call(self) -> Stream {
+        Stream {
+            tool_call: true,
+            ..self
+        }
+    }
 }
 
 /// Which API a path names, by its end (an upstream URL's path prefix does not change it).
@@ -166,6 +200,16 @@ pub struct Step {
     pub after: Duration,
     /// A whole event (`data: ...\n\n`), or `None` for the connection's failure.
     pub event: Option<String>,
+}
+
+impl Step {
+    /// `event` after `after`.
+    fn event(after: Duration, event: String) -> Step {
+        Step {
+            after,
+            event: Some(event),
+        }
+    }
 }
 
 /// What a successful answer says: its API, `id`, `model` and number of tokens.
@@ -244,23 +288,26 @@ impl Answer {
 
     /// The body of a stream shaped by `stream`, event by event (`data: JSON\n\n` each).
     pub fn steps(&self, stream: &Stream) -> Vec<Step> {
-        let mut steps = Vec::new();
-        let send = |steps: &mut Vec<Step>, event: String| {
-            let after = if steps.is_empty() {
-                stream.first_event_after
-            } else {
-                stream.gap
-            };
-            steps.push(Step {
-                after,
-                event: Some(event),
-            });
+        let at = |n: Option<u64>| n.map(|n| n.min(self.tokens));
+        let (invalid_at, cut_at, error_at) = (
+            at(stream.invalid_after),
+            at(stream.cut_after),
+            at(stream.error_after),
+        );
+        let stall_at = stream
+            .stall_after
+            .map(|(n, stall)| (n.min(self.tokens), stall));
+        let mut steps: Vec<Step> = Vec::new();
+        // `sent` token chunks so far: the wait before the next event.
+        let wait = |steps: &Vec<Step>, sent: u64| match stall_at {
+            Some((at, stall)) if at == sent && !steps.is_empty() => stall,
+            _ if steps.is_empty() => stream.first_event_after,
+            _ => stream.gap,
         };
-        let invalid_at = stream.invalid_after.map(|n| n.min(self.tokens));
-        let cut_at = stream.cut_after.map(|n| n.min(self.tokens));
         for i in 0..=self.tokens {
             if invalid_at == Some(i) {
-                send(&mut steps, INVALID_EVENT.to_owned());
+                let after = wait(&steps, i);
+                steps.push(Step::event(after, INVALID_EVENT.to_owned()));
             }
             if cut_at == Some(i) {
                 steps.push(Step {
@@ -269,15 +316,47 @@ impl Answer {
                 });
                 return steps;
             }
+            if error_at == Some(i) {
+                let after = wait(&steps, i);
+                steps.push(Step::event(after, ERROR_EVENT.to_owned()));
+                return steps;
+            }
             if i < self.tokens {
-                send(&mut steps, format!("data: {}\n\n", self.token_chunk(i)));
+                let chunk = if stream.tool_call {
+                    self.tool_chunk(i)
+                } else {
+                    self.token_chunk(i)
+                };
+                let after = wait(&steps, i);
+                steps.push(Step::event(after, format!("data: {chunk}\n\n")));
             }
         }
-        send(&mut steps, format!("data: {}\n\n", self.final_chunk()));
+        let after = wait(&steps, self.tokens);
+        steps.push(Step::event(
+            after,
+            format!("data: {}\n\n", self.final_chunk()),
+        ));
         if stream.done {
-            send(&mut steps, DONE_EVENT.to_owned());
+            let after = wait(&steps, u64::MAX);
+            steps.push(Step::event(after, DONE_EVENT.to_owned()));
         }
         steps
+    }
+
+    /// The JSON of the chunk of token `i` of a tool call: the first names the call
+    /// (`{"index":0,"id":"call_0","type":"function","function":{"name":"lookup","arguments":"t0 "}}`
+    /// in the delta's `tool_calls`, with the assistant's role), the others add `t{i} ` to its
+    /// arguments.
+    pub fn tool_chunk(&self, i: u64) -> String {
+        let call = if i == 0 {
+            r#"{"role":"assistant","tool_calls":[{"index":0,"id":"call_0","type":"function","function":{"name":"lookup","arguments":"t0 "}}]}"#.to_owned()
+        } else {
+            format!(r#"{{"tool_calls":[{{"index":0,"function":{{"arguments":"t{i} "}}}}]}}"#)
+        };
+        format!(
+            r#"{},"choices":[{{"index":0,"delta":{call},"finish_reason":null}}]}}"#,
+            self.head(Shape::Chunk)
+        )
     }
 
     /// `{"id":ID,"object":OBJECT,"created":1,"model":MODEL` (no closing brace), of a chunk

@@ -23,8 +23,8 @@ mod server;
 
 pub use attempt::Attempt;
 pub use behaviour::{
-    Answer, Behaviour, DEFAULT_TOKENS, DONE_EVENT, Endpoint, ErrorCode, Failure, INVALID_EVENT,
-    PROMPT_TOKENS, RetryAfter, Step, Stream,
+    Answer, Behaviour, DEFAULT_TOKENS, DONE_EVENT, ERROR_EVENT, Endpoint, ErrorCode, Failure,
+    INVALID_EVENT, PROMPT_TOKENS, RetryAfter, Step, Stream,
 };
 pub use script::Script;
 pub use server::Provider;

@@ -1,0 +1,349 @@
+//! Streams that outlive a failing replica, over real sockets on 127.0.0.1: a fake provider
+//! whose stream breaks mid-answer (cut, stalled, an overload in band, a tool call) in front of
+//! `streamgate sim` as its fallback, which continues a final assistant message exactly (its
+//! text is the provider's: `t0 t1 ...`); and sim replicas as processes, one killed by its own
+//! `--die-after` (SIGKILL) mid-stream. The client must get the whole answer exactly once, as
+//! one stream.
+
+mod common;
+#[path = "common/fleet_setup.rs"]
+mod fleet_setup;
+#[path = "common/proxy_setup.rs"]
+mod setup;
+
+// `setup` names the raw client `crate::client`.
+use common as client;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::provider::{Behaviour, Provider, Script, Stream};
+use common::replica::Replica;
+use common::{HANG, RawResponse, id, wait_for};
+use fleet_setup::{Read, chat, configured, stream, upstream};
+use serde_json::{Value, json};
+use setup::{CHAT, start_sim};
+
+/// A fleet of the provider (pool `broken`, model `m`) and an in-process sim (pool `sims`,
+/// model `sim`), `m` falling back to `sim`; the proxy's address and the sim's.
+async fn fleet(name: &str, provider: &Provider, flags: &[&str]) -> (SocketAddr, SocketAddr) {
+    let (sim, _) = start_sim(&["--step-ms", "0"]);
+    let toml = format!(
+        "[[pool]]\nname = \"broken\"\nmodels = [\"m\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"sims\"\nmodels = [\"sim\"]\nupstreams = [\"http://{sim}\"]\n[fallbacks]\nm = \"sim\"\n",
+        provider.url()
+    );
+    (configured(name, &toml, flags), sim)
+}
+
+/// The answer is whole and one stream: `tokens` tokens of text exactly once, ids 0, 1, 2, ...
+/// with no gap, one role (in the first chunk), every chunk in the envelope (`id`, `created`)
+/// of the stream's first, a final chunk whose `finish_reason` is `finish`, then `[DONE]`.
+fn assert_one_stream(read: &Read, tokens: u64, finish: &str) {
+    read.assert_whole_text(tokens);
+    let ids: Vec<_> = read.frames.iter().map(|frame| id(frame)).collect();
+    let expected: Vec<_> = (0..read.frames.len() as u64).map(Some).collect();
+    assert_eq!(ids, expected, "{:?}", read.frames);
+    let chunks = read.chunks();
+    let roles = chunks
+        .iter()
+        .filter(|chunk| !chunk["choices"][0]["delta"]["role"].is_null())
+        .count();
+    assert_eq!(roles, 1, "{chunks:?}");
+    assert!(
+        chunks
+            .iter()
+            .all(|c| c["id"] == chunks[0]["id"] && c["created"] == chunks[0]["created"]),
+        "{chunks:?}"
+    );
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"][0]["finish_reason"], finish, "{chunks:?}");
+}
+
+#[tokio::test]
+async fn a_stream_cut_anywhere_is_continued_by_the_fallback_as_one_stream() {
+    // Cut after 1, 5 and 9 of 10 tokens (after the first event, in the middle, just before
+    // the end).
+    for cut in [1, 5, 9] {
+        let provider = Provider::start(Script::always(Stream::new().cut_after(cut).into())).await;
+        let (proxy, _) = fleet("cut", &provider, &[]).await;
+        let read = fleet_setup::read(stream(proxy, "m", 10).await).await;
+        assert_one_stream(&read, 10, "length");
+        let chunks = read.chunks();
+        // The provider's envelope throughout; the sim finished the answer.
+        let provider_id = format!("chatcmpl-{}-", provider.addr().port());
+        assert!(
+            chunks[0]["id"].as_str().unwrap().starts_with(&provider_id),
+            "{chunks:?}"
+        );
+        assert_eq!(chunks.last().unwrap()["model"], "sim");
+        let stats = common::stats(proxy).await;
+        assert_eq!(stats["failovers"]["continued"], 1, "cut {cut}: {stats}");
+        assert_eq!(stats["streams_completed"], 1, "{stats}");
+        let failed = upstream(&stats, &provider.url());
+        assert_eq!(failed["failures_by_cause"]["cut"], 1, "{stats}");
+        assert_eq!(failed["in_flight"], 0, "{stats}");
+    }
+}
+
+#[tokio::test]
+async fn a_cut_before_the_first_event_is_a_retry_and_after_every_token_a_whole_answer() {
+    let provider = Provider::start(Script::always(Stream::new().cut_after(0).into())).await;
+    let (proxy, _) = fleet("cut-0", &provider, &[]).await;
+    let read = fleet_setup::read(stream(proxy, "m", 6).await).await;
+    assert_one_stream(&read, 6, "length");
+    let stats = common::stats(proxy).await;
+    assert_eq!(stats["fallbacks_answered"], 1, "{stats}");
+    assert_eq!(stats["failovers"]["continued"], 0, "{stats}");
+
+    // Every token asked for came, then the cut: nothing is left to ask.
+    let provider = Provider::start(Script::always(Stream::new().cut_after(6).into())).await;
+    let (proxy, sim) = fleet("cut-all", &provider, &[]).await;
+    let read = fleet_setup::read(stream(proxy, "m", 6).await).await;
+    assert_one_stream(&read, 6, "length");
+    let stats = common::stats(proxy).await;
+    assert_eq!(stats["failovers"]["whole"], 1, "{stats}");
+    assert_eq!(common::stats(sim).await["streams_started"], 0);
+}
+
+#[tokio::test]
+async fn a_stalled_stream_and_an_overload_in_band_are_continued() {
+    let breaks = [
+        (
+            Stream::new().stall_after(3, Duration::from_secs(60)),
+            "stalled",
+        ),
+        (Stream::new().error_after(4), "error_event"),
+    ];
+    for (broken, cause) in breaks {
+        let provider = Provider::start(Script::always(broken.into())).await;
+        let (proxy, _) = fleet("stall", &provider, &["--upstream-idle-ms", "300"]).await;
+        let read = fleet_setup::read(stream(proxy, "m", 8).await).await;
+        assert_one_stream(&read, 8, "length");
+        let stats = common::stats(proxy).await;
+        assert_eq!(stats["failovers"]["continued"], 1, "{cause}: {stats}");
+        let failed = upstream(&stats, &provider.url());
+        assert_eq!(failed["failures_by_cause"][cause], 1, "{stats}");
+    }
+}
+
+#[tokio::test]
+async fn the_usage_counts_the_answer_the_client_got() {
+    // The provider as the fallback this time: it sends usage (the sim does not). It does not
+    // continue (its text starts again at t0), so only the usage is looked at.
+    let broken = Provider::start(Script::always(Stream::new().cut_after(3).into())).await;
+    let finisher = Provider::start(Script::always(Behaviour::ok())).await;
+    let toml = format!(
+        "[[pool]]\nname = \"a\"\nmodels = [\"m\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"b\"\nmodels = [\"n\"]\nupstreams = [\"{}\"]\n[fallbacks]\nm = \"n\"\n",
+        broken.url(),
+        finisher.url()
+    );
+    let proxy = configured("usage", &toml, &[]);
+    let read = fleet_setup::read(stream(proxy, "m", 10).await).await;
+    let last = read.chunks().last().cloned().unwrap();
+    // The continuation asked for the 7 tokens left and got them; the client got 3 before.
+    assert_eq!(finisher.attempts()[0].max_tokens(), Some(7));
+    assert_eq!(last["usage"]["completion_tokens"], 10, "{last}");
+    let body = finisher.attempts()[0].json().unwrap();
+    assert_eq!(
+        body["messages"][1],
+        json!({"role": "assistant", "content": "t0 t1 t2 "})
+    );
+    assert_eq!(body["continue_final_message"], true);
+    assert_eq!(body["add_generation_prompt"], false);
+}
+
+#[tokio::test]
+async fn a_fallback_that_refuses_an_assistant_prefix_is_skipped_and_never_the_error() {
+    let broken = Provider::start(Script::always(Stream::new().cut_after(2).into())).await;
+    let refusing = Provider::start(Script::always(Behaviour::status(400))).await;
+    let (sim, _) = start_sim(&["--step-ms", "0"]);
+    let toml = format!(
+        "[[pool]]\nname = \"a\"\nmodels = [\"m\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"no-prefill\"\nmodels = [\"n\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"sims\"\nmodels = [\"sim\"]\nupstreams = [\"http://{sim}\"]\n[fallbacks]\nm = [\"n\", \"sim\"]\n",
+        broken.url(),
+        refusing.url()
+    );
+    let proxy = configured("prefill", &toml, &[]);
+    for _ in 0..2 {
+        let read = fleet_setup::read(stream(proxy, "m", 6).await).await;
+        assert_one_stream(&read, 6, "length");
+    }
+    assert_eq!(refusing.attempt_count(), 1, "marked, and not asked again");
+    let stats = common::stats(proxy).await;
+    assert_eq!(stats["failovers"]["continued"], 2, "{stats}");
+
+    // A pool configured as one that takes no prefix is never asked to continue.
+    let refusing = Provider::start(Script::always(Behaviour::status(400))).await;
+    let toml = format!(
+        "[[pool]]\nname = \"a\"\nmodels = [\"m\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"no-prefill\"\nmodels = [\"n\"]\nupstreams = [\"{}\"]\nprefill = false\n[fallbacks]\nm = \"n\"\n",
+        broken.url(),
+        refusing.url()
+    );
+    let proxy = configured("no-prefill", &toml, &[]);
+    let read = fleet_setup::read(stream(proxy, "m", 6).await).await;
+    let error = read.error().expect("the stream's error");
+    assert!(
+        error.contains("before data: [DONE]") || error.contains("mid-stream"),
+        "{error}"
+    );
+    assert!(error.contains("no other upstream is left"), "{error}");
+    assert_eq!(refusing.attempt_count(), 0);
+}
+
+#[tokio::test]
+async fn what_a_continuation_cannot_be_faithful_to_ends_with_the_error_saying_why() {
+    let cases: [(Stream, Value, &[&str], &str); 5] = [
+        (
+            Stream::new().tool_call().cut_after(3),
+            json!({}),
+            &[],
+            "a tool call was in progress",
+        ),
+        (
+            Stream::new().cut_after(3),
+            json!({"n": 2}),
+            &[],
+            "several choices",
+        ),
+        (
+            Stream::new().cut_after(3),
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}}}}),
+            &[],
+            "structured output",
+        ),
+        (
+            Stream::new().cut_after(3),
+            json!({}),
+            &["--failover", "restart"],
+            "only restarts",
+        ),
+        (
+            Stream::new().cut_after(3),
+            json!({}),
+            &["--failover", "off"],
+            "",
+        ),
+    ];
+    for (broken, extra, flags, why) in cases {
+        let provider = Provider::start(Script::always(broken.into())).await;
+        let (proxy, sim) = fleet("refused", &provider, flags).await;
+        let mut body: Value = serde_json::from_str(&chat("m", 10, true)).unwrap();
+        for (key, value) in extra.as_object().unwrap() {
+            body[key] = value.clone();
+        }
+        let response = RawResponse::post(proxy, CHAT, "", &body.to_string()).await;
+        let read = fleet_setup::read(response).await;
+        let error = read.error().expect("the stream's error");
+        assert!(error.contains(why), "{why:?} in {error:?}");
+        if why.is_empty() {
+            assert!(
+                !error.contains("not carried on"),
+                "off: today's error, {error}"
+            );
+        }
+        assert_eq!(common::stats(sim).await["streams_started"], 0, "{why}");
+        let stats = common::stats(proxy).await;
+        assert_eq!(stats["failovers"]["refused"], 1, "{why}: {stats}");
+        assert_eq!(stats["streams_upstream_error"], 1, "{why}: {stats}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_streams_cut_at_random_points_lose_and_repeat_nothing() {
+    const TOKENS: u64 = 20;
+    // Each attempt's cut, from its number: every point from before the first event to after
+    // the last token, in an order that is no pattern.
+    let provider = Provider::start(Script::from_fn(|attempt| {
+        let cut = attempt.number.wrapping_mul(2_654_435_761) % (TOKENS + 1);
+        Stream::new().cut_after(cut).into()
+    }))
+    .await;
+    let (proxy, _) = fleet("thousand", &provider, &[]).await;
+    for batch in 0..20 {
+        let reads =
+            (0..50).map(|_| async { fleet_setup::read(stream(proxy, "m", TOKENS).await).await });
+        for read in futures_util::future::join_all(reads).await {
+            assert_one_stream(&read, TOKENS, "length");
+            assert!(
+                read.frames.iter().all(|f| !f.starts_with("event: error")),
+                "batch {batch}"
+            );
+        }
+    }
+    let stats = wait_for(proxy, "every stream ended", |s| s["streams_running"] == 0).await;
+    assert_eq!(stats["streams_completed"], 1000, "{stats}");
+    let failovers = &stats["failovers"];
+    let carried = failovers["continued"].as_u64().unwrap() + failovers["whole"].as_u64().unwrap();
+    assert!(carried > 900, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_detaches_and_resumes_across_a_failover_sees_one_stream() {
+    let provider = Provider::start(Script::always(
+        Stream::new()
+            .gap(Duration::from_millis(30))
+            .cut_after(6)
+            .into(),
+    ))
+    .await;
+    let (proxy, _) = fleet("resume", &provider, &["--resume-grace-ms", "10000"]).await;
+    let mut first = stream(proxy, "m", 12).await;
+    let name = first.header("x-request-id").unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        seen.push(first.expect_event().await);
+    }
+    drop(first);
+    // The failover happens while nobody reads: the replay log goes on.
+    wait_for(proxy, "the stream carried on", |s| {
+        s["failovers"]["continued"] == 1
+    })
+    .await;
+    let last = id(seen.last().unwrap()).unwrap();
+    let path = format!("/v1/chat/completions/{name}/stream");
+    let response = RawResponse::get(proxy, &path, &format!("Last-Event-ID: {last}\r\n")).await;
+    let rest = fleet_setup::read(response).await;
+    seen.extend(rest.frames);
+    let whole = Read {
+        status: 200,
+        frames: seen,
+    };
+    assert_one_stream(&whole, 12, "length");
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_stream_by_sigkill_is_continued_by_another_in_its_pool() {
+    for die_after in [1, 15, 29] {
+        let dying =
+            Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
+        let other = Replica::start(&["--step-ms", "1"]).await;
+        let toml = format!(
+            "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
+            dying.url(),
+            other.url()
+        );
+        let proxy = configured("killed", &toml, &[]);
+        // Ties go at random: until the dying one has served a stream (and died in it).
+        let deadline = tokio::time::Instant::now() + HANG;
+        loop {
+            let read = fleet_setup::read(stream(proxy, "sim", 30).await).await;
+            assert_one_stream(&read, 30, "length");
+            let stats = common::stats(proxy).await;
+            if upstream(&stats, &dying.url())["picks"] != 0 {
+                assert_eq!(stats["failovers"]["continued"], 1, "{die_after}: {stats}");
+                assert_eq!(
+                    upstream(&stats, &dying.url())["failures_by_cause"]["cut"],
+                    1,
+                    "{stats}"
+                );
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{stats}");
+        }
+        assert!(!answers(&dying), "{die_after}: it died");
+    }
+}
+
+/// Whether the replica's process still takes connections (its `--die-after` killed it, or not).
+fn answers(replica: &Replica) -> bool {
+    std::net::TcpStream::connect(replica.addr()).is_ok()
+}
