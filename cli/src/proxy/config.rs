@@ -60,7 +60,10 @@ A fleet:
   reset, a 429, a 5xx or no headers in time (another replica; the same one after a backoff;
   then a fallback model), Retry-After honoured, at most --max-attempts times; never a 4xx.
   A replica that keeps failing is ejected for a cool-down (growing, capped at 30 s), then
-  given one probe request.";
+  given one probe request.
+  A stream that breaks after its first event (cut, stalled, an overload in band) is carried
+  on elsewhere (--failover continue): another replica or a fallback continues the answer
+  from the text the client has, and the client sees one stream.";
 
 /// The same, in short (`-h`).
 const SHORT_HELP: &str = "\

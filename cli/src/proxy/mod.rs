@@ -115,12 +115,46 @@
 //! | a final chunk (a `finish_reason`), then a clean close without `data: [DONE]` | the answer, whole, and the `[DONE]` the client waits for |
 //! | an event whose data is not a JSON object | dropped (`events_dropped_invalid` in `/stats`, `streamgate_proxy_invalid_events_total`); the stream goes on |
 //! | 2xx, not SSE, to a completion request | passed through as it is |
-//! | SSE cut mid-stream (short `Content-Length`, chunked without its end, a close before `[DONE]`) | the events so far, then `event: error` / `data: {"error":{"message":..,"type":"upstream_error",..}}`, end |
+//! | SSE cut mid-stream (short `Content-Length`, chunked without its end, a close before `[DONE]`) | carried on (see [Failover](#failover)); when it cannot be, the events so far, then `event: error` / `data: {"error":{"message":..,"type":"upstream_error",..}}` saying why, end |
 //! | a line or event past the decoder's limits (256 KiB / 1 MiB) | the same terminal frame; memory stays within the limits |
 //! | invalid UTF-8 in SSE | replaced with U+FFFD, as every EventSource client decodes it; the stream goes on |
-//! | no event for `--upstream-idle-ms` (comments do not count) | heartbeats meanwhile, then the terminal frame "upstream stalled" and the upstream dropped |
-//! | its own `event: error` frame | passed on, and the stream ends there (`upstream_error`) |
+//! | no event for `--upstream-idle-ms` (comments do not count) | heartbeats meanwhile, the upstream dropped, and the stream carried on; when it cannot be, the terminal frame "upstream stalled" |
+//! | its own error (`event: error`, or a chunk that is `{"error":..}`) that another replica could avoid (an overload, an internal error, its KV cache full) | carried on; when it cannot be, the upstream's frame passed on, and the stream ends there (`upstream_error`) |
+//! | any other error frame of its own | passed on, and the stream ends there (`upstream_error`) |
 //! | a pass-through body cut short | the client's connection is cut before the body's end (never a clean short body) |
+//!
+//! # Failover
+//!
+//! A stream that breaks after its first event (cut, stalled, an error another replica could
+//! avoid) is carried on as `--failover` says (default `continue`): the broken upstream is
+//! dropped and counted against its replica (`cut`, `stalled`, `error_event`), and another
+//! replica of the model (then its fallbacks) is asked, with the attempts and limits of the
+//! fleet, at most `--failover-max` times per stream. While nothing visible has reached the
+//! client, the original request goes again (a restart); after that, a continuation: the
+//! original request with the delivered text as a final assistant message,
+//! `continue_final_message: true` and `add_generation_prompt: false` (what vLLM and TGI need;
+//! llama.cpp continues a final assistant message anyway) and `max_tokens` (or
+//! `max_completion_tokens`) less the delivered tokens, counted one per chunk with text. A
+//! stream whose asked tokens all came is ended whole (`finish_reason: length`). The client
+//! sees one stream: ids go on, every chunk keeps the first one's `id`
+//! and `created`, the continuation's role is dropped, `model` names who finished the answer,
+//! the final `usage` counts the delivered tokens too, and an echo of the delivered text (a
+//! server that streams the continued message back before its new text, as llama.cpp does) is
+//! taken off by what arrives: text is held while it still matches the delivered text and
+//! passed on from where it stops. At the seam the client may see whitespace differ from an
+//! uninterrupted answer (the continuing server tokenises the delivered text anew), never text
+//! repeated or lost.
+//!
+//! A continuation is not sent where it cannot be faithful, and the stream ends with its error
+//! event saying which: a tool call in progress, `response_format` with a schema (or JSON),
+//! `n` > 1, `logprobs`, a text completion, `--failover restart` once text was delivered, no
+//! upstream left. Pools whose servers do not continue a final assistant message are marked
+//! `prefill = false` in the config (SGLang, some hosted models), or learned: a server that
+//! answers a continuation with 400 marks its pool, the next pool is asked at once, and that 400
+//! is never the client's error. With `--resume-grace-ms` the replay log simply goes on: a
+//! client detached across a failover resumes into the one stream. `/stats` counts
+//! `failovers` by outcome (`continued`, `restarted`, `whole`, `refused`, `failed`), as does
+//! `streamgate_proxy_failovers_total{outcome}`.
 //!
 //! # Probes and counters
 //!

@@ -390,6 +390,7 @@ mod tests {
             name = "small"
             models = ["small", "tiny"]
             upstreams = ["10.0.0.3:8000"]
+            prefill = false
 
             [fallbacks]
             big = ["small"]
@@ -419,6 +420,8 @@ mod tests {
             Some("/health")
         );
         assert_eq!(routes.attempts, AttemptOptions::default().max_attempts(5));
+        assert!(routes.pools[0].prefill, "by default");
+        assert!(!routes.pools[1].prefill);
     }
 
     #[test]
