@@ -10,6 +10,11 @@
 //! - a stream resumed through the proxy continues the same generation, no event lost; with a
 //!   resume grace a disconnect is not a stop (the slot decodes on), and an explicit cancel
 //!   frees the slot.
+//!
+//! And on two servers behind one proxy: the server serving a greedy stream is killed with
+//! SIGKILL at a random point, and the stream completes from the other with no error and the
+//! delivered text not repeated (the test prints how often the answer equals the uninterrupted
+//! one, and the seam when it does not).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -52,6 +57,44 @@ impl Drop for Llama {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// The server and model `real_model` found, or why the test is skipped (said loudly).
+fn real_model_or_skip(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let found = real_model();
+    if found.is_none() {
+        eprintln!(
+            "\n*** SKIPPED {test}: no llama-server and model found \
+             (run `bash scripts/real-model.sh` once, ~15-20 minutes of build, or set \
+             LLAMA_SERVER and GGUF) ***\n"
+        );
+    }
+    found
+}
+
+/// `llama-server` with `model` on `port` (two slots), once it answers `/health`.
+async fn start_llama(server: &PathBuf, model: &PathBuf, port: u16) -> Llama {
+    let llama = Llama(
+        Command::new(server)
+            .args(["-m"])
+            .arg(model)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["-t", "2", "-c", "2048", "-np", "2", "--metrics", "--slots"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("llama-server starts"),
+    );
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let started = Instant::now();
+    while get_json(addr, "/health").await.is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "llama-server did not get ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    llama
 }
 
 fn free_port() -> u16 {
@@ -148,35 +191,12 @@ async fn busy_slots(llama: SocketAddr) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_in_front_of_llama_cpp() {
-    let Some((server, model)) = real_model() else {
-        eprintln!(
-            "\n*** SKIPPED the_proxy_in_front_of_llama_cpp: no llama-server and model found \
-             (run `bash scripts/real-model.sh` once, ~15-20 minutes of build, or set \
-             LLAMA_SERVER and GGUF) ***\n"
-        );
+    let Some((server, model)) = real_model_or_skip("the_proxy_in_front_of_llama_cpp") else {
         return;
     };
     let port = free_port();
     let llama_addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let _llama = Llama(
-        Command::new(&server)
-            .args(["-m"])
-            .arg(&model)
-            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
-            .args(["-t", "2", "-c", "2048", "-np", "2", "--metrics", "--slots"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("llama-server starts"),
-    );
-    let started = Instant::now();
-    while get_json(llama_addr, "/health").await.is_none() {
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "llama-server did not get ready"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let _llama = start_llama(&server, &model, port).await;
 
     let upstream = format!("http://{llama_addr}");
     let prometheus = serving::prometheus().expect("the test's recorder");
@@ -347,4 +367,127 @@ async fn the_proxy_in_front_of_llama_cpp() {
         "real model: slot free {:?} after the explicit stop",
         stopped.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_greedy_stream_outlives_a_killed_llama_server() {
+    let test = "a_greedy_stream_outlives_a_killed_llama_server";
+    let Some((server, model)) = real_model_or_skip(test) else {
+        return;
+    };
+    let ports = [free_port(), free_port()];
+    let addrs: Vec<SocketAddr> = ports.iter().map(|p| ([127, 0, 0, 1], *p).into()).collect();
+    let mut llamas = Vec::new();
+    for port in ports {
+        llamas.push(start_llama(&server, &model, port).await);
+    }
+    let prometheus = serving::prometheus().expect("the test's recorder");
+    let (a, b) = (
+        format!("http://{}", addrs[0]),
+        format!("http://{}", addrs[1]),
+    );
+    let config =
+        proxy::Config::parse_from(["--upstream", &a, "--upstream", &b, "--addr", "127.0.0.1:0"])
+            .expect("valid flags");
+    let (listener, app, state) = proxy::app(config, prometheus).expect("the proxy starts");
+    let proxy_addr = listener.local_addr().unwrap();
+    tokio::spawn(serving::serve_until(
+        listener,
+        app,
+        state.group.clone(),
+        std::future::pending(),
+    ));
+    let post = |addr: SocketAddr, body: String| async move {
+        let response = client::request(addr, "POST", "/v1/chat/completions", &[], body)
+            .await
+            .expect("the request");
+        assert!(
+            response.status().is_success(),
+            "status {}",
+            response.status()
+        );
+        response
+    };
+    // Longer than the latest kill point, so that the server is still decoding when it is killed.
+    const TOKENS: u64 = 400;
+    let uninterrupted = content(&read_events(post(addrs[0], greedy(TOKENS)).await, None).await);
+    let mut equal = 0;
+    let runs = 3;
+    for run in 0..runs {
+        // A kill point from the clock: a different one each run and each time.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |now| now.subsec_nanos() as usize);
+        let at = 10 + (nanos ^ (run * 7919)) % 120;
+        let response = post(proxy_addr, greedy(TOKENS)).await;
+        let mut events = pin!(client::body_stream(response).sse_events());
+        let mut seen = Vec::new();
+        while seen.len() < at {
+            let event = events.next().await.expect("an event").expect("well formed");
+            if let Some(data) = event.data_str() {
+                seen.push(Seen {
+                    id: event.id().and_then(|id| id.parse().ok()),
+                    data: data.to_owned(),
+                });
+            }
+        }
+        // The server serving it is the one with a slot busy.
+        let mut serving = None;
+        for (at, addr) in addrs.iter().enumerate() {
+            if busy_slots(*addr).await == 1 {
+                serving = Some(at);
+            }
+        }
+        let serving = serving.expect("one server is decoding the stream");
+        let _ = llamas[serving].0.kill();
+        let _ = llamas[serving].0.wait();
+        let delivered = content(&seen);
+        while let Some(event) = events.next().await {
+            let event = event.expect("well formed");
+            assert_ne!(event.event(), Some("error"), "{:?}", event.data_str());
+            if let Some(data) = event.data_str() {
+                seen.push(Seen {
+                    id: event.id().and_then(|id| id.parse().ok()),
+                    data: data.to_owned(),
+                });
+            }
+        }
+        assert_eq!(seen.last().map(|e| e.data.as_str()), Some("[DONE]"));
+        let ids: Vec<_> = seen.iter().map(|e| e.id).collect();
+        let contiguous: Vec<_> = (0..seen.len() as u64).map(Some).collect();
+        assert_eq!(ids, contiguous, "ids go on across the failover");
+        let answer = content(&seen);
+        assert!(answer.starts_with(&delivered), "the delivered text stays");
+        let after = &answer[delivered.len()..];
+        // No repetition: what follows the seam does not start again with the delivered text.
+        let probe: String = delivered.chars().take(24).collect();
+        assert!(
+            probe.len() < 8 || !after.contains(&probe),
+            "the delivered text came again after the seam: {after:?}"
+        );
+        if answer == uninterrupted {
+            equal += 1;
+        } else {
+            let common = answer
+                .chars()
+                .zip(uninterrupted.chars())
+                .take_while(|(x, y)| x == y)
+                .count();
+            let around = |text: &str| {
+                text.chars()
+                    .skip(common.saturating_sub(20))
+                    .take(60)
+                    .collect::<String>()
+            };
+            eprintln!(
+                "real model failover: run {run}, killed after {at} events ({} bytes): differs \
+                 from char {common}: {:?} against uninterrupted {:?}",
+                delivered.len(),
+                around(&answer),
+                around(&uninterrupted)
+            );
+        }
+        llamas[serving] = start_llama(&server, &model, ports[serving]).await;
+    }
+    eprintln!("real model failover: {equal} of {runs} answers equal the uninterrupted one");
 }
