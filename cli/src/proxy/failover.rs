@@ -27,12 +27,17 @@ pub enum FailoverMode {
     Continue,
 }
 
+/// The most text of an answer kept to continue it from: a longer answer is not continued.
+pub(super) const MAX_DELIVERED: usize = 1024 * 1024;
+
 /// What the client has of the answer so far: everything the stream sent into its gate (it all
-/// reaches the client, merged or not).
+/// reaches the client, merged or not). Its text is kept up to [`MAX_DELIVERED`] bytes.
 #[derive(Debug, Default)]
 pub(super) struct Delivered {
-    /// The answer's text.
+    /// The answer's text (all of it, unless `too_long`).
     pub(super) text: String,
+    /// The text passed [`MAX_DELIVERED`]: it is no longer kept.
+    pub(super) too_long: bool,
     /// Its tokens, one per chunk that added text (as the servers fronted stream them).
     pub(super) tokens: u64,
     /// A tool call began.
@@ -42,19 +47,29 @@ pub(super) struct Delivered {
 impl Delivered {
     /// `chunk` went to the client.
     pub(super) fn add(&mut self, chunk: &Peek) {
-        let before = self.text.len();
+        let mut added = false;
         for text in chunk.text() {
-            self.text.push_str(text);
+            added |= !text.is_empty();
+            if self.text.len() + text.len() > MAX_DELIVERED {
+                self.too_long = true;
+            }
+            if !self.too_long {
+                self.text.push_str(text);
+            }
         }
-        if self.text.len() > before {
+        if added {
             self.tokens += 1;
+        }
+        if self.too_long {
+            // Only the count is kept now.
+            self.text = String::new();
         }
         self.tool_call |= chunk.calls_a_tool();
     }
 
-    /// Whether anything visible reached the client.
+    /// Whether nothing visible reached the client.
     pub(super) fn is_empty(&self) -> bool {
-        self.text.is_empty() && !self.tool_call
+        self.tokens == 0 && !self.tool_call
     }
 }
 
@@ -127,6 +142,8 @@ pub(super) enum NotCarried {
     Logprobs,
     /// A text completion (`/v1/completions`): only chat completions are continued.
     TextCompletion,
+    /// The answer had grown past [`MAX_DELIVERED`] bytes of text.
+    TooLong,
     /// No upstream is left to carry it on: no other replica of its model, and no fallback
     /// (that accepts an assistant prefix, for a continuation).
     NoUpstream,
@@ -147,6 +164,10 @@ impl fmt::Display for NotCarried {
             NotCarried::SeveralChoices => f.write_str("the request asked for several choices (n)"),
             NotCarried::Logprobs => f.write_str("the request asked for logprobs"),
             NotCarried::TextCompletion => f.write_str("text completions are not continued"),
+            NotCarried::TooLong => write!(
+                f,
+                "the answer had passed {MAX_DELIVERED} bytes, more than is kept to continue it"
+            ),
             NotCarried::NoUpstream => f.write_str(
                 "no other upstream is left to carry it on (another replica, or a fallback that accepts an assistant prefix)",
             ),
@@ -173,6 +194,9 @@ pub(super) fn carry_on(
     }
     if delivered.tool_call {
         return Err(NotCarried::ToolCall);
+    }
+    if delivered.too_long {
+        return Err(NotCarried::TooLong);
     }
     if !chat {
         return Err(NotCarried::TextCompletion);
@@ -244,7 +268,7 @@ mod tests {
         Delivered {
             text: text.to_owned(),
             tokens,
-            tool_call: false,
+            ..Delivered::default()
         }
     }
 
@@ -384,5 +408,22 @@ mod tests {
         }
         assert_eq!((delivered.text.as_str(), delivered.tokens), ("t0 t1 ", 2));
         assert!(!delivered.is_empty());
+    }
+
+    #[test]
+    fn an_answer_past_the_bound_is_counted_not_kept_and_not_continued() {
+        let mut delivered = Delivered::default();
+        let big = "x".repeat(MAX_DELIVERED / 2 + 1);
+        let chunk = format!(r#"{{"choices":[{{"index":0,"delta":{{"content":"{big}"}}}}]}}"#);
+        for _ in 0..3 {
+            delivered.add(&Peek::of(&chunk).unwrap());
+        }
+        assert!(delivered.too_long && delivered.text.is_empty());
+        assert_eq!(delivered.tokens, 3);
+        let original = body(json!({"model": "m", "messages": []}));
+        assert_eq!(
+            carry_on(FailoverMode::Continue, &original, true, &delivered),
+            Err(NotCarried::TooLong)
+        );
     }
 }

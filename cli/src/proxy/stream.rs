@@ -407,7 +407,9 @@ impl Pump {
                 ),
                 // Its final chunk came and it closed cleanly: the answer is whole, and the
                 // client gets the `[DONE]` it waits for.
-                Read::Item(None) if sent.finished => self.done(&mut sent, &mut tx).await?,
+                Read::Item(None) if sent.finished => {
+                    Step::End(self.done(&mut sent, &mut tx).await?)
+                }
                 Read::Item(None) => Step::Broke(
                     Failure::Cut,
                     "the upstream closed the stream before data: [DONE]".to_owned(),
@@ -427,6 +429,8 @@ impl Pump {
                 Step::Heard => waiting_since = Instant::now(),
                 Step::Quiet => {}
                 Step::End(end) => break end,
+                // A finish came: the answer is whole, however the upstream went after it.
+                Step::Broke(..) if sent.finished => break self.done(&mut sent, &mut tx).await?,
                 Step::Broke(failure, why) => {
                     match self.carry_on(&mut upstream, failure, why, &mut sent).await {
                         Ok(Some(first)) => {
@@ -473,7 +477,7 @@ impl Pump {
             return Ok(Step::End(End::ErrorFrame));
         }
         if data.starts_with("[DONE]") {
-            return self.done(sent, tx).await;
+            return Ok(Step::End(self.done(sent, tx).await?));
         }
         let Some(mut peek) = Peek::of(data) else {
             // Not JSON: an SDK would raise on it mid-answer. Dropped and counted; the stream
@@ -518,14 +522,14 @@ impl Pump {
     }
 
     /// Sends `[DONE]`: the stream is complete.
-    async fn done(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<Step, &'static str> {
+    async fn done(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
         let done = SseEvent::data("[DONE]").with_id(sent.next_id.to_string());
         let done = done.expect("a number is a valid id");
         tx.send(Relayed::new(done, false))
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
-        Ok(Step::End(End::Done))
+        Ok(End::Done)
     }
 
     /// Ends a stream whose `max_tokens` were all delivered before it broke: its final chunk
@@ -538,8 +542,7 @@ impl Pump {
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
-        self.done(sent, tx).await?;
-        Ok(End::Done)
+        self.done(sent, tx).await
     }
 
     /// The upstream's stream broke (`failure`, which the client is told as `why` if it is not
@@ -570,9 +573,6 @@ impl Pump {
                 reason => End::Failed(format!("{why}; not carried on: {reason}")),
             }
         };
-        if sent.failovers >= config.failover_max {
-            return Err(not_carried(NotCarried::Budget(config.failover_max)));
-        }
         let original = &self.request.body.bytes;
         let (bytes, carried) =
             match failover::carry_on(config.failover, original, self.chat, &sent.delivered) {
@@ -584,6 +584,9 @@ impl Pump {
                 Ok(CarryOn::Continue(bytes)) => (bytes, Carried::Continued),
                 Err(reason) => return Err(not_carried(reason)),
             };
+        if sent.failovers >= config.failover_max {
+            return Err(not_carried(NotCarried::Budget(config.failover_max)));
+        }
         // The body names the requested model; each attempt's names the model it asks for.
         let named = self.request.model.clone().unwrap_or_default();
         let body = (named, bytes);
