@@ -146,6 +146,7 @@ pub mod anthropic;
 mod chunk;
 mod end;
 mod ext;
+pub mod fleet;
 mod gate;
 #[cfg(feature = "openai")]
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]

@@ -153,16 +153,34 @@ impl GateFlags {
 pub struct ResumeFlags {
     /// How long a stream whose client disconnected goes on into its replay log (generating,
     /// or reading its upstream), waiting for a resume, before it is cancelled (0: a disconnect
-    /// cancels it at once).
-    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = millis_or_zero)]
+    /// cancels it at once; at most a day).
+    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = grace_millis)]
     pub grace: Duration,
     /// Per-stream replay log bound, in bytes; a full log pauses a detached stream.
     #[arg(long, value_name = "B", default_value_t = DEFAULT_LOG_BYTES, value_parser = positive)]
     pub replay_bytes: usize,
     /// Where replay logs live: `memory`, or `redis://HOST:PORT` (Redis Streams, so another
-    /// instance can serve the resume).
+    /// instance can serve the resume; needs a `--resume-grace-ms`).
     #[arg(long = "resume-store", value_name = "URL", default_value = "memory", value_parser = resume_store)]
     pub store: ResumeStore,
+}
+
+/// The longest `--resume-grace-ms`: a day. A grace is how long a detached stream keeps its
+/// generator and replay log for a client that may come back; past a day nobody is coming back,
+/// and a larger number is a typo that would hold the stream's memory (and, in Redis, its keys'
+/// TTL) for as long.
+pub const MAX_RESUME_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// `--resume-grace-ms`: a number of milliseconds from 0 to [`MAX_RESUME_GRACE`].
+fn grace_millis(value: &str) -> Result<Duration, String> {
+    let grace = millis_or_zero(value)?;
+    if grace > MAX_RESUME_GRACE {
+        return Err(format!(
+            "`{value}` is more than a day ({} ms)",
+            MAX_RESUME_GRACE.as_millis()
+        ));
+    }
+    Ok(grace)
 }
 
 /// Where replay logs live (`--resume-store`).
@@ -191,7 +209,9 @@ impl ResumeFlags {
     ///
     /// # Errors
     ///
-    /// When the Redis URL is malformed.
+    /// When the store is Redis and there is no grace (a shared store is for resumes through
+    /// another instance, and without a grace a disconnect cancels the stream at once), or the
+    /// Redis URL is malformed.
     pub fn open<C>(&self, gate: &GateFlags) -> Result<Registry<C>, String>
     where
         C: streamgate::Chunk + Clone + Into<streamgate::sse::SseEvent> + Send + Sync + 'static,
@@ -204,6 +224,10 @@ impl ResumeFlags {
             .max_lag(gate.slow_deadline);
         match &self.store {
             ResumeStore::Memory => Ok(Registry::memory(options)),
+            ResumeStore::Redis(url) if self.grace.is_zero() => Err(format!(
+                "--resume-store {url} needs --resume-grace-ms above 0: without a grace a \
+                 disconnect cancels the stream at once, so no other instance could resume it"
+            )),
             ResumeStore::Redis(url) => Registry::redis(url, options).map_err(|error| {
                 let cause = std::error::Error::source(&error).map(ToString::to_string);
                 format!(
@@ -326,6 +350,30 @@ mod tests {
         let (gate, listen) = (GateFlags::default(), ListenFlags::default());
         assert_eq!(format!("{gate:?}"), format!("{:?}", flags.gate));
         assert_eq!(format!("{listen:?}"), format!("{:?}", flags.listen));
+    }
+
+    #[test]
+    fn an_absurd_grace_and_a_shared_store_without_one_are_refused() {
+        let day = MAX_RESUME_GRACE.as_millis().to_string();
+        assert_eq!(
+            Flags::parse_from(["test", "--resume-grace-ms", &day])
+                .resume
+                .grace,
+            MAX_RESUME_GRACE
+        );
+        let more = (MAX_RESUME_GRACE.as_millis() + 1).to_string();
+        for absurd in [more.as_str(), "99999999999999999", "1.5"] {
+            let parsed = Flags::try_parse_from(["test", "--resume-grace-ms", absurd]);
+            let error = parsed.err().expect(absurd).to_string();
+            assert!(error.contains("--resume-grace-ms"), "{error}");
+        }
+        let store = ["test", "--resume-store", "redis://127.0.0.1:1"];
+        let flags = Flags::parse_from(store);
+        let refused = flags.resume.open::<String>(&flags.gate).err().unwrap();
+        assert!(
+            refused.contains("--resume-store") && refused.contains("--resume-grace-ms"),
+            "{refused}"
+        );
     }
 
     #[test]

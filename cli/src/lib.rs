@@ -8,6 +8,7 @@ pub mod flags;
 pub mod loadgen;
 pub mod plot;
 pub mod proxy;
+pub mod request_id;
 pub mod resume;
 pub mod serving;
 pub mod sim;

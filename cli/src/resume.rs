@@ -11,7 +11,7 @@ use streamgate::resume::{AttachError, ClaimError, RegisterError, RegistryStats, 
 use crate::serving;
 
 /// The position a resume asks for, an extractor: `?after=n`, else `Last-Event-ID: n` (`None`:
-/// from the start); rejected with 400 when `after` is no event id.
+/// from the start); rejected with 400 when either is given and is no [event id](event_id).
 #[derive(Debug, Clone, Copy)]
 pub struct ResumeAfter(pub Option<u64>);
 
@@ -19,31 +19,63 @@ impl<S: Send + Sync> FromRequestParts<S> for ResumeAfter {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Response> {
-        let mut after = last_event_id(&parts.headers);
+        let mut after = last_event_id(&parts.headers).map_err(IntoResponse::into_response)?;
         for pair in parts.uri.query().unwrap_or("").split('&') {
             if let Some(value) = pair.strip_prefix("after=") {
-                match value.parse::<u64>() {
-                    Ok(n) => after = Some(n),
-                    Err(_) => {
-                        return Err(serving::json_error(
-                            StatusCode::BAD_REQUEST,
-                            "`after` must be an event id",
-                            "invalid_request_error",
-                        ));
-                    }
-                }
+                let n = event_id(value).ok_or(NotAnEventId("`after`"));
+                after = Some(n.map_err(IntoResponse::into_response)?);
             }
         }
         Ok(ResumeAfter(after))
     }
 }
 
-/// The `Last-Event-ID` header as an event id, if it is one.
-pub fn last_event_id(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get("last-event-id")
-        .and_then(|id| id.to_str().ok())
-        .and_then(|id| id.trim().parse::<u64>().ok())
+/// `text` as an event id: decimal digits only (no sign, space or fraction) of a number that
+/// fits in 64 bits.
+pub fn event_id(text: &str) -> Option<u64> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// The `Last-Event-ID` header as an event id: `None` when it is absent or empty (the SSE
+/// meaning of an empty last event id: none), refused when it is anything but an
+/// [event id](event_id) (surrounding spaces aside), so a client that had events is never
+/// replayed them from the start.
+///
+/// # Errors
+///
+/// [`NotAnEventId`], a 400 as a response.
+pub fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, NotAnEventId> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().map(str::trim).unwrap_or("?");
+    if text.is_empty() {
+        return Ok(None);
+    }
+    event_id(text)
+        .map(Some)
+        .ok_or(NotAnEventId("`Last-Event-ID`"))
+}
+
+/// A position that is no event id: the header or parameter that gave it (`` `after` ``).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotAnEventId(pub &'static str);
+
+impl IntoResponse for NotAnEventId {
+    /// 400 with an OpenAI-style `invalid_request_error` naming the header or parameter.
+    fn into_response(self) -> Response {
+        serving::json_error(
+            StatusCode::BAD_REQUEST,
+            &format!(
+                "{} must be an event id (a whole number, as the stream's `id:` lines give)",
+                self.0
+            ),
+            "invalid_request_error",
+        )
+    }
 }
 
 /// 404 for an unknown (or expired) stream, 409 for a position its log no longer holds, 204 when
@@ -111,4 +143,43 @@ pub fn unavailable(failure: &StoreError) -> Response {
         &serving::with_causes(failure),
         "server_error",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_id_is_digits_that_fit() {
+        assert_eq!(event_id("0"), Some(0));
+        assert_eq!(event_id("41"), Some(41));
+        assert_eq!(event_id(&u64::MAX.to_string()), Some(u64::MAX));
+        for bad in [
+            "",
+            "abc",
+            "-1",
+            "+1",
+            "1.5",
+            " 1",
+            "1e3",
+            "99999999999999999999",
+        ] {
+            assert_eq!(event_id(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn last_event_id_is_as_strict_and_an_empty_one_is_none() {
+        let with = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert("last-event-id", value.parse().unwrap());
+            last_event_id(&headers).map_err(|refused| refused.into_response().status())
+        };
+        assert_eq!(last_event_id(&HeaderMap::new()).ok(), Some(None));
+        assert_eq!(with("").ok(), Some(None));
+        assert_eq!(with("7").ok(), Some(Some(7)));
+        for bad in ["abc", "-1", "1.5", "99999999999999999999"] {
+            assert_eq!(with(bad).err(), Some(StatusCode::BAD_REQUEST), "{bad:?}");
+        }
+    }
 }

@@ -33,11 +33,12 @@ pub fn json_error(status: StatusCode, message: &str, kind: &str) -> Response {
 
 /// The Prometheus text exposition.
 pub fn metrics_response(prometheus: &PrometheusHandle) -> Response {
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        prometheus.render(),
-    )
-        .into_response()
+    metrics_text(prometheus.render())
+}
+
+/// `text`, in Prometheus' text exposition format, as a response.
+pub fn metrics_text(text: String) -> Response {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// The sink of `--hop-records FILE`, if given.

@@ -777,7 +777,10 @@ async fn a_stream_the_body_did_not_ask_for_is_gated_when_the_upstream_streams() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_before_the_first_chunk_still_sends_a_final_chunk() {
     let (sim, _) = start_sim(&["--step-ms", "1", "--stall-at", "0", "--stall-ms", "5000"]);
-    let proxy = start_proxy(&format!("http://{sim}"), &["--resume-grace-ms", "10000"]);
+    // The stream is committed (200) one heartbeat interval in, its upstream's first event
+    // still to come.
+    let flags = ["--resume-grace-ms", "10000", "--heartbeat-ms", "200"];
+    let proxy = start_proxy(&format!("http://{sim}"), &flags);
     let mut response = stream(proxy, "x-request-id: early\r\n", 5).await;
     assert_eq!(response.status(), 200);
     let mut cancel = RawResponse::post(proxy, "/v1/chat/completions/early/cancel", "", "").await;

@@ -226,3 +226,47 @@ async fn a_reconnect_after_the_end_gets_no_content() {
         [4, 5, 6]
     );
 }
+
+/// An unparsable `Last-Event-ID` (or `?after=`) is refused with an OpenAI-shaped 400, on the
+/// resume path and on `GET /v1/stream`, never taken for "from the start": a client that had
+/// events would get them twice. So is an `id` that is no valid request id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unparsable_last_event_id_is_refused_never_replayed_from_the_start() {
+    let addr = start(&["--step-ms", "0", "--resume-grace-ms", "5000"]);
+    let (mut first, name) = post_stream(addr, 5).await;
+    assert_eq!(rest(&mut first).await.len(), 7);
+    let mut open = RawResponse::get(addr, "/v1/stream?max_tokens=5&id=tab-2", "").await;
+    assert_eq!(rest(&mut open).await.len(), 7);
+    let refused = |mut response: RawResponse, what: &'static str| async move {
+        assert_eq!(response.status(), 400, "{what}");
+        let body: serde_json::Value = serde_json::from_str(&response.text().await).unwrap();
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+        let message = body["error"]["message"].as_str().unwrap().to_owned();
+        assert!(message.contains(what), "{message}");
+    };
+    for bad in ["abc", "-1", "1.5", "99999999999999999999", "+2"] {
+        let header = format!("Last-Event-ID: {bad}\r\n");
+        for path in [
+            resume_path(&name),
+            "/v1/stream?max_tokens=5&id=tab-2".to_owned(),
+            "/v1/stream?max_tokens=5".to_owned(),
+        ] {
+            refused(
+                RawResponse::get(addr, &path, &header).await,
+                "Last-Event-ID",
+            )
+            .await;
+        }
+        let path = format!("{}?after={bad}", resume_path(&name));
+        refused(RawResponse::get(addr, &path, "").await, "after").await;
+    }
+    let bad_id = "/v1/stream?max_tokens=5&id=tab%2F3";
+    refused(RawResponse::get(addr, bad_id, "").await, "`id`").await;
+    // A valid one still resumes after it; an empty one is none (from the start).
+    let mut after = RawResponse::get(addr, &resume_path(&name), "Last-Event-ID: 4\r\n").await;
+    let ids: Vec<u64> = rest(&mut after).await.iter().map(|e| e.0).collect();
+    assert_eq!(ids, [5, 6]);
+    let mut all = RawResponse::get(addr, &resume_path(&name), "Last-Event-ID: \r\n").await;
+    assert_eq!(rest(&mut all).await.len(), 7);
+    assert_eq!(stats(addr).await["streams_started"], 2, "no regeneration");
+}

@@ -1,61 +1,73 @@
-//! A completion request's body, read into memory, and its share of the process-wide budget
-//! of buffered bytes (`--max-buffered-bytes`), held until hyper has sent it upstream.
+//! Bodies the proxy holds: a completion request's, read into memory with its share of the
+//! process-wide budget of buffered bytes (`--max-buffered-bytes`), and an answer's that holds
+//! its attempt's lease on a replica until it ends.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
+use axum::response::Response;
+use hyper::body::{Frame, SizeHint};
+use streamgate::fleet::Lease;
 use tokio::sync::OwnedSemaphorePermit;
 
-/// A completion request's body, read into memory: the bytes and their share of the
-/// process-wide budget (`--max-buffered-bytes`), given back once the body is sent upstream.
+use super::url::UpstreamUrl;
+
+/// A completion request's body, read into memory: the bytes, and their share of the
+/// process-wide budget (`--max-buffered-bytes`), given back when it is dropped (once the
+/// attempts are over: each sends the bytes again).
 pub(super) struct Buffered {
     pub(super) bytes: Bytes,
-    permit: Option<OwnedSemaphorePermit>,
+    _permit: Option<OwnedSemaphorePermit>,
 }
 
 impl Buffered {
     /// `bytes`, holding `permit`'s share of the budget.
     pub(super) fn new(bytes: Bytes, permit: Option<OwnedSemaphorePermit>) -> Self {
-        Buffered { bytes, permit }
+        Buffered {
+            bytes,
+            _permit: permit,
+        }
     }
+}
 
-    /// The body to send upstream: it gives the budget back when hyper has taken its bytes (or
-    /// drops it).
-    pub(super) fn into_body(self) -> Body {
-        Body::new(HeldBody {
-            bytes: Some(self.bytes),
-            permit: self.permit,
+/// `response` with a body that holds `lease` (a request in flight on its replica) until the
+/// body ends, fails or is dropped.
+pub(super) fn leased(response: Response, lease: Lease<UpstreamUrl>) -> Response {
+    response.map(|body| {
+        Body::new(Leased {
+            body,
+            lease: Some(lease),
         })
-    }
+    })
 }
 
-/// A request body that holds its share of the buffered-bytes budget until it is sent.
-struct HeldBody {
-    bytes: Option<Bytes>,
-    permit: Option<OwnedSemaphorePermit>,
+/// A body and the lease it holds.
+struct Leased {
+    body: Body,
+    lease: Option<Lease<UpstreamUrl>>,
 }
 
-impl hyper::body::Body for HeldBody {
+impl hyper::body::Body for Leased {
     type Data = Bytes;
-    type Error = std::convert::Infallible;
+    type Error = axum::Error;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        _cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
-        let this = &mut *self;
-        this.permit = None;
-        std::task::Poll::Ready(
-            this.bytes
-                .take()
-                .filter(|bytes| !bytes.is_empty())
-                .map(|bytes| Ok(hyper::body::Frame::data(bytes))),
-        )
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(polled, Poll::Ready(None | Some(Err(_)))) {
+            self.lease = None;
+        }
+        polled
     }
 
     fn is_end_stream(&self) -> bool {
-        self.bytes.as_ref().is_none_or(Bytes::is_empty)
+        self.body.is_end_stream()
     }
 
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        hyper::body::SizeHint::with_exact(self.bytes.as_ref().map_or(0, |bytes| bytes.len() as u64))
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }

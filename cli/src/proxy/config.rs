@@ -1,13 +1,13 @@
-//! The proxy's flags, and the upstream URL they name.
+//! The proxy's flags.
 
-use std::fmt;
 use std::net::SocketAddr;
-use std::str::FromStr;
+use std::path::PathBuf;
 use std::time::Duration;
 
-use axum::http::Uri;
-use axum::http::uri::Authority;
+use streamgate::fleet::AttemptOptions;
 
+use super::routes::Routes;
+use super::url::UpstreamUrl;
 use crate::flags;
 
 /// What `streamgate proxy --help` teaches after the flags.
@@ -50,7 +50,16 @@ The proxy's own endpoints (they shadow the upstream's paths of the same name):
   POST /v1/chat/completions/{request_id}/cancel   stop a stream (final chunk, then [DONE])
   (the last two only with --resume-grace-ms above 0)
 
-Only http:// upstreams (HTTP/1.1); https is not supported.";
+A fleet:
+  streamgate proxy --upstream http://10.0.0.1:8000 --upstream http://10.0.0.2:8000
+  streamgate proxy --config fleet.toml --fallbacks fallbacks.json
+  Upstreams speak HTTP/1.1, plain or over TLS (https://: the system's roots and --upstream-ca).
+  A request goes to the replica with the fewest streams in flight (of two drawn at random, by
+  weight). Before its first event reaches the client it is retried on a connect failure, a
+  reset, a 429, a 5xx or no headers in time (another replica; the same one after a backoff;
+  then a fallback model), Retry-After honoured, at most --max-attempts times; never a 4xx.
+  A replica that keeps failing is ejected for a cool-down (growing, capped at 30 s), then
+  given one probe request.";
 
 /// The same, in short (`-h`).
 const SHORT_HELP: &str = "\
@@ -61,10 +70,34 @@ Example: streamgate proxy --upstream http://127.0.0.1:8000 --addr 0.0.0.0:8080
 #[derive(Debug, Clone, clap::Args)]
 #[command(after_help = SHORT_HELP, after_long_help = LONG_HELP)]
 pub struct Config {
-    /// The OpenAI-compatible server to put the proxy in front of: `http://HOST:PORT[/PREFIX]`
-    /// (a host name or an IP; http only).
-    #[arg(long, value_name = "URL")]
-    pub upstream: UpstreamUrl,
+    /// An OpenAI-compatible server to put the proxy in front of:
+    /// `http[s]://HOST[:PORT][/PREFIX]`. Give it several times for replicas serving the same
+    /// models: one pool, balanced by streams in flight, with retries on another replica.
+    #[arg(long, value_name = "URL", required_unless_present = "config")]
+    pub upstream: Vec<UpstreamUrl>,
+    /// A fleet described in TOML instead of `--upstream`: pools, the models each serves (names
+    /// or globs), their replicas and weights, health checks, circuits, fallbacks and attempts
+    /// (a commented example: cli/examples/fleet.toml).
+    #[arg(long, value_name = "FILE", conflicts_with = "upstream")]
+    pub config: Option<PathBuf>,
+    /// Model fallbacks, as JSON: a requested model to the model (or list of models) to try
+    /// when its pool cannot serve the request (`{"big": ["medium", "small"]}`).
+    #[arg(long, value_name = "FILE")]
+    pub fallbacks: Option<PathBuf>,
+    /// More root certificates (PEM) to trust for `https://` upstreams, besides the system's:
+    /// the CA of a private fleet.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Option<PathBuf>,
+    /// The most attempts per request, the first included (another replica, the same one
+    /// after a backoff, a fallback), all before its first event reaches the client [default:
+    /// 3, or the config's `[attempts] max`].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_attempts: Option<u32>,
+    /// A stream whose first event does not come within this long after its headers moves to
+    /// another replica or a fallback (nothing has reached the client yet); 0: no limit but
+    /// `--upstream-idle-ms`.
+    #[arg(long = "first-token-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
+    pub first_token: Duration,
     /// Where to listen (`127.0.0.1:0` picks a free port; the real one is printed).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
@@ -75,11 +108,11 @@ pub struct Config {
     /// How long connecting to the upstream may take, in ms (then 504).
     #[arg(long = "connect-timeout-ms", value_name = "MS", default_value = "5000", value_parser = flags::millis)]
     pub connect_timeout: Duration,
-    /// How long a streamed request waits for the upstream's response headers, in ms. Past one
-    /// heartbeat interval the stream is committed (200) and heartbeats flow meanwhile; at the
-    /// deadline it ends with an error frame (a 504 when the deadline comes first). Other
-    /// requests wait as long as the upstream takes (a non-streamed completion has its headers
-    /// only once it is done).
+    /// How long each attempt of a streamed request waits for the upstream's response headers,
+    /// in ms (then another replica is tried; none left: a 504, or the terminal frame of a
+    /// committed stream). Past one heartbeat interval the stream is committed (200) and
+    /// heartbeats flow meanwhile. Other requests wait as long as the upstream takes (a
+    /// non-streamed completion has its headers only once it is done).
     #[arg(long = "upstream-headers-ms", value_name = "MS", default_value = "60000", value_parser = flags::millis)]
     pub upstream_headers: Duration,
     /// A stream whose upstream sends no event for this long (comments do not count) ends with
@@ -136,6 +169,28 @@ impl Config {
         self.listen.server().max_connections(self.max_connections())
     }
 
+    /// The fleet these flags describe: one pool of the `--upstream`s serving every model, or
+    /// the `--config` file's; with the `--fallbacks` file's fallbacks, and `--max-attempts`
+    /// over the file's.
+    ///
+    /// # Errors
+    ///
+    /// A file that cannot be read or parsed, or a fleet that cannot serve (no pool, an empty
+    /// one, a fallback no pool serves, a fallback cycle), naming what is wrong.
+    pub fn routes(&self) -> Result<Routes, String> {
+        let mut routes = match &self.config {
+            Some(path) => Routes::from_toml(path, AttemptOptions::default())?,
+            None => Routes::of_upstreams(&self.upstream, AttemptOptions::default()).check()?,
+        };
+        if let Some(path) = &self.fallbacks {
+            routes = routes.with_fallbacks_file(path)?;
+        }
+        if let Some(max) = self.max_attempts {
+            routes.attempts = routes.attempts.max_attempts(max);
+        }
+        Ok(routes)
+    }
+
     /// Parses the proxy's flags (`["--upstream", "http://127.0.0.1:8000"]`, without a program
     /// name).
     ///
@@ -162,110 +217,15 @@ pub struct InjectedStall {
     pub duration: Duration,
 }
 
-/// An upstream server: `http://HOST:PORT[/PREFIX]`. Every path the proxy forwards is appended
-/// to the prefix (`http://gpu-1:8000/api` sends `/v1/models` to `/api/v1/models`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UpstreamUrl {
-    authority: Authority,
-    prefix: String,
-}
-
-impl UpstreamUrl {
-    /// The upstream's `HOST:PORT`.
-    pub fn authority(&self) -> &Authority {
-        &self.authority
-    }
-
-    /// The path every forwarded path is appended to (empty, or `/PREFIX` without a trailing
-    /// slash).
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// The absolute URI of `path_and_query` (which starts with `/`) at the upstream.
-    ///
-    /// # Errors
-    ///
-    /// If the joined URI is not valid (a path the client sent can always be joined).
-    pub fn join(&self, path_and_query: &str) -> Result<Uri, axum::http::uri::InvalidUri> {
-        format!("http://{}{}{}", self.authority, self.prefix, path_and_query).parse()
-    }
-}
-
-impl FromStr for UpstreamUrl {
-    type Err = String;
-
-    fn from_str(value: &str) -> Result<Self, String> {
-        let problem = |why: &str| format!("`{value}` is not http://HOST:PORT[/PREFIX]: {why}");
-        let with_scheme = if value.contains("://") {
-            value.to_owned()
-        } else {
-            format!("http://{value}")
-        };
-        let uri: Uri = with_scheme.parse().map_err(|_| problem("not a URL"))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => return Err(problem("https upstreams are not supported")),
-            _ => return Err(problem("the scheme must be http")),
-        }
-        let authority = uri.authority().cloned().ok_or_else(|| problem("no host"))?;
-        if authority.as_str().contains('@') {
-            return Err(problem("credentials in the URL are not supported"));
-        }
-        if uri.query().is_some() {
-            return Err(problem("a query is not supported"));
-        }
-        let authority = match authority.port_u16() {
-            Some(_) => authority,
-            None => format!("{}:80", authority.host())
-                .parse()
-                .map_err(|_| problem("not a host"))?,
-        };
-        Ok(UpstreamUrl {
-            authority,
-            prefix: uri.path().trim_end_matches('/').to_owned(),
-        })
-    }
-}
-
-impl fmt::Display for UpstreamUrl {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "http://{}{}", self.authority, self.prefix)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn upstream_urls() {
-        let url: UpstreamUrl = "http://127.0.0.1:8000".parse().unwrap();
-        assert_eq!(url.to_string(), "http://127.0.0.1:8000");
-        assert_eq!(
-            url.join("/v1/models?x=1").unwrap().to_string(),
-            "http://127.0.0.1:8000/v1/models?x=1"
-        );
-        let url: UpstreamUrl = "http://gpu-1:8000/api/".parse().unwrap();
-        assert_eq!(
-            url.join("/v1/models").unwrap().to_string(),
-            "http://gpu-1:8000/api/v1/models"
-        );
-        let url: UpstreamUrl = "localhost".parse().unwrap();
-        assert_eq!(url.to_string(), "http://localhost:80");
-        assert!(
-            "https://a:1"
-                .parse::<UpstreamUrl>()
-                .unwrap_err()
-                .contains("https")
-        );
-        assert!("ftp://a:1".parse::<UpstreamUrl>().is_err());
-        assert!("http://a:1/x?y=1".parse::<UpstreamUrl>().is_err());
-    }
-
-    #[test]
     fn defaults_parse() {
         let config = Config::parse_from(["--upstream", "http://127.0.0.1:8000"]).unwrap();
+        assert_eq!(config.upstream.len(), 1);
+        assert_eq!(config.routes().unwrap().pools[0].upstreams.len(), 1);
         assert_eq!(config.addr.to_string(), "127.0.0.1:8080");
         assert_eq!(config.resume.store, flags::ResumeStore::Memory);
         assert_eq!(
@@ -280,7 +240,25 @@ mod tests {
         assert_eq!(given.max_connections(), 10);
         assert!(
             Config::parse_from::<_, &str>([]).is_err(),
-            "--upstream is required"
+            "--upstream (or --config) is required"
+        );
+        let two = Config::parse_from(["--upstream", "a:1", "--upstream", "https://b/v1"]).unwrap();
+        let routes = two.routes().unwrap();
+        assert_eq!(routes.pools[0].upstreams.len(), 2);
+        assert_eq!(routes.attempts, AttemptOptions::default());
+        let more = Config::parse_from(["--upstream", "a:1", "--max-attempts", "5"]).unwrap();
+        assert_eq!(
+            more.routes().unwrap().attempts,
+            AttemptOptions::default().max_attempts(5)
+        );
+        assert!(Config::parse_from(["--upstream", "a:1", "--max-attempts", "0"]).is_err());
+        assert!(Config::parse_from(["--upstream", "a:1", "--config", "f.toml"]).is_err());
+        let missing = Config::parse_from(["--config", "/nonexistent/fleet.toml"]).unwrap();
+        assert!(
+            missing
+                .routes()
+                .unwrap_err()
+                .contains("/nonexistent/fleet.toml")
         );
         // Fault injection is no flag of the proxy's.
         for flag in ["--stall-at", "--stall-ms"] {

@@ -7,19 +7,20 @@ use serde_json::Value;
 use streamgate::openai::ApiError;
 use streamgate::sse::SseEvent;
 
-use super::upstream::{Upstream, UpstreamError};
+use super::upstream::UpstreamError;
+use super::url::UpstreamUrl;
 use crate::serving;
 
-/// The answer when the upstream gave no response: 502 when it could not be reached or failed,
-/// 504 when it took too long, typed `upstream_error`.
-pub(super) fn upstream(upstream: &Upstream, error: &UpstreamError) -> Response {
-    let (status, message) = failure(upstream, error);
+/// The answer when the upstream at `url` gave no response: 502 when it could not be reached,
+/// its certificate was not trusted or it failed, 504 when it took too long, typed
+/// `upstream_error`.
+pub(super) fn upstream(url: &UpstreamUrl, error: &UpstreamError) -> Response {
+    let (status, message) = failure(url, error);
     serving::json_error(status, &message, "upstream_error")
 }
 
 /// The status and the message for an upstream that gave no (usable) response.
-pub(super) fn failure(upstream: &Upstream, error: &UpstreamError) -> (StatusCode, String) {
-    let url = upstream.url();
+pub(super) fn failure(url: &UpstreamUrl, error: &UpstreamError) -> (StatusCode, String) {
     match error {
         UpstreamError::Connect(why) => (
             StatusCode::BAD_GATEWAY,
@@ -28,6 +29,10 @@ pub(super) fn failure(upstream: &Upstream, error: &UpstreamError) -> (StatusCode
         UpstreamError::ConnectTimeout => (
             StatusCode::GATEWAY_TIMEOUT,
             format!("upstream {url}: connecting timed out"),
+        ),
+        UpstreamError::Tls(why) => (
+            StatusCode::BAD_GATEWAY,
+            format!("upstream {url}: TLS failed (is --upstream-ca the CA that signed it?): {why}"),
         ),
         UpstreamError::HeadersTimeout(after) => (
             StatusCode::GATEWAY_TIMEOUT,

@@ -18,7 +18,7 @@ use http_body_util::BodyExt;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Proxy;
-use super::body::Buffered;
+use super::body::{Buffered, leased};
 use super::stream::{self, StreamRequest};
 use super::upstream::{pass_response, set_request_id};
 use crate::serving;
@@ -71,7 +71,10 @@ pub(super) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -
     response
 }
 
-/// Sends the request upstream as it is and answers with the upstream's response as it is.
+/// Sends the request as it is to a replica of the first pool (a request that is no completion
+/// names no model), and answers with the upstream's response as it is. One attempt: its body
+/// streams through unread, so there is nothing to send again. Whatever the answer, the
+/// replica is alive; a connection that fails counts against it.
 async fn passthrough(
     proxy: &Proxy,
     method: Method,
@@ -79,16 +82,30 @@ async fn passthrough(
     headers: &HeaderMap,
     body: Body,
 ) -> Response {
+    let pool = &proxy.fleet.first_pool().replicas;
+    // A pool has a replica (checked at start), and nothing is avoided: there is always one.
+    let Some(mut lease) = pool.pick("", &[]) else {
+        return serving::json_error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no upstream to pass the request to",
+            "upstream_error",
+        );
+    };
+    let url = lease.replica().clone();
     match proxy
         .upstream
-        .send(method, path_and_query, headers, body)
+        .send(&url, method, path_and_query, headers, body)
         .await
     {
         Ok(response) => {
+            lease.succeeded();
             proxy.stats.passed_through();
-            pass_response(response)
+            leased(pass_response(response), lease)
         }
-        Err(failure) => proxy.upstream_failed(&failure),
+        Err(failure) => {
+            lease.failed(&failure.failure());
+            proxy.upstream_failed(&url, &failure)
+        }
     }
 }
 

@@ -1,15 +1,34 @@
 //! `streamgate proxy`: a drop-in proxy in front of any OpenAI-compatible server (vLLM, SGLang,
-//! llama.cpp, TGI, `streamgate sim`), which gives every client bounded, flushed, cancellable,
-//! resumable and instrumented streams without changing the server.
+//! llama.cpp, TGI, `streamgate sim`) or a fleet of them, which gives every client bounded,
+//! flushed, cancellable, resumable and instrumented streams without changing the servers, and
+//! retries what failed before anything reached the client.
 //!
 //! `streamgate proxy --upstream http://127.0.0.1:8000 --addr 0.0.0.0:8080`
 //!
 //! ```text
-//! client --> [proxy: own endpoints | streamed completion | pass-through] --> upstream
+//! client --> [proxy: own endpoints | completion | pass-through] --> replica of the model's pool
 //!
+//! completion: attempts (replica, another, a fallback) until a first event or an answer
 //! streamed: upstream SSE --decode (bounded)--> proxy.recv --gate (policy)--> replay log
 //!           --> subscriber --sse + heartbeats--> proxy.write --> one HTTP chunk per event
 //! ```
+//!
+//! # A fleet
+//!
+//! `--upstream` given several times makes one pool of replicas serving every model; `--config
+//! FILE` (TOML, [`Routes::from_toml`]) describes several pools, the models each serves,
+//! weights, health checks, circuits, fallbacks and attempts; `--fallbacks FILE` (JSON) adds
+//! fallbacks. A completion goes to the pool of its `model` (404 `model_not_found` when none
+//! serves it), to the replica with the fewest streams in flight per weight of two drawn at
+//! random ([`streamgate::fleet::Pool`]); its stream counts there until its end. Until its
+//! first event (or, not streamed, its answer) its attempts are invisible to the client and
+//! follow [`streamgate::fleet::Attempts`]: another replica, the same one after a backoff, a
+//! fallback (its body's `model` rewritten), `Retry-After` honoured, at most `--max-attempts`;
+//! each failure counted at its upstream (`/stats` `upstreams`, `/metrics`
+//! `streamgate_proxy_upstream_*`) and against its health (a replica, or only the model on it).
+//! An error status is read up to 64 KiB for its `error.code` (`context_length_exceeded` goes
+//! only to a `[context_fallbacks]` model) and, when the attempts give up, passed on whole.
+//! Requests that are no completion go to the first pool, once.
 //!
 //! # What goes where
 //!
@@ -29,11 +48,12 @@
 //!   `text_completion` chunks never merge). The response's headers are the proxy's (the
 //!   upstream's other headers are not copied), and the upstream is asked without
 //!   `Accept-Encoding`, since the proxy reads its events. Only a body with `"stream": true`
-//!   gets the `--upstream-headers-ms` deadline (a non-streamed completion has its headers only
-//!   once it is done). A server that queues such a request (llama.cpp with every slot busy)
-//!   sends no headers until it starts on it: the proxy waits one heartbeat interval
-//!   (`--heartbeat-ms`) for them, then commits the stream (200) and heartbeats flow while it
-//!   waits on.
+//!   gets the `--upstream-headers-ms` deadline, per attempt (a non-streamed completion has its
+//!   headers only once it is done). The client's response starts with the stream's first
+//!   event, or one heartbeat interval (`--heartbeat-ms`) in, whichever comes first: a server
+//!   that queues the request (llama.cpp with every slot busy sends no headers until it starts
+//!   on it) or attempts that take longer commit the stream (200), and heartbeats flow while
+//!   the proxy waits on.
 //! - Everything else (other paths and methods, a completion the upstream answers with an error
 //!   or without SSE) passes through: method, path and query (after the upstream's prefix),
 //!   headers without the hop-by-hop ones (`Host` becomes the upstream's), bodies streamed both
@@ -47,7 +67,9 @@
 //!
 //! # Request ids and traces
 //!
-//! `x-request-id` is the client's, or a new unguessable `sg-<32 hex digits>` when it sent none;
+//! `x-request-id` is the client's when it is 1 to 128 bytes of `A-Z a-z 0-9 . _ : -` (safe in a
+//! header, a path and a Redis key), or a new unguessable `sg-<32 hex digits>` when it sent none
+//! (or another);
 //! it goes upstream and comes back on every response. Without a grace (the default) ids name
 //! nothing: no stream is registered, and requests sharing one (an Envoy retry keeps its id) are
 //! served side by side. With a grace an id names its stream for resumes and stops, and a
@@ -79,12 +101,19 @@
 //!
 //! # Upstream failures
 //!
+//! What the client sees when the last attempt failed so (the others were retried, as
+//! [`streamgate::fleet::Failure`] classifies them):
+//!
 //! | upstream | client sees |
 //! |---|---|
 //! | connection refused, unknown host | 502, OpenAI error body, `upstream_error` |
+//! | a certificate not trusted (`https://`), a failed handshake | 502 saying TLS failed, never plain text |
 //! | connect slower than `--connect-timeout-ms` | 504, OpenAI error body |
-//! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body; or, when the deadline is past the first heartbeat interval, heartbeats, then the terminal frame "sent no response headers within N ms" |
-//! | error status (any content type) | that status and body; after the stream was committed (a queued request), the terminal frame quoting the status and the start of the body |
+//! | no response headers within `--upstream-headers-ms` (streamed requests) | 504, OpenAI error body; or, when the stream was committed (one heartbeat interval in), heartbeats, then the terminal frame "sent no response headers within N ms" |
+//! | no first event within `--first-token-ms` (or `--upstream-idle-ms`) after the headers | 504; or heartbeats, then the terminal frame saying so |
+//! | error status (any content type) | that status and body; after the stream was committed, the terminal frame quoting the status and the start of the body |
+//! | a final chunk (a `finish_reason`), then a clean close without `data: [DONE]` | the answer, whole, and the `[DONE]` the client waits for |
+//! | an event whose data is not a JSON object | dropped (`events_dropped_invalid` in `/stats`, `streamgate_proxy_invalid_events_total`); the stream goes on |
 //! | 2xx, not SSE, to a completion request | passed through as it is |
 //! | SSE cut mid-stream (short `Content-Length`, chunked without its end, a close before `[DONE]`) | the events so far, then `event: error` / `data: {"error":{"message":..,"type":"upstream_error",..}}`, end |
 //! | a line or event past the decoder's limits (256 KiB / 1 MiB) | the same terminal frame; memory stays within the limits |
@@ -98,35 +127,46 @@
 //! Hops `proxy.recv` (each upstream event as it arrives) and `proxy.write` (each frame handed to
 //! the client's connection); their gaps, time to first event and end reasons are in `/metrics`
 //! with the process's other series (`streamgate_proxy_requests_total{kind}`,
-//! `streamgate_proxy_upstream_failures_total{cause}`), and with `--hop-records FILE` in hop
-//! records. `/stats` is the proxy's own: streams started, running, ended by reason, upstream
-//! failures by cause, requests passed through, and the resume store's counters.
+//! `streamgate_proxy_upstream_failures_total{cause}` for requests no attempt got an answer for,
+//! `streamgate_proxy_retries_total`, `streamgate_proxy_fallbacks_total` and the per-upstream
+//! `streamgate_proxy_upstream_{in_flight,picks_total,attempt_failures_total,ejected}`), and
+//! with `--hop-records FILE` in hop records. `/stats` is the proxy's own: streams started,
+//! running, ended by reason, requests no attempt got an answer for (by cause), requests passed
+//! through, retries, fallbacks, invalid events dropped, `upstreams` (each one's figures), and
+//! the resume store's counters.
 
+mod attempt;
 mod body;
 mod chunk;
 mod config;
 mod error;
+mod fleet;
 mod forward;
 mod pages;
 mod resume;
+mod routes;
 mod state;
 mod stats;
 mod stream;
 mod upstream;
+mod url;
 
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use axum::Router;
 use axum::routing::{get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::transport::TunedListener;
 
-pub use self::config::{Config, InjectedStall, UpstreamUrl};
+pub use self::config::{Config, InjectedStall};
+use self::fleet::Fleet;
+pub use self::routes::{PoolConfig, Routes};
 pub use self::state::Proxy;
 use self::stats::Stats;
 use self::upstream::Upstream;
+pub use self::url::{Scheme, UpstreamUrl};
+use crate::request_id::RequestIds;
 use crate::serving;
 
 /// Binds the listener (with the crate's kernel-aware defaults, as `--sndbuf`,
@@ -138,27 +178,30 @@ use crate::serving;
 ///
 /// # Errors
 ///
-/// When the listener cannot be bound, the hop record file cannot be created, or the Redis
-/// store URL is malformed.
+/// When the fleet cannot serve (see [`Config::routes`]), `--upstream-ca` cannot be read, the
+/// listener cannot be bound, the hop record file cannot be created, or the Redis store URL is
+/// malformed.
 pub fn app(
     config: Config,
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Proxy>), String> {
+    let fleet = Arc::new(Fleet::new(config.routes()?));
+    let upstream = Upstream::new(config.connect_timeout, config.upstream_ca.as_deref())?;
     let records = serving::record_sink(config.hop_records.as_deref())?;
     let listener = TunedListener::bind(config.addr, config.listen.options())
         .map_err(|error| format!("binding {}: {error}", config.addr))?;
     stats::describe();
     let proxy = Arc::new(Proxy {
         group: streamgate::Group::new(),
-        upstream: Upstream::new(config.upstream.clone(), config.connect_timeout),
+        upstream,
+        fleet,
         recv: config.hop_records_sample.hop(&records, "proxy.recv"),
         write: config.hop_records_sample.hop(&records, "proxy.write"),
         records,
         stats: Stats::default(),
         store: config.resume.open(&config.gate)?,
         prometheus,
-        ids: std::hash::RandomState::new(),
-        next_id: AtomicU64::new(0),
+        ids: RequestIds::new("sg-"),
         buffered: Arc::new(tokio::sync::Semaphore::new(
             config
                 .max_buffered_bytes
@@ -181,6 +224,7 @@ pub fn app(
             );
     }
     let app = app.fallback(forward::forward).with_state(proxy.clone());
+    Fleet::check_health(&proxy.fleet, &proxy.upstream);
     Ok((listener, app, proxy))
 }
 
@@ -190,7 +234,7 @@ pub async fn run(config: Config) -> ExitCode {
     let server = config.server();
     match serving::prometheus().and_then(|prometheus| app(config, prometheus)) {
         Ok((listener, app, proxy)) => {
-            eprintln!("proxy: forwarding to {}", proxy.config.upstream);
+            eprintln!("proxy: forwarding to{}", proxy.fleet.describe());
             if proxy.resumable() {
                 if let Err(failure) = proxy.store.check().await {
                     let why = serving::with_causes(&failure);

@@ -1,26 +1,32 @@
-//! The proxy's counters: its streams' ends, the upstream's failures by cause, the requests
-//! passed through.
+//! The proxy's counters: its streams' ends, requests that got no usable answer (by cause),
+//! the requests passed through, retries, fallbacks and invalid upstream events.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::{Map, Value};
 use streamgate::EndReason;
+use streamgate::fleet::Cause;
 
-use super::upstream::FailureCause;
 use crate::serving;
 
 /// The proxy's counters.
 #[derive(Debug, Default)]
 pub(super) struct Stats {
     streams: serving::StreamCounts,
-    /// Requests the upstream gave no response to, by [`FailureCause::index`].
-    upstream_failures: [AtomicU64; FailureCause::ALL.len()],
+    /// Requests no attempt got a usable answer for, by [`Cause::index`].
+    upstream_failures: [AtomicU64; Cause::ALL.len()],
     passed_through: AtomicU64,
+    /// Attempts after a request's first (another replica, the same one again, a fallback).
+    retries: AtomicU64,
+    /// Requests a fallback model answered.
+    fallbacks: AtomicU64,
+    /// Upstream events dropped at `proxy.recv` for not being JSON.
+    invalid_events: AtomicU64,
 }
 
 /// What the generator saw, which the gate's end reason cannot tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Outcome {
+pub(super) enum Verdict {
     /// As the gate says.
     Gate,
     /// The upstream failed; the client got a terminal error frame.
@@ -29,13 +35,13 @@ pub(super) enum Outcome {
     Stopped,
 }
 
-impl Outcome {
+impl Verdict {
     /// How a stream whose gate ended for `gate` ended: the gate's reason, unless the stream
     /// completed only because the generator ended it with a frame of its own.
     pub(super) fn end_reason(self, gate: EndReason) -> EndReason {
         match (self, gate) {
-            (Outcome::UpstreamError, EndReason::Completed) => EndReason::UpstreamError,
-            (Outcome::Stopped, EndReason::Completed) => EndReason::Cancelled,
+            (Verdict::UpstreamError, EndReason::Completed) => EndReason::UpstreamError,
+            (Verdict::Stopped, EndReason::Completed) => EndReason::Cancelled,
             (_, reason) => reason,
         }
     }
@@ -54,9 +60,36 @@ impl Stats {
     }
 
     /// A request the upstream gave no response to.
-    pub(super) fn upstream_failed(&self, cause: FailureCause) {
+    pub(super) fn upstream_failed(&self, cause: Cause) {
         self.upstream_failures[cause.index()].fetch_add(1, Ordering::SeqCst);
         metrics::counter!("streamgate_proxy_upstream_failures_total", "cause" => cause.as_str())
+            .increment(1);
+    }
+
+    /// A request that got no usable answer: counted by its last failure's cause (a model no
+    /// pool serves is none).
+    pub(super) fn gave_up(&self, cause: Option<Cause>) {
+        if let Some(cause) = cause {
+            self.upstream_failed(cause);
+        }
+    }
+
+    /// An attempt after a request's first.
+    pub(super) fn retried(&self) {
+        self.retries.fetch_add(1, Ordering::SeqCst);
+        metrics::counter!("streamgate_proxy_retries_total").increment(1);
+    }
+
+    /// A request a fallback model answered.
+    pub(super) fn fell_back(&self) {
+        self.fallbacks.fetch_add(1, Ordering::SeqCst);
+        metrics::counter!("streamgate_proxy_fallbacks_total").increment(1);
+    }
+
+    /// An upstream event that was no JSON object, dropped.
+    pub(super) fn invalid_event(&self) {
+        self.invalid_events.fetch_add(1, Ordering::SeqCst);
+        metrics::counter!("streamgate_proxy_invalid_events_total", "hop" => "proxy.recv")
             .increment(1);
     }
 
@@ -70,11 +103,14 @@ impl Stats {
 impl Stats {
     /// The counts as `/stats` fields: the streams' as both servers give them
     /// ([`StreamCounts::fields`](serving::StreamCounts::fields), running as `streams_running`),
-    /// `streams_upstream_error`, `upstream_errors` (requests the upstream gave no response to)
-    /// and `upstream_failures` (by cause), `requests_passed_through`.
+    /// `streams_upstream_error`, `upstream_errors` (requests that got no usable answer from
+    /// any attempt) and `upstream_failures` (by their last attempt's cause),
+    /// `requests_passed_through`, `attempts_retried` (attempts after a request's first),
+    /// `fallbacks_answered` (requests a fallback model answered) and `events_dropped_invalid`
+    /// (upstream events that were no JSON object).
     pub(super) fn fields(&self) -> Map<String, Value> {
         let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-        let failures: Map<String, Value> = FailureCause::ALL
+        let failures: Map<String, Value> = Cause::ALL
             .iter()
             .map(|cause| {
                 (
@@ -85,7 +121,7 @@ impl Stats {
             .collect();
         let upstream_error = self.streams.ended()[EndReason::UpstreamError];
         let mut fields = self.streams.fields("streams_running");
-        let more: [(&str, Value); 4] = [
+        let more: [(&str, Value); 7] = [
             ("streams_upstream_error", upstream_error.into()),
             (
                 "upstream_errors",
@@ -93,6 +129,9 @@ impl Stats {
             ),
             ("upstream_failures", Value::Object(failures)),
             ("requests_passed_through", load(&self.passed_through).into()),
+            ("attempts_retried", load(&self.retries).into()),
+            ("fallbacks_answered", load(&self.fallbacks).into()),
+            ("events_dropped_invalid", load(&self.invalid_events).into()),
         ];
         fields.extend(more.map(|(name, value)| (name.to_owned(), value)));
         fields
@@ -107,6 +146,18 @@ pub(super) fn describe() {
     );
     metrics::describe_counter!(
         "streamgate_proxy_upstream_failures_total",
-        "Requests the upstream gave no usable response to, by cause"
+        "Requests no attempt got a usable answer for, by the last attempt's cause"
+    );
+    metrics::describe_counter!(
+        "streamgate_proxy_retries_total",
+        "Attempts after a request's first: another replica, the same one again, a fallback"
+    );
+    metrics::describe_counter!(
+        "streamgate_proxy_fallbacks_total",
+        "Requests a fallback model answered"
+    );
+    metrics::describe_counter!(
+        "streamgate_proxy_invalid_events_total",
+        "Upstream events dropped for not being JSON objects, by hop"
     );
 }

@@ -7,12 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
-use axum::http::Method;
+use axum::body::Body;
 use axum::http::header::{self, HeaderMap};
 use axum::response::Response;
 use futures_util::StreamExt;
-use http_body_util::BodyDataStream;
-use hyper::body::Incoming;
 use serde_json::{Map, Value, json};
 use streamgate::openai::{ChatCompletionChunk, ChunkChoice, Delta};
 use streamgate::probe::{Observed, Recorder, Seen};
@@ -22,11 +20,11 @@ use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::attempt::{self, Attempted, Outcome, Started};
 use super::body::Buffered;
 use super::chunk::Relayed;
 use super::config::InjectedStall;
-use super::stats::Outcome;
-use super::upstream::{UpstreamError, is_event_stream, pass_response};
+use super::stats::Verdict;
 use super::{Proxy, error};
 use crate::flags::PolicyFlag;
 use crate::{resume, serving};
@@ -43,13 +41,14 @@ pub(super) struct StreamRequest {
     /// The body asks for a stream (`"stream": true`): the upstream's headers have a deadline,
     /// and the id is claimed before the upstream is asked.
     pub(super) asked: bool,
-    /// The request's `model`, for a final chunk made before the upstream sent any.
+    /// The request's `model`: it picks the pool, and names a final chunk made before the
+    /// upstream sent any.
     pub(super) model: Option<String>,
 }
 
-/// Sends `request` upstream and streams its answer: gated SSE when the upstream answers 2xx
-/// `text/event-stream` (whatever the body asked), otherwise the upstream's response as it is
-/// (an error status with its body, or a non-SSE answer).
+/// Sends `request` upstream (its attempts: [`attempt::run`]) and streams its answer: gated
+/// SSE when an upstream answers 2xx `text/event-stream` (whatever the body asked), otherwise
+/// the answer as it is (an error status with its body, or a non-SSE answer).
 ///
 /// With `--resume-grace-ms` (resumes on), the stream is registered under its request id: a
 /// request that asked for a stream claims the id before the upstream is asked, so a duplicate
@@ -79,75 +78,96 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     let parent = streamgate::otel::extract(&headers);
     // The events are decoded here: they must arrive as they are.
     headers.remove(header::ACCEPT_ENCODING);
-    let mut sent: Sent = {
-        let (proxy, body) = (proxy.clone(), body.into_body());
-        Box::pin(async move {
-            (proxy.upstream)
-                .send(Method::POST, &path_and_query, &headers, body)
-                .await
-        })
+    // The stream's time to its first event counts from here, across its attempts.
+    let recv = proxy.recv.recorder_in(id.as_str(), &parent);
+    let attempted = Attempted {
+        path_and_query,
+        headers,
+        body,
+        asked,
+        model: model.clone(),
     };
-    let limit = proxy.config.upstream_headers;
-    let mut answer = if asked {
+    let mut attempts: Attempting = Box::pin(attempt::run(proxy.clone(), attempted));
+    let outcome = if asked {
         // The client hears from the proxy within one heartbeat interval. A server that queues
         // the request (llama.cpp with every slot busy) sends its headers only when it starts on
-        // it: past that interval the stream is committed (200) and heartbeats flow while the
-        // proxy waits, and an error status after it becomes the stream's terminal frame.
-        let commit = proxy.config.gate.heartbeat.min(limit);
-        match tokio::time::timeout(commit, &mut sent).await {
-            Ok(Ok(upstream)) => Answer::Now(upstream),
-            Ok(Err(failure)) => return proxy.upstream_failed(&failure),
-            Err(_) if commit == limit => {
-                return proxy.upstream_failed(&UpstreamError::HeadersTimeout(limit));
+        // it, and retries take time: past that interval the stream is committed (200) and
+        // heartbeats flow while the attempts go on; their failure, after it, becomes the
+        // stream's terminal frame.
+        // A stop (`/cancel`) meanwhile commits at once: the stream ends with its final chunk.
+        let stop = claim.as_mut().map(Claim::stop_signal);
+        let stopped = async {
+            match &stop {
+                Some(stop) => stop.cancelled().await,
+                None => std::future::pending().await,
             }
-            Err(_) => Answer::Awaited {
-                sent,
-                deadline: Instant::now() + (limit - commit),
-                limit,
-                proxy: proxy.clone(),
-            },
+        };
+        let waited = tokio::select! {
+            waited = tokio::time::timeout(proxy.config.gate.heartbeat, &mut attempts) => waited.ok(),
+            () = stopped => None,
+        };
+        match waited {
+            Some(outcome) => outcome,
+            None => {
+                let answer = Answer::Awaited(attempts);
+                return start(proxy, &id, chat, model, claim, answer, recv).await;
+            }
         }
     } else {
-        // A non-streamed completion has its headers only once it is done.
-        match sent.await {
-            Ok(upstream) => Answer::Now(upstream),
-            Err(failure) => return proxy.upstream_failed(&failure),
-        }
+        attempts.await
     };
-    if let Answer::Now(upstream) = answer {
-        if !(upstream.status().is_success() && is_event_stream(upstream.headers())) {
-            // An error (`500` even when typed `text/event-stream`), or an answer that is no
-            // stream.
-            proxy.stats.passed_through();
-            return pass_response(upstream);
-        }
-        if resumable && claim.is_none() {
-            match proxy.store.claim(&id).await {
-                Ok(held) => claim = Some(held),
-                // The upstream response is dropped: its connection closes, its work stops.
-                Err(refused) => return refused_claim(&id, &refused),
+    match outcome {
+        Outcome::Stream(started) => {
+            if resumable && claim.is_none() {
+                match proxy.store.claim(&id).await {
+                    Ok(held) => claim = Some(held),
+                    // The upstream response is dropped: its connection closes, its work stops.
+                    Err(refused) => return refused_claim(&id, &refused),
+                }
             }
+            start(proxy, &id, chat, model, claim, Answer::Now(started), recv).await
         }
-        answer = Answer::Now(upstream);
+        // An error (`500` even when typed `text/event-stream`), or an answer that is no
+        // stream.
+        Outcome::Answer(response) => {
+            proxy.stats.passed_through();
+            response
+        }
+        Outcome::GaveUp(gave_up) => {
+            proxy.stats.gave_up(gave_up.cause);
+            gave_up.response()
+        }
     }
-    let recv = proxy.recv.recorder_in(id.as_str(), &parent);
+}
+
+/// Starts the stream of `answer` (registered under `claim` when resumes are on) and answers
+/// with its frames.
+async fn start(
+    proxy: &Arc<Proxy>,
+    id: &str,
+    chat: bool,
+    model: Option<String>,
+    mut claim: Option<Claim>,
+    answer: Answer,
+    recv: Recorder,
+) -> Response {
     // `/cancel` stops a registered stream through its claim's stop signal: the generator
     // ends it with a final chunk.
     let stop = claim
         .as_mut()
         .map_or_else(CancellationToken::new, Claim::stop_signal);
     let start = Start {
-        id: &id,
+        id,
         chat,
         model,
         stop,
     };
     let consumer = start.spawn(proxy, answer, recv);
     let Some(claim) = claim else {
-        return proxy.sse_response(consumer.sse(), &id);
+        return proxy.sse_response(consumer.sse(), id);
     };
     match proxy.store.register(claim, consumer).await {
-        Ok(frames) => proxy.sse_response(frames, &id),
+        Ok(frames) => proxy.sse_response(frames, id),
         Err(failure) => resume::register_error(&failure),
     }
 }
@@ -157,21 +177,16 @@ fn refused_claim(id: &str, refused: &ClaimError) -> Response {
     resume::claim_error(&format!("x-request-id {id}"), id, refused)
 }
 
-/// The upstream's response, on its way.
-type Sent = Pin<Box<dyn Future<Output = Result<hyper::Response<Incoming>, UpstreamError>> + Send>>;
+/// A request's attempts, on their way.
+type Attempting = Pin<Box<dyn Future<Output = Outcome> + Send>>;
 
 /// The upstream's answer to a streamed request.
 pub(super) enum Answer {
-    /// Its headers came: a 2xx event stream.
-    Now(hyper::Response<Incoming>),
+    /// Its first event came.
+    Now(Started),
     /// Not within a heartbeat interval: the stream is committed, and the generator waits for
-    /// the headers until `deadline` (`--upstream-headers-ms`, `limit`, from the request).
-    Awaited {
-        sent: Sent,
-        deadline: Instant,
-        limit: Duration,
-        proxy: Arc<Proxy>,
-    },
+    /// the attempts.
+    Awaited(Attempting),
 }
 
 /// What a stream's gate is started with.
@@ -194,17 +209,18 @@ impl Start<'_> {
         let config = &proxy.config;
         let stop = self.stop;
         proxy.stats.start();
-        let outcome = Arc::new(AtomicU8::new(Outcome::Gate as u8));
+        let verdict = Arc::new(AtomicU8::new(Verdict::Gate as u8));
         let on_release = {
-            let (proxy, outcome) = (proxy.clone(), outcome.clone());
+            let (proxy, verdict) = (proxy.clone(), verdict.clone());
             move |reason: EndReason, _| {
-                let outcome = Outcome::from_u8(outcome.load(Ordering::SeqCst));
-                proxy.stats.end(outcome.end_reason(reason));
+                let verdict = Verdict::from_u8(verdict.load(Ordering::SeqCst));
+                proxy.stats.end(verdict.end_reason(reason));
             }
         };
         let pump = Pump {
+            proxy: proxy.clone(),
             stop,
-            outcome,
+            verdict,
             chat: self.chat,
             id: self.id.to_owned(),
             model: self.model,
@@ -224,21 +240,22 @@ impl Start<'_> {
     }
 }
 
-impl Outcome {
-    fn from_u8(value: u8) -> Outcome {
+impl Verdict {
+    fn from_u8(value: u8) -> Verdict {
         match value {
-            1 => Outcome::UpstreamError,
-            2 => Outcome::Stopped,
-            _ => Outcome::Gate,
+            1 => Verdict::UpstreamError,
+            2 => Verdict::Stopped,
+            _ => Verdict::Gate,
         }
     }
 }
 
 /// The generator of one stream: reads the upstream's events into the gate.
 struct Pump {
+    proxy: Arc<Proxy>,
     /// `/cancel`: stop reading, send a final chunk and `[DONE]`.
     stop: CancellationToken,
-    outcome: Arc<AtomicU8>,
+    verdict: Arc<AtomicU8>,
     chat: bool,
     /// The request id and `model`: a final chunk made before the upstream sent any names them.
     id: String,
@@ -252,7 +269,7 @@ struct Pump {
 
 /// How the upstream's stream ended.
 enum End {
-    /// `data: [DONE]`.
+    /// `data: [DONE]`, or a clean close after the final chunk (the proxy sends the `[DONE]`).
     Done,
     /// The upstream sent its own error frame (passed on).
     ErrorFrame,
@@ -262,9 +279,6 @@ enum End {
     Stopped,
 }
 
-/// The upstream's events.
-type Events = Pin<Box<dyn futures_core::Stream<Item = Result<SseEvent, DecodeError>> + Send>>;
-
 impl Pump {
     async fn run(
         self,
@@ -272,11 +286,14 @@ impl Pump {
         mut recv: Recorder,
         mut tx: Sender<Relayed>,
     ) -> Result<(), &'static str> {
-        let body = match self.body(answer).await {
-            Ok(body) => body,
+        let Started {
+            lease,
+            mut events,
+            first: first_event,
+        } = match self.started(answer).await {
+            Ok(started) => started,
             Err(end) => return self.finish(end, recv, tx, None, 0).await,
         };
-        let mut events: Events = Box::pin(BodyDataStream::new(body).sse_events());
         let gone = |_| "the stream ended";
         // The idle deadline: one timer, moved only when it fires (an event only reads the
         // clock), as the heartbeat's. It runs only while the upstream is awaited: a wait for
@@ -287,6 +304,9 @@ impl Pump {
         let mut next_id = 0u64;
         // The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
         let mut first: Option<String> = None;
+        // Whether a chunk said how the answer finished (a `finish_reason`).
+        let mut finished = false;
+        let mut pending = Some(Ok(first_event));
         let end = loop {
             if let Some(injected) = stall.filter(|injected| injected.at == next_id) {
                 // An injected freeze before forwarding event n (a proxy-side stall), once.
@@ -297,23 +317,34 @@ impl Pump {
                 }
                 waiting_since = Instant::now();
             }
-            let item = tokio::select! {
-                biased;
-                () = self.stop.cancelled() => break End::Stopped,
-                () = &mut idle, if !self.idle.is_zero() => {
-                    let due = waiting_since + self.idle;
-                    if Instant::now() < due {
-                        idle.as_mut().reset(due);
-                        continue;
+            let item = match pending.take() {
+                Some(item) => Some(item),
+                None => tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => break End::Stopped,
+                    () = &mut idle, if !self.idle.is_zero() => {
+                        let due = waiting_since + self.idle;
+                        if Instant::now() < due {
+                            idle.as_mut().reset(due);
+                            continue;
+                        }
+                        break End::Failed(format!(
+                            "upstream stalled: no event for {} ms",
+                            self.idle.as_millis()
+                        ));
                     }
-                    break End::Failed(format!(
-                        "upstream stalled: no event for {} ms",
-                        self.idle.as_millis()
-                    ));
-                }
-                item = events.next() => item,
+                    item = events.next() => item,
+                },
             };
             let Some(item) = item else {
+                if finished {
+                    // Its final chunk came and it closed cleanly: the answer is whole, and the
+                    // client gets the `[DONE]` it waits for.
+                    let done = SseEvent::data("[DONE]").with_id(next_id.to_string());
+                    let done = done.expect("a number is a valid id");
+                    tx.send(Relayed::new(done, false)).await.map_err(gone)?;
+                    break End::Done;
+                }
                 break End::Failed("the upstream closed the stream before data: [DONE]".into());
             };
             match item.observed() {
@@ -337,8 +368,20 @@ impl Pump {
                 break End::ErrorFrame;
             }
             let done = data.starts_with("[DONE]");
-            if first.is_none() && !done {
-                first = Some(data.to_owned());
+            if !done {
+                match Peek::of(data) {
+                    Some(peek) => finished |= peek.finishes(),
+                    None => {
+                        // Not JSON: an SDK would raise on it mid-answer. Dropped and counted;
+                        // the stream goes on whole.
+                        self.proxy.stats.invalid_event();
+                        waiting_since = Instant::now();
+                        continue;
+                    }
+                }
+                if first.is_none() {
+                    first = Some(data.to_owned());
+                }
             }
             let event = event
                 .with_id(next_id.to_string())
@@ -352,44 +395,39 @@ impl Pump {
                 break End::Done;
             }
         };
-        // Whatever the end, the upstream connection goes now (an unfinished body closes it).
-        drop(events);
+        // Whatever the end, the upstream connection goes now (an unfinished body closes it),
+        // and with it the stream's count on its replica.
+        drop((events, lease));
         self.finish(end, recv, tx, first, next_id).await
     }
 
-    /// The upstream's event stream: at once, or once its headers come (a committed stream).
-    async fn body(&self, answer: Answer) -> Result<Incoming, End> {
-        let (sent, deadline, limit, proxy) = match answer {
-            Answer::Now(upstream) => return Ok(upstream.into_body()),
-            Answer::Awaited {
-                sent,
-                deadline,
-                limit,
-                proxy,
-            } => (sent, deadline, limit, proxy),
+    /// The upstream's stream, its first event come: at once, or once the attempts are over (a
+    /// committed stream).
+    async fn started(&self, answer: Answer) -> Result<Started, End> {
+        let attempts = match answer {
+            Answer::Now(started) => return Ok(started),
+            Answer::Awaited(attempts) => attempts,
         };
-        let failed = |failure: &UpstreamError| {
-            proxy.stats.upstream_failed(failure.cause());
-            End::Failed(error::failure(&proxy.upstream, failure).1)
-        };
-        let answered = tokio::select! {
+        let outcome = tokio::select! {
             biased;
             () = self.stop.cancelled() => return Err(End::Stopped),
-            () = tokio::time::sleep_until(deadline) => {
-                return Err(failed(&UpstreamError::HeadersTimeout(limit)));
-            }
-            answered = sent => answered,
+            outcome = attempts => outcome,
         };
-        let upstream = answered.map_err(|failure| failed(&failure))?;
-        if upstream.status().is_success() && is_event_stream(upstream.headers()) {
-            return Ok(upstream.into_body());
+        match outcome {
+            Outcome::Stream(started) => Ok(started),
+            Outcome::GaveUp(gave_up) => {
+                self.proxy.stats.gave_up(gave_up.cause);
+                Err(End::Failed(gave_up.message))
+            }
+            Outcome::Answer(answer) => {
+                // Too late for its status: the stream's terminal frame says what it was.
+                let status = answer.status();
+                let body = prefix(answer.into_body(), ANSWER_PREFIX).await;
+                Err(End::Failed(format!(
+                    "the upstream answered {status} after the stream had started: {body}"
+                )))
+            }
         }
-        // Too late for its status: the stream's terminal frame says what it was.
-        let status = upstream.status();
-        let body = prefix(upstream.into_body(), ANSWER_PREFIX).await;
-        Err(End::Failed(format!(
-            "the upstream answered {status} after the stream had started: {body}"
-        )))
     }
 
     /// Ends the stream as `end` says, after `next_id` events (the first of them `first`).
@@ -405,20 +443,20 @@ impl Pump {
         match end {
             End::Done => recv.end(EndReason::Completed),
             End::ErrorFrame => {
-                self.outcome
-                    .store(Outcome::UpstreamError as u8, Ordering::SeqCst);
+                self.verdict
+                    .store(Verdict::UpstreamError as u8, Ordering::SeqCst);
                 recv.end(EndReason::UpstreamError);
             }
             End::Failed(message) => {
-                self.outcome
-                    .store(Outcome::UpstreamError as u8, Ordering::SeqCst);
+                self.verdict
+                    .store(Verdict::UpstreamError as u8, Ordering::SeqCst);
                 recv.end(EndReason::UpstreamError);
                 tx.send(Relayed::new(error::upstream_frame(&message), false))
                     .await
                     .map_err(gone)?;
             }
             End::Stopped => {
-                self.outcome.store(Outcome::Stopped as u8, Ordering::SeqCst);
+                self.verdict.store(Verdict::Stopped as u8, Ordering::SeqCst);
                 recv.end(EndReason::Cancelled);
                 let finish =
                     final_chunk(first.as_deref(), &self.id, self.model.as_deref(), self.chat);
@@ -438,7 +476,7 @@ impl Pump {
 const ANSWER_PREFIX: usize = 4096;
 
 /// The first `limit` bytes of `body` as text, waiting at most a second for them.
-async fn prefix(body: Incoming, limit: usize) -> String {
+async fn prefix(body: Body, limit: usize) -> String {
     use http_body_util::BodyExt;
     let read = async {
         let mut body = body;
@@ -459,6 +497,36 @@ async fn prefix(body: Incoming, limit: usize) -> String {
     tokio::time::timeout(Duration::from_secs(1), read)
         .await
         .unwrap_or_default()
+}
+
+/// What the proxy reads of each upstream chunk: whether it is JSON at all, and whether it
+/// finishes the answer (a choice's `finish_reason`). One parse, nothing kept but that.
+#[derive(serde::Deserialize)]
+struct Peek {
+    #[serde(default)]
+    choices: Vec<PeekChoice>,
+}
+
+#[derive(serde::Deserialize)]
+struct PeekChoice {
+    #[serde(default)]
+    finish_reason: Option<serde::de::IgnoredAny>,
+}
+
+impl Peek {
+    /// What `data` says, if it is a JSON object.
+    fn of(data: &str) -> Option<Peek> {
+        if !data.trim_start().starts_with('{') {
+            return None;
+        }
+        serde_json::from_str(data).ok()
+    }
+
+    fn finishes(&self) -> bool {
+        self.choices
+            .iter()
+            .any(|choice| choice.finish_reason.is_some())
+    }
 }
 
 /// What the client is told when decoding the upstream failed.

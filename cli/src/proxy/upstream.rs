@@ -1,22 +1,27 @@
-//! The upstream client: a pool of HTTP/1.1 connections with TCP_NODELAY and a connect timeout,
-//! and the requests and responses it carries, without hop-by-hop headers.
+//! The upstream client: one pool of HTTP/1.1 connections (plain, or TLS through rustls) with
+//! TCP_NODELAY and a connect timeout for every upstream, and the requests and responses it
+//! carries, without hop-by-hop headers.
 //!
 //! Pooling reuses connections for requests that finish (non-streamed completions, `/v1/models`).
 //! A response body dropped before its end (a stream whose client left) is not returned to the
 //! pool: hyper reads what has already arrived and, the body being unfinished, closes the
 //! connection, so the upstream sees its client disconnect and frees its slot.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use axum::http::{Method, Request, Response, Uri, Version};
 use hyper::body::Incoming;
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use streamgate::fleet::{Cause, Failure};
 
-use super::config::UpstreamUrl;
+use super::url::UpstreamUrl;
 use crate::serving;
 
 /// How long an idle pooled connection is kept.
@@ -37,114 +42,86 @@ const HOP_BY_HOP: [HeaderName; 8] = [
     header::UPGRADE,
 ];
 
-/// The upstream server and the pooled client that reaches it.
+/// The pooled client that reaches every upstream, `http://` and `https://`.
 #[derive(Debug, Clone)]
 pub(super) struct Upstream {
-    url: UpstreamUrl,
-    client: Client<HttpConnector, Body>,
+    client: Client<HttpsConnector<HttpConnector>, Body>,
 }
 
-/// Why the upstream gave no response.
+/// Why an upstream gave no response.
 #[derive(Debug)]
 pub(super) enum UpstreamError {
     /// Connecting failed: refused, unreachable, no such host (502).
     Connect(String),
     /// Connecting took longer than `--connect-timeout-ms` (504).
     ConnectTimeout,
+    /// The TLS handshake failed: most often a certificate the proxy does not trust (502,
+    /// naming it; never a retry in plain text).
+    Tls(String),
     /// The response headers took longer than `--upstream-headers-ms` (504).
     HeadersTimeout(Duration),
-    /// The connection failed before the response headers came (502).
+    /// The connection failed before the response headers came: a reset, a close (502).
     Failed(String),
 }
 
 impl UpstreamError {
+    /// What it says of the attempt, for retries and health.
+    pub(super) fn failure(&self) -> Failure {
+        match self {
+            UpstreamError::Connect(_) => Failure::Connect,
+            UpstreamError::ConnectTimeout => Failure::ConnectTimeout,
+            UpstreamError::Tls(_) => Failure::Tls,
+            UpstreamError::HeadersTimeout(_) => Failure::HeadersTimeout,
+            UpstreamError::Failed(_) => Failure::Reset,
+        }
+    }
+
     /// Its cause, as metrics and `/stats` count it.
-    pub(super) fn cause(&self) -> FailureCause {
-        match self {
-            UpstreamError::Connect(_) => FailureCause::Connect,
-            UpstreamError::ConnectTimeout => FailureCause::ConnectTimeout,
-            UpstreamError::HeadersTimeout(_) => FailureCause::HeadersTimeout,
-            UpstreamError::Failed(_) => FailureCause::Failed,
-        }
-    }
-}
-
-/// Why the upstream gave no response, as a closed set for counters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FailureCause {
-    Connect,
-    ConnectTimeout,
-    HeadersTimeout,
-    Failed,
-}
-
-impl FailureCause {
-    /// Every cause, in the order of [`index`](FailureCause::index).
-    pub(super) const ALL: [FailureCause; 4] = [
-        FailureCause::Connect,
-        FailureCause::ConnectTimeout,
-        FailureCause::HeadersTimeout,
-        FailureCause::Failed,
-    ];
-
-    /// Its label: `connect`, `connect_timeout`, `headers_timeout`, `failed`.
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            FailureCause::Connect => "connect",
-            FailureCause::ConnectTimeout => "connect_timeout",
-            FailureCause::HeadersTimeout => "headers_timeout",
-            FailureCause::Failed => "failed",
-        }
-    }
-
-    /// Its position in [`ALL`](FailureCause::ALL).
-    pub(super) fn index(self) -> usize {
-        // Declared in the order of `ALL`.
-        self as usize
+    pub(super) fn cause(&self) -> Cause {
+        self.failure().cause()
     }
 }
 
 /// The request id header, carried both ways.
-pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// `x-request-id`, as the client sent it.
-pub(super) fn client_request_id(headers: &HeaderMap) -> Option<&str> {
-    headers
-        .get(REQUEST_ID)
-        .and_then(|value| value.to_str().ok())
-        .filter(|id| !id.is_empty() && id.len() <= 256)
-}
+pub(super) const REQUEST_ID: HeaderName = HeaderName::from_static(crate::request_id::HEADER);
 
 impl Upstream {
-    /// A client of `url`, whose connections take at most `connect_timeout` to open.
-    pub(super) fn new(url: UpstreamUrl, connect_timeout: Duration) -> Self {
+    /// A client whose connections take at most `connect_timeout` to open, and that trusts the
+    /// system's root certificates and those of the PEM file `ca` (`--upstream-ca`).
+    ///
+    /// # Errors
+    ///
+    /// `ca` cannot be read, holds no certificate, or one that is no valid root.
+    pub(super) fn new(connect_timeout: Duration, ca: Option<&Path>) -> Result<Self, String> {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_keepalive(Some(KEEPALIVE));
+        // `https://` upstreams go through the TLS layer around it.
+        connector.enforce_http(false);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls_config(ca)?)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(connector);
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE)
             .build(connector);
-        Upstream { url, client }
+        Ok(Upstream { client })
     }
 
-    /// The upstream's URL, as given.
-    pub(super) fn url(&self) -> &UpstreamUrl {
-        &self.url
-    }
-
-    /// Sends `method path_and_query` with the client's `headers` (minus hop-by-hop ones and
-    /// `Host`, which becomes the upstream's) and `body`, streamed.
+    /// Sends `method path_and_query` to `url` with the client's `headers` (minus hop-by-hop
+    /// ones and `Host`, which becomes the upstream's) and `body`, streamed.
     pub(super) async fn send(
         &self,
+        url: &UpstreamUrl,
         method: Method,
         path_and_query: &str,
         headers: &HeaderMap,
         body: Body,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let uri: Uri = self
-            .url
+        let uri: Uri = url
             .join(path_and_query)
             .map_err(|error| UpstreamError::Failed(format!("bad path: {error}")))?;
         let mut request = Request::builder()
@@ -160,17 +137,49 @@ impl Upstream {
         forwarded.remove(header::EXPECT);
         self.client.request(request).await.map_err(|error| {
             let message = serving::with_causes(&error);
-            if error.is_connect() {
-                if timed_out(&error) {
-                    UpstreamError::ConnectTimeout
-                } else {
-                    UpstreamError::Connect(message)
-                }
-            } else {
+            if !error.is_connect() {
                 UpstreamError::Failed(message)
+            } else if caused_by::<rustls::Error>(&error) {
+                UpstreamError::Tls(message)
+            } else if timed_out(&error) {
+                UpstreamError::ConnectTimeout
+            } else {
+                UpstreamError::Connect(message)
             }
         })
     }
+}
+
+/// The TLS client configuration: rustls with ring, the system's roots and those of `ca`.
+fn tls_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, String> {
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    // The system's store: certificates it cannot parse are skipped, as every client does.
+    roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    if let Some(path) = ca {
+        let shown = path.display();
+        let certificates = CertificateDer::pem_file_iter(path)
+            .map_err(|error| format!("--upstream-ca {shown}: {error}"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| format!("--upstream-ca {shown}: {error}"))?;
+        if certificates.is_empty() {
+            return Err(format!("--upstream-ca {shown}: no PEM certificate in it"));
+        }
+        let (_, refused) = roots.add_parsable_certificates(certificates);
+        if refused > 0 {
+            return Err(format!(
+                "--upstream-ca {shown}: {refused} of its certificates are no valid roots"
+            ));
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // ALPN (HTTP/1.1) is set by the connector.
+    Ok(rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|error| format!("TLS: {error}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth())
 }
 
 /// The upstream's response as the client's: status, headers but the hop-by-hop ones, and the
@@ -219,12 +228,34 @@ pub(super) fn set_request_id(headers: &mut HeaderMap, id: &str) {
 
 /// Whether an I/O error somewhere in `error`'s causes timed out.
 fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    any_cause(error, &|error| {
+        error
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
+}
+
+/// Whether an `E` is somewhere in `error`'s causes.
+fn caused_by<E: std::error::Error + 'static>(error: &(dyn std::error::Error + 'static)) -> bool {
+    any_cause(error, &|error| error.is::<E>())
+}
+
+/// Whether `test` holds for `error` or one of its causes, looking inside I/O errors too (an
+/// `io::Error`'s `source` skips the error it wraps).
+fn any_cause(
+    error: &(dyn std::error::Error + 'static),
+    test: &dyn Fn(&(dyn std::error::Error + 'static)) -> bool,
+) -> bool {
     let mut cause = Some(error);
     while let Some(error) = cause {
-        if let Some(io) = error.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::TimedOut {
-                return true;
-            }
+        if test(error) {
+            return true;
+        }
+        let wrapped = error
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref);
+        if wrapped.is_some_and(|inner| any_cause(inner, test)) {
+            return true;
         }
         cause = error.source();
     }

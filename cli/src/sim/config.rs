@@ -14,16 +14,18 @@ pub struct Config {
     /// Simulated decode step: one token every MS ms.
     #[arg(long = "step-ms", value_name = "MS", default_value = "5", value_parser = flags::millis_or_zero)]
     pub step: Duration,
-    /// Before token N (0-based) the worker stalls (for `--stall-ms`).
-    #[arg(long, value_name = "N")]
+    /// Before token N (0-based) the worker stalls (for `--stall-ms`, which it needs).
+    #[arg(long, value_name = "N", requires = "stall")]
     pub stall_at: Option<u64>,
-    /// How long the stall at `--stall-at` lasts, in ms (a decode-side stall).
-    #[arg(long = "stall-ms", value_name = "MS", default_value = "0", value_parser = flags::millis_or_zero)]
-    pub stall: Duration,
+    /// How long the stall at `--stall-at` lasts, in ms (a decode-side stall; needs
+    /// `--stall-at`).
+    #[arg(long = "stall-ms", value_name = "MS", requires = "stall_at", value_parser = flags::millis_or_zero)]
+    pub stall: Option<Duration>,
     #[command(flatten)]
     pub gate: flags::GateFlags,
-    /// Size of the simulated KV pool (one block per 16 tokens held by a live generator).
-    #[arg(long, value_name = "N", default_value_t = 4096)]
+    /// Size of the simulated KV pool (one block per 16 tokens held by a live generator; at
+    /// least 1).
+    #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub kv_blocks: u64,
     #[command(flatten)]
     pub listen: flags::ListenFlags,
@@ -40,6 +42,16 @@ pub struct Config {
     pub hop_records: Option<String>,
     #[command(flatten)]
     pub hop_records_sample: flags::RecordSample,
+    /// Refuse a request whose last message is the assistant's (HTTP 400 mentioning prefill),
+    /// as some hosted models do, instead of continuing that message.
+    #[arg(long)]
+    pub no_prefill: bool,
+    /// The process dies abruptly (SIGKILL to itself: no shutdown frames, no hop records
+    /// flushed) once any generation has made N new tokens: one decode step after its Nth, or
+    /// before its final chunk if N is all it was asked for (0: a step into the first
+    /// generation); for failover tests.
+    #[arg(long, value_name = "N")]
+    pub die_after: Option<u64>,
 }
 
 impl Config {
@@ -73,7 +85,7 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(config.addr, "127.0.0.1:8000".parse().unwrap());
         assert_eq!(config.step, ms(5));
-        assert_eq!((config.stall_at, config.stall), (None, Duration::ZERO));
+        assert_eq!((config.stall_at, config.stall), (None, None));
         assert_eq!(config.gate.buffer_events, 64);
         assert_eq!(config.gate.buffer_bytes, 65536);
         assert_eq!(config.gate.policy, flags::PolicyFlag::Backpressure);
@@ -92,5 +104,28 @@ mod tests {
         assert!(!config.token_salt);
         assert_eq!(config.hop_records, None);
         assert_eq!(config.hop_records_sample.share, 1.0);
+        assert!(!config.no_prefill);
+        assert_eq!(config.die_after, None);
+    }
+
+    /// A flag that cannot mean anything, or only half of a pair, is refused at start, naming
+    /// the flag.
+    #[test]
+    fn contradictory_and_absurd_flags_are_refused_naming_them() {
+        let refused = |args: &[&str]| Config::parse_from(args).expect_err("refused").to_string();
+        for (args, named) in [
+            (&["--stall-ms", "100"][..], "--stall-at"),
+            (&["--stall-at", "3"][..], "--stall-ms"),
+            (&["--kv-blocks", "0"][..], "--kv-blocks"),
+            (&["--resume-grace-ms", "86400001"][..], "--resume-grace-ms"),
+        ] {
+            let error = refused(args);
+            assert!(error.contains(named), "{args:?}: {error}");
+        }
+        let config = Config::parse_from(["--stall-at", "3", "--stall-ms", "0"]).unwrap();
+        assert_eq!(
+            (config.stall_at, config.stall),
+            (Some(3), Some(Duration::ZERO))
+        );
     }
 }

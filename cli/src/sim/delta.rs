@@ -113,8 +113,9 @@ impl From<Delta> for SseEvent {
                 to,
                 len,
             } => {
-                // A stream's first chunk names the author.
-                let role = (from == 0).then_some("assistant");
+                // A new answer's first chunk names the author (a continuation's author was
+                // named).
+                let role = (from == 0 && !meta.continued).then_some("assistant");
                 let tokens = meta.tokens(from, to);
                 encoded(&meta, len, |json, chunk| {
                     chunk.write_content(json, role, &tokens)
@@ -202,7 +203,7 @@ mod tests {
             created: 1_700_000_000,
             stream: "chatcmpl-123456".into(),
             salt,
-            request: "chatcmpl-123456".into(),
+            continued: false,
         })
     }
 

@@ -1,6 +1,7 @@
 //! One generation behind its gate: the simulated decode loop, from its first KV block to its
-//! release.
+//! release (or to the process's end, with `--die-after`).
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,21 +12,54 @@ use tokio_util::sync::CancellationToken;
 use super::delta::{Delta, FinishReason};
 use super::kv::{KvBlocks, KvFull};
 use super::meta::Meta;
+use super::request::Start;
 use super::state::Sim;
 
-/// Starts one generation of tokens `from..max_tokens` for `meta`'s stream, gated as
-/// configured, that `stop` (an explicit stop under the stream's name) ends with a final chunk
-/// and `[DONE]`. Its first KV block is taken here: when every block is held by other streams,
-/// nothing starts.
+/// Which tokens a generation makes, and the event id of its first.
+#[derive(Debug, Clone)]
+pub(super) struct Output {
+    /// Token indices: token i's text is `t{i} `.
+    pub(super) tokens: Range<u64>,
+    /// The event id of the first token; the others, the final chunk and `[DONE]` follow.
+    pub(super) first_id: u64,
+}
+
+impl Output {
+    /// An answer of `max_tokens` new tokens from `start`: a new one is tokens
+    /// `0..max_tokens`, a continuation from token k is tokens `k..k + max_tokens`; either way
+    /// its events count from 0.
+    pub(super) fn new(start: Start, max_tokens: u64) -> Self {
+        let from = match start {
+            Start::New => 0,
+            Start::Continue { from, .. } => from,
+        };
+        Output {
+            tokens: from..from.saturating_add(max_tokens),
+            first_id: 0,
+        }
+    }
+
+    /// Tokens `from..max_tokens` of an answer regenerated after event `from - 1`: token i is
+    /// event i, as in the answer it stands for.
+    pub(super) fn from_token(from: u64, max_tokens: u64) -> Self {
+        Output {
+            tokens: from..max_tokens,
+            first_id: from,
+        }
+    }
+}
+
+/// Starts one generation of `output`'s tokens for `meta`'s stream, gated as configured, that
+/// `stop` (an explicit stop under the stream's name) ends with a final chunk and `[DONE]`. Its
+/// first KV block is taken here: when every block is held by other streams, nothing starts.
 pub(super) fn generate(
     sim: &Arc<Sim>,
     meta: Arc<Meta>,
-    from: u64,
-    max_tokens: u64,
+    output: Output,
     stop: CancellationToken,
 ) -> Result<Consumer<Delta>, KvFull> {
     let mut blocks = sim.kv.holding();
-    if from < max_tokens {
+    if !output.tokens.is_empty() {
         blocks
             .room_for(0)
             .inspect_err(|_| sim.stats.refused_kv_full())?;
@@ -36,11 +70,11 @@ pub(super) fn generate(
         // The generator, and the KV blocks it holds, are gone by now.
         move |reason: EndReason, gate: streamgate::GateStats| sim.stats.released(reason, &gate)
     };
+    let first_id = output.first_id;
     let worker = Worker {
         sim: sim.clone(),
         meta,
-        from,
-        max_tokens,
+        output,
         stop,
         blocks,
     };
@@ -48,8 +82,7 @@ pub(super) fn generate(
     Ok(config
         .gate
         .gate(&config.resume)
-        // Token i is event i, whether the generation starts at 0 or resumes later.
-        .first_id(from)
+        .first_id(first_id)
         .group(&sim.streams)
         .on_release(on_release)
         .spawn(move |_, tx| worker.run(tx)))
@@ -59,8 +92,7 @@ pub(super) fn generate(
 struct Worker {
     sim: Arc<Sim>,
     meta: Arc<Meta>,
-    from: u64,
-    max_tokens: u64,
+    output: Output,
     /// The explicit stop (`POST .../cancel`): finish with `stop`.
     stop: CancellationToken,
     /// Given back when the worker is dropped (every end), or at once when the pool runs out.
@@ -70,22 +102,29 @@ struct Worker {
 impl Worker {
     async fn run(mut self, mut tx: Sender<Delta>) -> Result<(), BoxError> {
         let config = &self.sim.config;
-        let mut decode = self.sim.decode.recorder(self.meta.request.as_str());
-        let mut publish = self.sim.publish.recorder(self.meta.request.as_str());
+        let mut decode = self.sim.decode.recorder(self.meta.stream.as_str());
+        let mut publish = self.sim.publish.recorder(self.meta.stream.as_str());
         let gone = |_| "the stream ended";
         let mut finish = FinishReason::Length;
-        for i in self.from..self.max_tokens {
+        let Output { tokens, first_id } = self.output.clone();
+        let from = tokens.start;
+        for i in tokens {
+            // How many tokens this generation has made.
+            let made = i - from;
             if config.stall_at == Some(i) {
-                self.pause(config.stall).await;
+                // `--stall-at` comes with `--stall-ms`.
+                self.pause(config.stall.unwrap_or_default()).await;
             }
             if !config.step.is_zero() {
                 self.pause(config.step).await;
             }
+            // A step after the last token made: a client that keeps up has it.
+            self.die_if_made(made);
             if self.stop.is_cancelled() {
                 finish = FinishReason::Stop;
                 break;
             }
-            if let Err(full) = self.blocks.room_for(i - self.from) {
+            if let Err(full) = self.blocks.room_for(made) {
                 decode.end(EndReason::GeneratorError);
                 publish.end(EndReason::GeneratorError);
                 // Other streams hold the rest of the pool: this one stops, gives its blocks
@@ -93,9 +132,8 @@ impl Worker {
                 let blocks = self.blocks.give_back();
                 self.sim.stats.kv_exhausted();
                 let message = format!(
-                    "{full}: the generation stopped after {} tokens and gave back the blocks \
-                     it held ({blocks})",
-                    i - self.from
+                    "{full}: the generation stopped after {made} tokens and gave back the \
+                     blocks it held ({blocks})"
                 );
                 let error = Delta::Error {
                     message: message.clone(),
@@ -106,7 +144,8 @@ impl Worker {
             }
             self.sim.stats.generated();
             let len = self.meta.token_len(i);
-            let observed = Observation::new(Some(i), len as u64, Kind::Visible);
+            // The hop records' seq is the event id.
+            let observed = Observation::new(Some(first_id + made), len as u64, Kind::Visible);
             decode.observe(observed);
             let token = Delta::Text {
                 meta: self.meta.clone(),
@@ -116,6 +155,13 @@ impl Worker {
             };
             tx.send(token).await.map_err(gone)?;
             publish.observe(observed);
+        }
+        let made = self.output.tokens.end - from;
+        if finish == FinishReason::Length && config.die_after == Some(made) {
+            // Every token asked for was made: dies before the final chunk, a step after the
+            // last token.
+            tokio::time::sleep(config.step).await;
+            self.die_if_made(made);
         }
         // A stop asked for is the stream cancelled; a recorder dropped on the way out (the
         // gate ended first) is its consumer gone.
@@ -134,6 +180,20 @@ impl Worker {
         .map_err(gone)?;
         tx.send(Delta::Done).await.map_err(gone)?;
         Ok(())
+    }
+
+    /// With `--die-after N`, when this generation has made N tokens: the process dies at once,
+    /// as if killed (SIGKILL: no shutdown frames, nothing flushed), for failover tests.
+    fn die_if_made(&self, made: u64) {
+        if self.sim.config.die_after == Some(made) {
+            eprintln!("sim: --die-after {made}: a generation made {made} tokens; dying now");
+            // SAFETY: `kill` and `getpid` have no memory preconditions; SIGKILL ends the
+            // process here.
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            std::process::abort();
+        }
     }
 
     /// Waits `duration`, or until the stream is stopped.

@@ -1,5 +1,5 @@
 //! What a stream is about: its completion's id, model and creation time, its name, and its
-//! token text.
+//! token text (and which text is a stream's first tokens, to continue it).
 
 use std::fmt;
 
@@ -11,13 +11,14 @@ pub(super) struct Meta {
     pub(super) id: String,
     pub(super) model: String,
     pub(super) created: u64,
-    /// The stream's name in the registry (the response's `x-request-id`).
+    /// The request id: the stream's name in the registry, the response's `x-request-id`, the
+    /// resume and cancel paths' id and every hop record's `request`.
     pub(super) stream: String,
-    /// With `--token-salt`, this generation's salt, so a regenerated stream shows.
+    /// With `--token-salt`, this generation's salt, so a regenerated stream shows (a
+    /// continuation's is the salt of the text it continues).
     pub(super) salt: Option<u64>,
-    /// The id the probes record: the client's `x-request-id`, so every hop of the path records
-    /// the same request, or else the completion id.
-    pub(super) request: String,
+    /// Whether the stream continues an assistant message: its first chunk names no author.
+    pub(super) continued: bool,
 }
 
 impl Meta {
@@ -44,10 +45,7 @@ impl Meta {
 
     /// Writes token `i`'s text: `t{i} `, or `t{i}.{salt} ` with `--token-salt`.
     fn write_token(&self, i: u64, out: &mut impl fmt::Write) -> fmt::Result {
-        match self.salt {
-            Some(salt) => write!(out, "t{i}.{salt:x} "),
-            None => write!(out, "t{i} "),
-        }
+        write_token(i, self.salt, out)
     }
 
     /// The length of token `i`'s text.
@@ -56,6 +54,42 @@ impl Meta {
         let salt = self.salt.map_or(0, |salt| 1 + digits(salt, 16));
         2 + digits(i, 10) + salt
     }
+}
+
+/// Writes token `i`'s text with `salt`: `t{i} `, or `t{i}.{salt} ` (the salt in hex).
+fn write_token(i: u64, salt: Option<u64>, out: &mut impl fmt::Write) -> fmt::Result {
+    match salt {
+        Some(salt) => write!(out, "t{i}.{salt:x} "),
+        None => write!(out, "t{i} "),
+    }
+}
+
+/// How many of a stream's first tokens `text` is, exactly (`"t0 t1 t2 "`: 3; `""`: 0), and the
+/// salt they carry: salted (`t0.{salt} ...`, one salt throughout) when `salted`, else plain.
+/// `None` for any other text (a token cut short, a gap, another salt, other words).
+pub(super) fn first_tokens(text: &str, salted: bool) -> Option<(u64, Option<u64>)> {
+    let Some(body) = text.strip_suffix(' ') else {
+        return text.is_empty().then_some((0, None));
+    };
+    let salt = match salted {
+        // The first token says it: `t0.{salt}`; the comparison below checks its spelling.
+        true => {
+            let first = body.split(' ').next()?;
+            Some(u64::from_str_radix(first.strip_prefix("t0.")?, 16).ok()?)
+        }
+        false => None,
+    };
+    let mut expected = String::new();
+    let mut n = 0;
+    for token in body.split(' ') {
+        expected.clear();
+        write_token(n, salt, &mut expected).expect("a String takes any text");
+        if expected.strip_suffix(' ') != Some(token) {
+            return None;
+        }
+        n += 1;
+    }
+    Some((n, salt))
 }
 
 /// The text of a run of tokens, displayed (into a chunk's JSON string, say) without being
@@ -85,12 +119,45 @@ mod tests {
                 created: 0,
                 stream: "chatcmpl-0".into(),
                 salt,
-                request: "chatcmpl-0".into(),
+                continued: false,
             };
             for i in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
                 let text = meta.tokens(i, i).to_string();
                 assert_eq!(meta.token_len(i), text.len(), "token {i}, salt {salt:?}");
             }
+            // A stream's first tokens are known as such, with their salt.
+            let salted = salt.is_some();
+            for k in [0, 1, 3, 12] {
+                let text = if k == 0 {
+                    String::new()
+                } else {
+                    meta.tokens(0, k - 1).to_string()
+                };
+                let known = first_tokens(&text, salted);
+                assert_eq!(known, Some((k, salt.filter(|_| k > 0))), "{text:?}");
+                assert_eq!(first_tokens(&text, !salted), (k == 0).then_some((0, None)));
+            }
         }
+    }
+
+    #[test]
+    fn other_text_is_no_stream_s_first_tokens() {
+        for text in [
+            "t0",
+            "t0 t1",
+            "t1 ",
+            "t0 t2 ",
+            "t0  t1 ",
+            " t0 ",
+            "t00 ",
+            "t0 t1 hello ",
+            "hello",
+        ] {
+            assert_eq!(first_tokens(text, false), None, "{text:?}");
+        }
+        for text in ["t0.a t1.b ", "t0.A ", "t0.0a ", "t0.ff t1 ", "t0 ", "t0.x "] {
+            assert_eq!(first_tokens(text, true), None, "{text:?}");
+        }
+        assert_eq!(first_tokens("t0.ff t1.ff ", true), Some((2, Some(0xff))));
     }
 }

@@ -8,10 +8,23 @@
 //! cargo run --release --example serve -- --addr 127.0.0.1:0 [flags]    # the same, from the repo
 //! ```
 //!
+//! One id names each stream everywhere (the response's `x-request-id`, the resume and cancel
+//! paths, every hop record): the client's `x-request-id` when it is valid (1 to 128 bytes of
+//! `[A-Za-z0-9._:-]`), else an unguessable one of the server's (`chatcmpl-` and 32 hex digits,
+//! also the chunks' `id`). Each request claims its id in the registry before any work starts,
+//! so a second one under the id of a running or retained stream is a 409.
+//!
 //! The worker decodes one token every `--step-ms` (token i's text is `"t{i} "`), optionally
-//! stalls before token `--stall-at` for `--stall-ms`, and holds one KV block per 16 tokens from a
-//! pool of `--kv-blocks`, freed by the gate's release hook on every end. A request whose
-//! `max_tokens` needs more blocks than the whole pool is served as many tokens as the pool
+//! stalls before token `--stall-at` for `--stall-ms` (each flag needs the other), and holds one
+//! KV block per 16 new tokens from a pool of `--kv-blocks` (at least 1), freed by the gate's
+//! release hook on every end. A request whose last message is the assistant's continues it
+//! (with `continue_final_message: true` or without, as llama.cpp does): from token k when the
+//! message is the text's first k tokens (salted with `--token-salt`, whose salt it keeps), else
+//! from 0, as a new stream (events from 0, no role chunk) of `max_tokens` new tokens;
+//! `--no-prefill` refuses it with a 400 that mentions prefill. `--die-after N` kills the process
+//! (SIGKILL to itself) once a generation has made N tokens, for failover tests.
+//!
+//! A request whose `max_tokens` needs more blocks than the whole pool is served as many tokens as the pool
 //! holds, ending with `finish_reason` `length` (as a real server's context fills); one that
 //! finds every block held by other streams is refused with 503 ("KV cache full"); a stream that
 //! runs out of blocks mid-generation gives its blocks back, gets an OpenAI-style error event
@@ -33,22 +46,28 @@
 //! # What goes where
 //!
 //! ```text
-//! handlers --> stream (an SSE response) --> generation (the decode loop) --> kv (the pool)
-//!     \___________ each reads state (config, counters, probes, store) _________/
-//! generation --> delta (what the worker hands the gate) --> meta (id, model, token text)
+//! handlers --> request (the body) --> meta (id, model, token text)
+//! handlers --> stream (an SSE response) | answer (one body) --> generation (the decode loop) --> kv (the pool)
+//!     \______________ each reads state (config, ids, counters, probes, store) ______________/
+//! generation --> delta (what the worker hands the gate) --> meta
 //! ```
 //!
 //! - `config`: the flags ([`Config`]).
-//! - `state`: the server's state ([`Sim`]), and a new generation's metadata.
+//! - `request`: a chat body read and checked, and where its answer starts (a continuation).
+//! - `state`: the server's state ([`Sim`]), and a new generation's metadata and id.
 //! - `kv`: the KV pool, the blocks one generation holds (given back however it ends), and the
 //!   answer when the pool is full.
-//! - `meta`, `delta`: what a stream is about, and the chunks the worker hands the gate, encoded
-//!   with `openai::ChunkTemplate` straight into the event's buffer.
-//! - `generation`: one generation behind its gate, from its first KV block to its release.
-//! - `stream`, `connection`: a generation's frames as a client's SSE response.
+//! - `meta`, `delta`: what a stream is about (and which text is its first tokens), and the
+//!   chunks the worker hands the gate, encoded with `openai::ChunkTemplate` straight into the
+//!   event's buffer.
+//! - `generation`: one generation behind its gate (the tokens it makes, its first event id),
+//!   from its first KV block to its release, or to the process's death with `--die-after`.
+//! - `stream`, `connection`: claiming a stream's id, and a generation's frames as a client's
+//!   SSE response; `answer`: a whole generation as one `chat.completion`.
 //! - `handlers`, `stats`: the endpoints, and the counters `GET /stats` reports.
 //! - `app`: the listener and the router; [`run`] until a signal.
 
+mod answer;
 mod app;
 mod config;
 mod connection;
@@ -57,6 +76,7 @@ mod generation;
 mod handlers;
 mod kv;
 mod meta;
+mod request;
 mod state;
 mod stats;
 mod stream;

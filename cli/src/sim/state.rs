@@ -2,10 +2,8 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::http::HeaderMap;
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::Group;
 use streamgate::probe::{HopProbe, RecordSink};
@@ -14,17 +12,18 @@ use super::config::Config;
 use super::delta::Delta;
 use super::kv::KvPool;
 use super::meta::Meta;
+use super::request::Start;
 use super::stats::Stats;
-use crate::flags::ResumeStore;
+use crate::request_id::RequestIds;
 
 /// The reference server's state: its configuration, KV pool, counters, probes and streams.
 pub struct Sim {
     pub(super) config: Config,
     pub(super) stats: Stats,
     pub(super) kv: Arc<KvPool>,
-    /// Completion ids are this and a counter: with a shared store, it names the instance too.
-    id_prefix: String,
-    next_id: AtomicU64,
+    /// Completion ids (`chatcmpl-` and 32 hex digits), unguessable: a stream a client gave no
+    /// id is named by its completion's.
+    ids: RequestIds,
     pub(super) decode: HopProbe,
     pub(super) publish: HopProbe,
     pub(super) write: HopProbe,
@@ -64,20 +63,11 @@ impl Sim {
         records: Option<RecordSink>,
     ) -> Result<Self, String> {
         let store = config.resume.open(&config.gate)?;
-        let id_prefix = match &config.resume.store {
-            ResumeStore::Memory => "chatcmpl-".to_owned(),
-            // Other instances name streams in the same Redis.
-            ResumeStore::Redis(_) => {
-                use std::hash::{BuildHasher, RandomState};
-                format!("chatcmpl-{:x}-", RandomState::new().hash_one(0))
-            }
-        };
         let sample = config.hop_records_sample;
         Ok(Sim {
             stats: Stats::default(),
             kv: KvPool::new(config.kv_blocks),
-            id_prefix,
-            next_id: AtomicU64::new(0),
+            ids: RequestIds::new("chatcmpl-"),
             decode: sample.hop(&records, "worker.decode"),
             publish: sample.hop(&records, "worker.publish"),
             write: sample.hop(&records, "worker.write"),
@@ -90,33 +80,27 @@ impl Sim {
         })
     }
 
-    /// A new generation's metadata; its stream is named `stream`, or by its completion id.
-    pub(super) fn meta(
-        &self,
-        model: String,
-        stream: Option<String>,
-        headers: &HeaderMap,
-    ) -> Arc<Meta> {
-        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+    /// A new generation's metadata, starting at `start`; its stream is named `stream` (a
+    /// valid request id), or by its completion id.
+    pub(super) fn meta(&self, model: String, stream: Option<&str>, start: Start) -> Arc<Meta> {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let id = format!("{}{n}", self.id_prefix);
-        let request = headers
-            .get("x-request-id")
-            .and_then(|value| value.to_str().ok())
-            .map_or_else(|| id.clone(), str::to_owned);
-        let salt = self.config.token_salt.then(|| {
-            use std::hash::{BuildHasher, RandomState};
-            RandomState::new().hash_one(n)
-        });
+        let id = self.ids.next_id();
+        let salt = match start {
+            // The text it continues says it.
+            Start::Continue {
+                salt: Some(salt), ..
+            } => Some(salt),
+            _ => self.config.token_salt.then(|| self.ids.random()),
+        };
         Arc::new(Meta {
-            stream: stream.unwrap_or_else(|| id.clone()),
+            stream: stream.map_or_else(|| id.clone(), str::to_owned),
             id,
             model,
             created,
             salt,
-            request,
+            continued: matches!(start, Start::Continue { .. }),
         })
     }
 }

@@ -1,5 +1,6 @@
-//! A generation's frames as a client's SSE response: heartbeats, the `worker.write` probe and,
-//! over HTTP/1.1, `worker.sent` when each event's bytes left the kernel.
+//! A generation's frames as a client's SSE response, named by its request id (claimed before
+//! the generation starts): heartbeats, the `worker.write` probe and, over HTTP/1.1,
+//! `worker.sent` when each event's bytes left the kernel.
 
 use std::sync::Arc;
 
@@ -7,63 +8,75 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures_core::Stream;
 use streamgate::GateExt;
+use streamgate::resume::Claim;
 use streamgate::sse::SseFrame;
 use streamgate::transport::{Departures, SseResponse};
 
 use super::connection::Connection;
-use super::generation::generate;
+use super::generation::{Output, generate};
 use super::meta::Meta;
 use super::state::Sim;
-use crate::resume;
+use crate::{request_id, resume};
 
-/// The SSE response for a stream's `frames`, named `name` (its `x-request-id`), probed for
-/// `request`.
+/// The SSE response for the `frames` of the stream `name` (its request id: the response's
+/// `x-request-id`, and the `request` of its hop records).
 pub(super) fn respond(
     sim: &Sim,
     frames: impl Stream<Item = SseFrame> + Send + 'static,
     name: &str,
-    request: &str,
     connection: Connection,
 ) -> Response {
-    let name = header::HeaderValue::from_str(name).ok();
     let frames = frames
         .heartbeat(sim.config.gate.heartbeat)
-        .probe(&sim.write, request);
+        .probe(&sim.write, name);
     let mut response = match connection.send_queue() {
         Some(queue) => {
-            let frames = Departures::new(frames, queue, sim.sent.recorder(request));
+            let frames = Departures::new(frames, queue, sim.sent.recorder(name));
             SseResponse::new(frames).into_response()
         }
         None => SseResponse::new(frames).into_response(),
     };
-    if let Some(name) = name {
-        response.headers_mut().insert("x-request-id", name);
-    }
+    named(&mut response, name);
     response
 }
 
-/// Claims the stream's name, registers a new generation of tokens `from..max_tokens` under it
-/// and streams it to this client. A name taken (only `GET /v1/stream?id=` names streams from
-/// outside) is a conflict, found before any work starts.
+/// Gives `response` the request id `name` as its `x-request-id`.
+pub(super) fn named(response: &mut Response, name: &str) {
+    if let Ok(name) = header::HeaderValue::from_str(name) {
+        response.headers_mut().insert(request_id::HEADER, name);
+    }
+}
+
+/// Claims the stream's name for a generation under it: a name taken (a running or retained
+/// stream's: a client's `x-request-id` or `GET /v1/stream?id=` chose it) is a conflict (409),
+/// found before any work starts.
+pub(super) async fn claim(sim: &Sim, name: &str) -> Result<Claim, Response> {
+    sim.store
+        .claim(name)
+        .await
+        .map_err(|refused| resume::claim_error(&format!("id {name}"), name, &refused))
+}
+
+/// Claims the stream's name, registers a new generation of `output` under it and streams it
+/// to this client.
 pub(super) async fn start(
     sim: &Arc<Sim>,
     meta: &Arc<Meta>,
-    from: u64,
-    max_tokens: u64,
+    output: Output,
     connection: Connection,
 ) -> Response {
     let name = &meta.stream;
-    let mut claim = match sim.store.claim(name).await {
+    let mut claim = match claim(sim, name).await {
         Ok(claim) => claim,
-        Err(refused) => return resume::claim_error(&format!("id {name}"), name, &refused),
+        Err(refused) => return refused,
     };
     let stop = claim.stop_signal();
-    let events = match generate(sim, meta.clone(), from, max_tokens, stop) {
+    let events = match generate(sim, meta.clone(), output, stop) {
         Ok(events) => events,
         Err(full) => return full.response(),
     };
     match sim.store.register(claim, events).await {
-        Ok(frames) => respond(sim, frames, name, &meta.request, connection),
+        Ok(frames) => respond(sim, frames, name, connection),
         Err(failure) => resume::register_error(&failure),
     }
 }
