@@ -15,7 +15,7 @@ use common::Rng;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use streamgate::anthropic::{ContentBlockDelta, Delta, MessagesData, MessagesEvent, ParseError};
-use streamgate::sse::{SseDecoder, SseEvent};
+use streamgate::sse::{DEFAULT_MAX_LINE, DecodeError, SseDecoder, SseEvent};
 use streamgate::{Chunk, Gate, GateExt, Kind, Policy};
 use tokio_util::codec::Decoder;
 
@@ -617,7 +617,7 @@ fn coalesce(rng: &mut Rng, events: &[MessagesEvent]) -> Vec<MessagesEvent> {
 
 #[test]
 fn coalesced_streams_accumulate_to_the_same_message() {
-    let (mut before, mut after) = (0, 0);
+    let (mut before, mut after, mut raised) = (0, 0, 0);
     for seed in 1..=2000u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let stream = random_stream(&mut rng);
@@ -625,11 +625,10 @@ fn coalesced_streams_accumulate_to_the_same_message() {
         for event in &coalesced {
             check_round_trip(event);
         }
-        assert_eq!(
-            accumulate(&coalesced),
-            accumulate(&stream),
-            "seed {seed}: {stream:#?}"
-        );
+        let message = accumulate(&stream);
+        assert_eq!(accumulate(&coalesced), message, "seed {seed}: {stream:#?}");
+        let trace = message["trace"].as_array().unwrap();
+        raised += usize::from(trace.last().is_some_and(|last| last[0] == "raised"));
         before += stream.len();
         after += coalesced.len();
     }
@@ -637,6 +636,34 @@ fn coalesced_streams_accumulate_to_the_same_message() {
         after * 20 < before * 17,
         "some events merge: {after} events of {before}"
     );
+    // Those that end in an `error` raise; the others the SDK reads to their end.
+    assert!(raised < 400, "{raised} of 2000 streams raise in the SDK");
+}
+
+/// What a reader that takes 10 ms per frame receives of `stream` through a coalescing gate
+/// holding 3 events.
+async fn through_a_slow_reader(stream: &[MessagesEvent]) -> Vec<MessagesEvent> {
+    let events = stream.to_vec();
+    let mut frames = Gate::new()
+        .max_events(3)
+        .policy(Policy::coalesce())
+        .spawn(|_, mut tx| async move {
+            for event in events {
+                tx.send(event).await?;
+            }
+            Ok::<_, streamgate::BoxError>(())
+        })
+        .sse();
+    let mut decoder = SseDecoder::new();
+    let mut received = Vec::new();
+    while let Some(frame) = frames.next().await {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut bytes = BytesMut::from(&frame.bytes()[..]);
+        while let Some(sse) = decoder.decode(&mut bytes).unwrap() {
+            received.push(MessagesEvent::from_sse(&sse).unwrap());
+        }
+    }
+    received
 }
 
 #[tokio::test(start_paused = true)]
@@ -645,28 +672,142 @@ async fn a_slow_reader_of_a_coalescing_gate_gets_the_same_message() {
     let streams: Vec<_> = (0..20).map(|_| random_stream(&mut rng)).collect();
     let (mut sent, mut delivered) = (0, 0);
     for stream in streams {
-        let events = stream.clone();
-        let mut frames = Gate::new()
-            .max_events(3)
-            .policy(Policy::coalesce())
-            .spawn(|_, mut tx| async move {
-                for event in events {
-                    tx.send(event).await?;
-                }
-                Ok::<_, streamgate::BoxError>(())
-            })
-            .sse();
-        let mut decoder = SseDecoder::new();
-        let mut received = Vec::new();
-        while let Some(frame) = frames.next().await {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let mut bytes = BytesMut::from(&frame.bytes()[..]);
-            while let Some(sse) = decoder.decode(&mut bytes).unwrap() {
-                received.push(MessagesEvent::from_sse(&sse).unwrap());
-            }
-        }
+        let received = through_a_slow_reader(&stream).await;
         assert_eq!(accumulate(&received), accumulate(&stream));
         (sent, delivered) = (sent + stream.len(), delivered + received.len());
     }
     assert!(delivered < sent, "{delivered} events of {sent} delivered");
+}
+
+/// `events` (type, data) as an upstream writes them.
+fn wire(events: &[(&str, String)]) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for (kind, data) in events {
+        wire.extend_from_slice(format!("event: {kind}\ndata: {data}\n\n").as_bytes());
+    }
+    wire
+}
+
+fn message_start() -> Value {
+    json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+        "role": "assistant", "model": "m", "content": [], "stop_reason": null,
+        "stop_sequence": null, "usage": {"input_tokens": 3, "output_tokens": 1}}})
+}
+
+#[test]
+fn hostile_input_costs_one_event_each_within_the_decoders_limits() {
+    let huge = "a".repeat(10 << 20);
+    let text_delta = |text: &str| {
+        json!({"type": "content_block_delta", "index": 0,
+               "delta": {"type": "text_delta", "text": text}})
+        .to_string()
+    };
+    let unknown = r#"{"type":"agent.status", "state" : "busy"}"#.to_owned();
+    let input = wire(&[
+        ("message_start", message_start().to_string()),
+        ("agent.status", unknown.clone()),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                   "content_block": {"type": "text", "text": ""}})
+            .to_string(),
+        ),
+        // Cut JSON, then a delta of 10 MB (one line, past the decoder's limits).
+        (
+            "content_block_delta",
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_del"#.to_owned(),
+        ),
+        ("content_block_delta", text_delta(&huge)),
+        ("content_block_delta", text_delta("b")),
+        (
+            "content_block_stop",
+            r#"{"type":"content_block_stop","index":0}"#.to_owned(),
+        ),
+        ("message_stop", r#"{"type":"message_stop"}"#.to_owned()),
+    ]);
+    // Each event split across reads, down to a few bytes.
+    for piece in [5, 4096, 1 << 20] {
+        let (items, held) = common::decode_in_pieces(&input, piece);
+        assert!(
+            held <= DEFAULT_MAX_LINE + piece + 256,
+            "{piece}-byte reads: the decoder held {held} bytes"
+        );
+        let mut read = Vec::new();
+        let mut outcomes = Vec::new();
+        for item in items {
+            let outcome = match item {
+                Err(DecodeError::LineTooLong { limit }) if limit == DEFAULT_MAX_LINE => {
+                    "too long".to_owned()
+                }
+                Err(error) => panic!("{error}"),
+                Ok(sse) => match MessagesEvent::from_sse(&sse) {
+                    Err(ParseError::Data {
+                        event: "content_block_delta",
+                        ..
+                    }) => "invalid".to_owned(),
+                    Err(error) => panic!("{error}"),
+                    Ok(event) => {
+                        if let MessagesData::Unknown(kept) = event.data() {
+                            assert_eq!(kept.data(), unknown, "passed on as it came");
+                            assert_eq!(SseEvent::from(event.clone()), sse);
+                        }
+                        let kind = event.data().event_type().to_owned();
+                        read.push(event);
+                        kind
+                    }
+                },
+            };
+            outcomes.push(outcome);
+        }
+        assert_eq!(
+            outcomes,
+            [
+                "message_start",
+                "agent.status",
+                "content_block_start",
+                "invalid",
+                "too long",
+                "content_block_delta",
+                "content_block_stop",
+                "message_stop",
+            ],
+            "{piece}-byte reads"
+        );
+        // The stream goes on after each: the message holds the text that came whole.
+        let message = accumulate(&read);
+        assert_eq!(message["message"]["content"][0]["text"], "b");
+    }
+    // A gateway that admits such deltas reads one whole, and merges two.
+    let big = SseEvent::data(text_delta(&huge))
+        .with_event("content_block_delta")
+        .unwrap();
+    let mut merged = MessagesEvent::from_sse(&big).unwrap();
+    merged
+        .merge(MessagesEvent::from_sse(&big).unwrap())
+        .unwrap();
+    assert_eq!(merged.byte_len(), SseEvent::from(merged.clone()).byte_len());
+    assert_eq!(merged.byte_len(), big.byte_len() + huge.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_stop_before_any_block() {
+    let stream = [
+        event(message_start()),
+        ping(),
+        event(json!({"type": "message_stop"})),
+    ];
+    let empty = accumulate(&stream);
+    assert_eq!(empty["message"]["content"], json!([]));
+    assert_eq!(empty["trace"].as_array().unwrap().len(), 2, "{empty}");
+    // Through a slow reader it stays a message_start and a message_stop.
+    let received = through_a_slow_reader(&stream).await;
+    assert_eq!(accumulate(&received), empty);
+    assert!(received.last().unwrap().data().is_end());
+    // Nothing after the end merges into it.
+    refused(&stream[2], &text(0, "a"));
+    // Before even a message_start it still reads and passes as it came (the SDK raises there:
+    // the library keeps a stream's order, it does not judge it).
+    let early = event(json!({"type": "message_stop"}));
+    assert!(early.data().is_end());
+    assert_eq!(accumulate([&early])["trace"], json!([["raised", null]]));
 }

@@ -16,7 +16,7 @@ use common::Rng;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use streamgate::responses::{ParseError, ResponsesData, ResponsesEvent};
-use streamgate::sse::{SseDecoder, SseEvent};
+use streamgate::sse::{DEFAULT_MAX_LINE, DecodeError, SseDecoder, SseEvent};
 use streamgate::{Chunk, Gate, GateExt, Kind, Policy};
 use tokio_util::codec::Decoder;
 
@@ -702,7 +702,7 @@ fn coalesce(rng: &mut Rng, events: &[ResponsesEvent]) -> Vec<ResponsesEvent> {
 
 #[test]
 fn coalesced_streams_accumulate_to_the_same_response() {
-    let (mut before, mut after) = (0, 0);
+    let (mut before, mut after, mut raised) = (0, 0, 0);
     for seed in 1..=2000u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         let stream = random_stream(&mut rng);
@@ -710,11 +710,9 @@ fn coalesced_streams_accumulate_to_the_same_response() {
         for event in &coalesced {
             check_round_trip(event);
         }
-        assert_eq!(
-            accumulate(&coalesced),
-            accumulate(&stream),
-            "seed {seed}: {stream:#?}"
-        );
+        let response = accumulate(&stream);
+        assert_eq!(accumulate(&coalesced), response, "seed {seed}: {stream:#?}");
+        raised += usize::from(response["sdk"]["ended"][0] == "raised");
         // The numbers still rise, so `starting_after` any of them is well defined.
         let numbers: Vec<u64> = coalesced
             .iter()
@@ -731,6 +729,38 @@ fn coalesced_streams_accumulate_to_the_same_response() {
         after * 20 < before * 17,
         "some events merge: {after} events of {before}"
     );
+    // Sparse streams raise in the SDK (their text deltas name parts it never added); the
+    // others it reads to their end, so both of the port's views are compared.
+    assert!(
+        (200..1000).contains(&raised),
+        "{raised} of 2000 streams raise in the SDK"
+    );
+}
+
+/// What a reader that takes 10 ms per frame receives of `stream` through a coalescing gate
+/// holding 3 events.
+async fn through_a_slow_reader(stream: &[ResponsesEvent]) -> Vec<ResponsesEvent> {
+    let events = stream.to_vec();
+    let mut frames = Gate::new()
+        .max_events(3)
+        .policy(Policy::coalesce())
+        .spawn(|_, mut tx| async move {
+            for event in events {
+                tx.send(event).await?;
+            }
+            Ok::<_, streamgate::BoxError>(())
+        })
+        .sse();
+    let mut decoder = SseDecoder::new();
+    let mut received = Vec::new();
+    while let Some(frame) = frames.next().await {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut bytes = BytesMut::from(&frame.bytes()[..]);
+        while let Some(sse) = decoder.decode(&mut bytes).unwrap() {
+            received.push(ResponsesEvent::from_sse(&sse).unwrap());
+        }
+    }
+    received
 }
 
 #[tokio::test(start_paused = true)]
@@ -739,28 +769,155 @@ async fn a_slow_reader_of_a_coalescing_gate_gets_the_same_response() {
     let streams: Vec<_> = (0..20).map(|_| random_stream(&mut rng)).collect();
     let (mut sent, mut delivered) = (0, 0);
     for stream in streams {
-        let events = stream.clone();
-        let mut frames = Gate::new()
-            .max_events(3)
-            .policy(Policy::coalesce())
-            .spawn(|_, mut tx| async move {
-                for event in events {
-                    tx.send(event).await?;
-                }
-                Ok::<_, streamgate::BoxError>(())
-            })
-            .sse();
-        let mut decoder = SseDecoder::new();
-        let mut received = Vec::new();
-        while let Some(frame) = frames.next().await {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-            let mut bytes = BytesMut::from(&frame.bytes()[..]);
-            while let Some(sse) = decoder.decode(&mut bytes).unwrap() {
-                received.push(ResponsesEvent::from_sse(&sse).unwrap());
-            }
-        }
+        let received = through_a_slow_reader(&stream).await;
         assert_eq!(accumulate(&received), accumulate(&stream));
         (sent, delivered) = (sent + stream.len(), delivered + received.len());
     }
     assert!(delivered < sent, "{delivered} events of {sent} delivered");
+}
+
+/// `events` as an upstream writes them: `event: <type>` and the data, numbered from 0.
+fn wire(events: &[Value]) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for (n, data) in events.iter().enumerate() {
+        let mut data = data.clone();
+        if data.is_object() {
+            data["sequence_number"] = json!(n);
+        }
+        let text = data
+            .as_str()
+            .map_or_else(|| data.to_string(), str::to_owned);
+        let kind = text_type(&text);
+        wire.extend_from_slice(format!("event: {kind}\ndata: {text}\n\n").as_bytes());
+    }
+    wire
+}
+
+/// The type a data's text names, or where it names none the one it was meant to be (cut JSON).
+fn text_type(text: &str) -> String {
+    let named = serde_json::from_str::<Value>(text).ok();
+    named
+        .and_then(|data| data["type"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "response.output_text.delta".to_owned())
+}
+
+fn created() -> Value {
+    json!({"type": "response.created", "response": {"id": "resp_1", "object": "response",
+        "status": "in_progress", "output": []}})
+}
+
+#[test]
+fn hostile_input_costs_one_event_each_within_the_decoders_limits() {
+    let huge = "a".repeat(10 << 20);
+    let text_delta = |text: &str| {
+        json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0,
+               "content_index": 0, "delta": text, "logprobs": []})
+    };
+    let unknown = json!({"type": "response.output_text.annotation.added", "item_id": "msg_1",
+                         "output_index": 0, "content_index": 0, "annotation_index": 0,
+                         "annotation": {"type": "url_citation", "url": "u"}});
+    let input = wire(&[
+        created(),
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}}),
+        json!({"type": "response.content_part.added", "item_id": "msg_1", "output_index": 0,
+               "content_index": 0, "part": {"type": "output_text", "text": ""}}),
+        // Cut JSON, then a delta of 10 MB (one line, past the decoder's limits).
+        json!(r#"{"type":"response.output_text.delta","item_id":"msg_1","output_in"#),
+        text_delta(&huge),
+        unknown.clone(),
+        text_delta("b"),
+        json!({"type": "response.completed", "response": {"id": "resp_1", "status": "completed"}}),
+    ]);
+    // Each event split across reads, down to a few bytes.
+    for piece in [5, 4096, 1 << 20] {
+        let (items, held) = common::decode_in_pieces(&input, piece);
+        assert!(
+            held <= DEFAULT_MAX_LINE + piece + 256,
+            "{piece}-byte reads: the decoder held {held} bytes"
+        );
+        let mut read = Vec::new();
+        let mut outcomes = Vec::new();
+        for item in items {
+            let outcome = match item {
+                Err(DecodeError::LineTooLong { limit }) if limit == DEFAULT_MAX_LINE => {
+                    "too long".to_owned()
+                }
+                Err(error) => panic!("{error}"),
+                Ok(sse) => match ResponsesEvent::from_sse(&sse) {
+                    Err(ParseError::Data {
+                        event: "response.output_text.delta",
+                        ..
+                    }) => "invalid".to_owned(),
+                    Err(error) => panic!("{error}"),
+                    Ok(event) => {
+                        if let ResponsesData::Unknown(kept) = event.data() {
+                            assert_eq!(
+                                serde_json::from_str::<Value>(kept.data()).unwrap()["annotation"],
+                                unknown["annotation"]
+                            );
+                            assert_eq!(SseEvent::from(event.clone()), sse, "passed on as it came");
+                        }
+                        let kind = event.data().event_type().to_owned();
+                        read.push(event);
+                        kind
+                    }
+                },
+            };
+            outcomes.push(outcome);
+        }
+        assert_eq!(
+            outcomes,
+            [
+                "response.created",
+                "response.output_item.added",
+                "response.content_part.added",
+                "invalid",
+                "too long",
+                "response.output_text.annotation.added",
+                "response.output_text.delta",
+                "response.completed",
+            ],
+            "{piece}-byte reads"
+        );
+        // The stream goes on after each: the response holds the text that came whole, and a
+        // client resuming after the last event it got asks for what followed the cut ones.
+        let response = accumulate(&read);
+        assert_eq!(
+            response["sdk"]["snapshot"]["output"][0]["content"][0]["text"],
+            "b"
+        );
+        assert_eq!(response["sdk"]["ended"], Value::Null);
+        assert_eq!(response["events"]["last_sequence_number"], 7);
+    }
+    // A gateway that admits such deltas reads one whole, and merges two.
+    let big = SseEvent::data(text_delta(&huge).to_string())
+        .with_event("response.output_text.delta")
+        .unwrap();
+    let mut merged = ResponsesEvent::from_sse(&big).unwrap();
+    merged
+        .merge(ResponsesEvent::from_sse(&big).unwrap())
+        .unwrap();
+    assert_eq!(merged.byte_len(), SseEvent::from(merged.clone()).byte_len());
+    assert_eq!(merged.byte_len(), big.byte_len() + huge.len());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_response_completed_before_any_item() {
+    let stream = [
+        event(json!({"type": "response.created", "sequence_number": 0,
+                     "response": {"id": "resp_1", "status": "in_progress", "output": []}})),
+        event(json!({"type": "response.completed", "sequence_number": 1,
+                     "response": {"id": "resp_1", "status": "completed", "output": []}})),
+    ];
+    let empty = accumulate(&stream);
+    assert_eq!(empty["sdk"]["snapshot"]["output"], json!([]));
+    assert_eq!(empty["sdk"]["completed"]["status"], "completed");
+    let received = through_a_slow_reader(&stream).await;
+    assert_eq!(accumulate(&received), empty);
+    refused(&stream[1], &text("a", 2));
+    // Before even a response.created it still reads and passes as it came (the SDK raises
+    // there: the library keeps a stream's order, it does not judge it).
+    assert!(stream[1].data().is_end());
+    assert_eq!(accumulate([&stream[1]])["sdk"]["ended"][0], "raised");
 }

@@ -90,14 +90,19 @@ pub fn preamble() -> Vec<MessagesEvent> {
         .collect()
 }
 
-/// What a client of the Anthropic SDK gets from `events`, as the JSON it receives: the message
-/// `accumulate_event` (anthropic-sdk-python, `lib/streaming/_messages.py`) builds, and, in
-/// order, every event whose effect is not all in that message (all but the text, tool-input and
-/// thinking deltas, the `message_delta`s and the `ping`s), each with the message as it stood
-/// then (where a delta was merged across one, the message there differs). The SDK's own stream
-/// drops events of unknown types and raises at `error`; they are kept here, as a client of
-/// another SDK sees them. Where the SDK raises on bad input (an event before `message_start`,
-/// a block index out of range), the port stops, noting the message it had.
+/// What a client of the Anthropic SDK gets from `events`, as the JSON it receives: a port of
+/// anthropic-sdk-python (read at 009b035, 2026-08-07): `Stream.__stream__`
+/// (`src/anthropic/_streaming.py`: it skips `ping`s, raises at `error`, and yields the data of
+/// the Messages event types it knows, by their `event:`, with a missing `type` filled in from
+/// it) feeding `accumulate_event` (`src/anthropic/lib/streaming/_messages.py`, as
+/// `MessageStream` calls it for each event). The result is the message `accumulate_event`
+/// builds and, in order, every event whose effect is not all in that message (all but the
+/// text, tool-input and thinking deltas and the `message_delta`s), each with the message as it
+/// stood then (where a delta was merged across one, the message there differs). The events the
+/// SDK's stream drops (of a type it does not know, or without an `event:`) are noted in that
+/// order too, as a client of a stream that passes them on sees them. Where the SDK raises (at
+/// `error`, an event before `message_start`, a block index out of range) the port stops,
+/// noting the message it had.
 pub fn accumulate<'a>(events: impl IntoIterator<Item = &'a MessagesEvent>) -> Value {
     let mut message: Option<Value> = None;
     let mut trace = Vec::new();
@@ -105,13 +110,18 @@ pub fn accumulate<'a>(events: impl IntoIterator<Item = &'a MessagesEvent>) -> Va
         let sse = SseEvent::from(event.clone());
         let raw = sse.data_str().unwrap_or_default();
         let data = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()));
-        let name = sse.event_type();
-        // The SDK's stream skips `ping`s and raises at `error`, by the `event:` field; it reads
-        // the data of the types it yields by their `type` (filled in from `event:` when
-        // missing), and drops the others.
-        let summed = match name {
-            "ping" => continue,
-            name if YIELDED.contains(&name) => {
+        let summed = match sse.event() {
+            Some("ping") => continue,
+            Some("error") => {
+                trace.push(json!(["raised", message]));
+                break;
+            }
+            // `sse.json()` raises at data that is not JSON.
+            Some(name) if YIELDED.contains(&name) && !data.is_object() => {
+                trace.push(json!(["raised", message]));
+                break;
+            }
+            Some(name) if YIELDED.contains(&name) => {
                 let kind = data.get("type").and_then(Value::as_str).unwrap_or(name);
                 match accumulate_event(&mut message, kind, &data) {
                     Ok(summed) => summed,
@@ -124,7 +134,7 @@ pub fn accumulate<'a>(events: impl IntoIterator<Item = &'a MessagesEvent>) -> Va
             _ => false,
         };
         if !summed {
-            trace.push(json!([name, data, message.clone()]));
+            trace.push(json!([sse.event_type(), data, message.clone()]));
         }
     }
     json!({"message": message, "trace": trace})
@@ -176,6 +186,18 @@ fn accumulate_event(message: &mut Option<Value>, kind: &str, data: &Value) -> Re
                     Ok(add_delta(block, delta))
                 }
                 _ => Err(Raised),
+            }
+        }
+        "content_block_stop" => {
+            // `build_events` looks the block up, as the delta's does.
+            let index = data
+                .get("index")
+                .and_then(Value::as_u64)
+                .unwrap_or(u64::MAX);
+            let content = snapshot.get("content").and_then(Value::as_array);
+            match content.and_then(|content| content.get(usize::try_from(index).ok()?)) {
+                Some(_) => Ok(false),
+                None => Err(Raised),
             }
         }
         "message_delta" => {

@@ -151,39 +151,230 @@ const DELTAS: [&str; 5] = [
     "response.reasoning_text.delta",
 ];
 
-/// What a client of the OpenAI SDK gets from `events`, as the JSON it receives: the response
-/// `ResponseStreamState.accumulate_event` (openai-python, `lib/streaming/responses/
-/// _responses.py`) builds, and the completed one; the text of every delta joined per type and
-/// place (`item_id`, `output_index`, `content_index`, `summary_index`), with its log
-/// probabilities (which a client that reads the deltas themselves, the reasoning and refusal
-/// ones included, gets); in order, every event that is not a delta, each with all of that as it
-/// stood then and the last `sequence_number` before it (the `starting_after` a client resuming
-/// there sends); and the last `sequence_number`. The SDK's stream ends at `[DONE]` and raises
-/// at data with an `error`; the port stops there too. Where the SDK raises on bad input (an
-/// event before `response.created`, an index out of range) it keeps what it has.
+/// What a client gets from `events`, as JSON: what the OpenAI SDK's `responses.stream()` gives
+/// it (`sdk`), and what a client that reads the raw events gets (`events`).
+///
+/// `sdk` is a port of openai-python (read at e43b422, 2026-08-21): `Stream.__stream__`
+/// (`src/openai/_streaming.py`: the stream ends at `[DONE]`, and raises at data that is not JSON
+/// or whose `error` is truthy) feeding `ResponseStreamState.handle_event` and
+/// `ResponseStreamState.accumulate_event` (`src/openai/lib/streaming/responses/_responses.py`).
+/// It holds the snapshot `accumulate_event` builds, the completed response, and, in order,
+/// every event `handle_event` yields but the deltas (whose effect is all in the snapshot, or in
+/// `events`' texts), each with the snapshot as it stood then. Where the SDK raises (an event
+/// before `response.created`, an index that is absent or out of range, an item or a part of
+/// another type than it asserts) the port stops, noting the snapshot it had.
+///
+/// `events`: the text of every delta joined per type and place (`item_id`, `output_index`,
+/// `content_index`, `summary_index`) with its log probabilities (a client that reads the deltas
+/// themselves, the reasoning and refusal ones included, gets those); in order, every other
+/// event, each with the texts as they stood then and the last `sequence_number` before it (the
+/// `starting_after` a client resuming there sends); and the last `sequence_number`.
 pub fn accumulate<'a>(events: impl IntoIterator<Item = &'a ResponsesEvent>) -> Value {
-    let mut response: Option<Value> = None;
-    let mut completed = Value::Null;
-    let mut texts = Map::new();
-    let mut trace = Vec::new();
-    let mut cursor = Value::Null;
+    let mut sdk = SdkStream::default();
+    let mut raw = RawEvents::default();
     for event in events {
         let sse = SseEvent::from(event.clone());
-        let raw = sse.data_str().unwrap_or_default();
-        if raw.starts_with("[DONE]") {
-            trace.push(json!([sse.event_type(), raw, cursor]));
-            break;
+        let text = sse.data_str().unwrap_or_default();
+        raw.read(sse.event_type(), text);
+        sdk.read(text);
+    }
+    json!({
+        "sdk": {
+            "snapshot": sdk.snapshot,
+            "completed": sdk.completed,
+            "yielded": sdk.yielded,
+            "ended": sdk.ended,
+        },
+        "events": {
+            "texts": raw.texts,
+            "trace": raw.trace,
+            "last_sequence_number": raw.cursor,
+        },
+    })
+}
+
+/// The port of the SDK's stream and its `ResponseStreamState`.
+#[derive(Default)]
+struct SdkStream {
+    /// `ResponseStreamState.__current_snapshot`.
+    snapshot: Option<Value>,
+    /// `ResponseStreamState._completed_response`.
+    completed: Value,
+    /// What `handle_event` yielded (the deltas aside), with the snapshot then.
+    yielded: Vec<Value>,
+    /// Why the stream stopped: `[DONE]`, or where it raised.
+    ended: Value,
+}
+
+/// Where the SDK raises, and why.
+struct Raised(&'static str);
+
+impl SdkStream {
+    /// `Stream.__stream__` on one event's data, then `handle_event`.
+    fn read(&mut self, text: &str) {
+        if !self.ended.is_null() {
+            return;
         }
-        let data = serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_owned()));
+        if text.starts_with("[DONE]") {
+            self.ended = json!("[DONE]");
+            return;
+        }
+        let outcome = match serde_json::from_str::<Value>(text) {
+            Err(_) => Err(Raised("data that is not JSON")),
+            Ok(data) if data.get("error").is_some_and(truthy) => Err(Raised("APIError")),
+            Ok(data) if !data.is_object() => Err(Raised("not an event")),
+            Ok(data) => self.handle_event(&data),
+        };
+        if let Err(Raised(why)) = outcome {
+            self.ended = json!(["raised", why, self.snapshot]);
+        }
+    }
+
+    /// `handle_event`: accumulates, then checks what it asserts of the event's place before it
+    /// yields the event.
+    fn handle_event(&mut self, data: &Value) -> Result<(), Raised> {
         let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
-        let raises = data.get("error").is_some_and(truthy);
+        self.accumulate_event(kind, data)?;
+        let snapshot = self.snapshot.as_mut().ok_or(Raised("no snapshot"))?;
+        match kind {
+            "response.output_text.delta" | "response.output_text.done" => {
+                let output = output_at(snapshot, data)?;
+                assert_type(output, "message")?;
+                let content = index_into(output.get_mut("content"), data.get("content_index"))?;
+                assert_type(content, "output_text")?;
+            }
+            "response.function_call_arguments.delta" => {
+                assert_type(output_at(snapshot, data)?, "function_call")?;
+            }
+            _ => {}
+        }
+        if !DELTAS.contains(&kind) {
+            self.yielded.push(json!([data, snapshot]));
+        }
+        Ok(())
+    }
+
+    /// `accumulate_event`.
+    fn accumulate_event(&mut self, kind: &str, data: &Value) -> Result<(), Raised> {
+        let Some(snapshot) = &mut self.snapshot else {
+            // `_create_initial_response`.
+            if kind != "response.created" {
+                return Err(Raised("an event before response.created"));
+            }
+            let response = data.get("response").filter(|response| response.is_object());
+            self.snapshot = Some(response.ok_or(Raised("no response"))?.clone());
+            return Ok(());
+        };
+        let delta = data
+            .get("delta")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        match kind {
+            "response.output_item.added" => {
+                let item = data.get("item").ok_or(Raised("no item"))?;
+                list(snapshot.get_mut("output"))?.push(item.clone());
+            }
+            "response.content_part.added" => {
+                let output = output_at(snapshot, data)?;
+                if output["type"] == "message" {
+                    let part = data.get("part").ok_or(Raised("no part"))?;
+                    list(output.get_mut("content"))?.push(part.clone());
+                }
+            }
+            "response.output_text.delta" => {
+                let output = output_at(snapshot, data)?;
+                if output["type"] == "message" {
+                    let content = index_into(output.get_mut("content"), data.get("content_index"))?;
+                    assert_type(content, "output_text")?;
+                    append(content.get_mut("text"), delta)?;
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let output = output_at(snapshot, data)?;
+                if output["type"] == "function_call" {
+                    append(output.get_mut("arguments"), delta)?;
+                }
+            }
+            "response.completed" => {
+                self.completed = data.get("response").cloned().unwrap_or_default();
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// `snapshot.output[event.output_index]`.
+fn output_at<'a>(snapshot: &'a mut Value, data: &Value) -> Result<&'a mut Value, Raised> {
+    index_into(snapshot.get_mut("output"), data.get("output_index"))
+}
+
+/// `list[index]`: a `TypeError` for an index that is not a number (absent: `None`), an
+/// `IndexError` out of range.
+fn index_into<'a>(
+    list: Option<&'a mut Value>,
+    index: Option<&Value>,
+) -> Result<&'a mut Value, Raised> {
+    let index = index
+        .and_then(Value::as_u64)
+        .and_then(|index| usize::try_from(index).ok())
+        .ok_or(Raised("list indices must be integers"))?;
+    self::list(list)?
+        .get_mut(index)
+        .ok_or(Raised("list index out of range"))
+}
+
+/// A list the SDK appends to or indexes.
+fn list(value: Option<&mut Value>) -> Result<&mut Vec<Value>, Raised> {
+    match value {
+        Some(Value::Array(items)) => Ok(items),
+        _ => Err(Raised("not a list")),
+    }
+}
+
+/// `assert value.type == kind`.
+fn assert_type(value: &Value, kind: &str) -> Result<(), Raised> {
+    if value["type"] == kind {
+        Ok(())
+    } else {
+        Err(Raised("AssertionError"))
+    }
+}
+
+/// `text += delta`.
+fn append(text: Option<&mut Value>, delta: &str) -> Result<(), Raised> {
+    match text {
+        Some(Value::String(text)) => {
+            text.push_str(delta);
+            Ok(())
+        }
+        _ => Err(Raised("can only concatenate str")),
+    }
+}
+
+/// A client that reads every event as it comes.
+#[derive(Default)]
+struct RawEvents {
+    /// Each delta's text (and log probabilities) joined, per type and place.
+    texts: Map<String, Value>,
+    /// Every event that is not a delta, with the texts and the cursor before it.
+    trace: Vec<Value>,
+    /// The last `sequence_number` seen.
+    cursor: Value,
+}
+
+impl RawEvents {
+    fn read(&mut self, event_type: &str, text: &str) {
+        let data = serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()));
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
         let delta = data.get("delta").and_then(Value::as_str);
-        match delta.filter(|_| DELTAS.contains(&kind) && !raises) {
+        match delta.filter(|_| DELTAS.contains(&kind)) {
             Some(delta) => {
                 let place = ["item_id", "output_index", "content_index", "summary_index"]
                     .map(|key| data.get(key).cloned().unwrap_or_default());
                 let key = json!([kind, place]).to_string();
-                let text = texts
+                let text = self
+                    .texts
                     .entry(key)
                     .or_insert_with(|| json!({"text": "", "logprobs": []}));
                 if let Value::String(text) = &mut text["text"] {
@@ -195,84 +386,13 @@ pub fn accumulate<'a>(events: impl IntoIterator<Item = &'a ResponsesEvent>) -> V
                     all.extend(more.iter().cloned());
                 }
             }
-            None => trace.push(json!([sse.event_type(), data, response, texts, cursor])),
-        }
-        if raises {
-            break;
+            None => self
+                .trace
+                .push(json!([event_type, data, self.texts, self.cursor])),
         }
         if let Some(number) = data.get("sequence_number") {
-            cursor = number.clone();
+            self.cursor = number.clone();
         }
-        accumulate_event(&mut response, &mut completed, kind, &data);
-    }
-    json!({
-        "response": response,
-        "completed": completed,
-        "texts": texts,
-        "trace": trace,
-        "last_sequence_number": cursor,
-    })
-}
-
-/// `accumulate_event` on one event.
-fn accumulate_event(response: &mut Option<Value>, completed: &mut Value, kind: &str, data: &Value) {
-    let Some(snapshot) = response else {
-        if kind == "response.created" {
-            *response = data.get("response").cloned();
-        }
-        return;
-    };
-    let index = |key: &str| {
-        data.get(key)
-            .and_then(Value::as_u64)
-            .and_then(|index| usize::try_from(index).ok())
-    };
-    let output = index("output_index").and_then(|index| snapshot.get_mut("output")?.get_mut(index));
-    let delta = data
-        .get("delta")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    match kind {
-        "response.output_item.added" => {
-            let output = snapshot
-                .as_object_mut()
-                .map(|snapshot| snapshot.entry("output").or_insert_with(|| json!([])));
-            if let (Some(Value::Array(output)), Some(item)) = (output, data.get("item")) {
-                output.push(item.clone());
-            }
-        }
-        "response.content_part.added" => {
-            let Some(output) = output.filter(|output| output["type"] == "message") else {
-                return;
-            };
-            let content = output
-                .as_object_mut()
-                .map(|output| output.entry("content").or_insert_with(|| json!([])));
-            if let (Some(Value::Array(content)), Some(part)) = (content, data.get("part")) {
-                content.push(part.clone());
-            }
-        }
-        "response.output_text.delta" => {
-            let Some(output) = output.filter(|output| output["type"] == "message") else {
-                return;
-            };
-            let content = index("content_index")
-                .and_then(|index| output.get_mut("content")?.get_mut(index))
-                .filter(|content| content["type"] == "output_text");
-            if let Some(Value::String(text)) = content.and_then(|content| content.get_mut("text")) {
-                text.push_str(delta);
-            }
-        }
-        "response.function_call_arguments.delta" => {
-            let output = output.filter(|output| output["type"] == "function_call");
-            if let Some(Value::String(arguments)) =
-                output.and_then(|output| output.get_mut("arguments"))
-            {
-                arguments.push_str(delta);
-            }
-        }
-        "response.completed" => *completed = data.get("response").cloned().unwrap_or_default(),
-        _ => {}
     }
 }
 
