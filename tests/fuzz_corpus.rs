@@ -1,6 +1,10 @@
 //! Every fuzz corpus entry, replayed as a plain test on stable; and what the corpus as a whole
 //! reaches, so that a claim about it cannot silently rot.
 
+// The Anthropic and Responses checks each bring their own copy of `typed.rs` (what they share),
+// as each is also a fuzz target's whole crate; here both are loaded.
+#![allow(clippy::duplicate_mod)]
+
 #[cfg(feature = "anthropic")]
 #[path = "../fuzz/checks/anthropic.rs"]
 mod anthropic_checks;
