@@ -107,6 +107,14 @@
 //!   losslessly; `[DONE]`, usage and error frames; `openai::ChunkTemplate`, a stream's chunks
 //!   written straight into a frame's buffer (what a server sends per token);
 //!   `openai::ChatCompletion`, the non-streamed answer.
+//! - `anthropic`: `anthropic::MessagesEvent`, the events of an Anthropic Messages stream
+//!   (`/v1/messages`) that parse, encode and coalesce losslessly (a block's deltas concatenate,
+//!   `ping`s are absorbed, the last `message_delta` stands), with its `message_stop` and `error`
+//!   frames; event types it does not know pass as they came.
+//! - `responses`: `responses::ResponsesEvent`, the events of an OpenAI Responses stream
+//!   (`/v1/responses`) that parse, encode and coalesce losslessly (a merged delta keeps the last
+//!   `sequence_number` it covers), with its `response.completed`, `incomplete`, `failed` and
+//!   `error` frames; event types it does not know pass as they came.
 //!
 //! # Cancel safety
 //!
@@ -132,6 +140,9 @@
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
 
+#[cfg(feature = "anthropic")]
+#[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
+pub mod anthropic;
 mod chunk;
 mod end;
 mod ext;
@@ -141,6 +152,9 @@ mod gate;
 #[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod openai;
 pub mod probe;
+#[cfg(feature = "responses")]
+#[cfg_attr(docsrs, doc(cfg(feature = "responses")))]
+pub mod responses;
 // The registry's races are checked by a model test under tokio's clock (tests/resume.rs), not
 // by loom: its tasks and timers are tokio's.
 #[cfg(not(loom))]
@@ -151,6 +165,8 @@ mod sync;
 #[cfg_attr(docsrs, doc(cfg(feature = "timeline")))]
 pub mod timeline;
 pub mod transport;
+#[cfg(any(feature = "openai", feature = "anthropic", feature = "responses"))]
+mod wire;
 
 pub use chunk::{Chunk, Kind};
 pub use end::{EndCounters, EndCounts, EndReason, UnknownEndReason};

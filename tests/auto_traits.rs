@@ -87,6 +87,30 @@ fn openai_chunks_cross_threads() {
     sync::<ParseError>();
 }
 
+#[cfg(feature = "anthropic")]
+#[test]
+fn anthropic_events_cross_threads() {
+    use streamgate::anthropic::{MessagesData, MessagesEvent, ParseError, UnknownEvent};
+    send::<MessagesEvent>();
+    sync::<MessagesEvent>();
+    send::<MessagesData>();
+    sync::<MessagesData>();
+    send::<UnknownEvent>();
+    sync::<UnknownEvent>();
+    send::<ParseError>();
+    sync::<ParseError>();
+}
+
+#[cfg(feature = "responses")]
+#[test]
+fn responses_events_cross_threads() {
+    use streamgate::responses::{ResponsesData, ResponsesEvent};
+    send::<ResponsesEvent>();
+    sync::<ResponsesEvent>();
+    send::<ResponsesData>();
+    sync::<ResponsesData>();
+}
+
 #[test]
 fn probes_cross_threads() {
     use streamgate::probe::{

@@ -1,6 +1,13 @@
 //! Every fuzz corpus entry, replayed as a plain test on stable; and what the corpus as a whole
 //! reaches, so that a claim about it cannot silently rot.
 
+// The Anthropic and Responses checks each bring their own copy of `typed.rs` (what they share),
+// as each is also a fuzz target's whole crate; here both are loaded.
+#![allow(clippy::duplicate_mod)]
+
+#[cfg(feature = "anthropic")]
+#[path = "../fuzz/checks/anthropic.rs"]
+mod anthropic_checks;
 #[path = "../fuzz/checks/sse.rs"]
 mod checks;
 #[cfg(feature = "timeline")]
@@ -9,6 +16,9 @@ mod hop_checks;
 #[cfg(feature = "openai")]
 #[path = "../fuzz/checks/openai.rs"]
 mod openai_checks;
+#[cfg(feature = "responses")]
+#[path = "../fuzz/checks/responses.rs"]
+mod responses_checks;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -70,6 +80,66 @@ fn openai_chunk_corpus_merges_and_refuses() {
             .iter()
             .all(|outcome| outcomes.contains_key(outcome)),
         "corpus files by merge outcome: {outcomes:?}"
+    );
+}
+
+#[cfg(feature = "anthropic")]
+#[test]
+fn anthropic_event_corpus() {
+    replay("anthropic_event", |data| {
+        anthropic_checks::check_event(data);
+    });
+}
+
+#[cfg(feature = "anthropic")]
+#[test]
+fn anthropic_event_corpus_reaches_every_type_and_outcome() {
+    typed_corpus_reaches(
+        "anthropic_event",
+        anthropic_checks::reach,
+        &anthropic_checks::EVENT_TYPES,
+    );
+}
+
+#[cfg(feature = "responses")]
+#[test]
+fn responses_event_corpus() {
+    replay("responses_event", |data| {
+        responses_checks::check_event(data);
+    });
+}
+
+#[cfg(feature = "responses")]
+#[test]
+fn responses_event_corpus_reaches_every_type_and_outcome() {
+    typed_corpus_reaches(
+        "responses_event",
+        responses_checks::reach,
+        &responses_checks::EVENT_TYPES,
+    );
+}
+
+/// Checks that the corpus of `target` (a format whose events name their type) holds an event
+/// of each of `types`, one of a type the module does not know, one of a known type with data
+/// that is not that event, a pair that merges and one that does not.
+#[cfg(any(feature = "anthropic", feature = "responses"))]
+fn typed_corpus_reaches(target: &str, reach: fn(&[u8]) -> Vec<String>, types: &[&str]) {
+    let mut reached = BTreeMap::new();
+    for (_, data) in corpus(target) {
+        for label in reach(&data) {
+            *reached.entry(label).or_insert(0) += 1;
+        }
+    }
+    let outcomes = ["unknown", "invalid", "merged", "refused"];
+    let missing: Vec<&str> = types
+        .iter()
+        .chain(&outcomes)
+        .copied()
+        .filter(|label| !reached.contains_key(*label))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{target}: nothing reaches {missing:?}; inputs reaching each: {reached:?}"
     );
 }
 

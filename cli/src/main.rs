@@ -23,7 +23,8 @@ enum Command {
     Diagnose(diagnose::Args),
     /// Drive an OpenAI-compatible endpoint with many streams and misbehaving readers.
     Loadgen(loadgen::Args),
-    /// The reference server: an OpenAI-compatible endpoint over a simulated decode loop.
+    /// The reference server: chat completions, Anthropic Messages and OpenAI Responses streams
+    /// over a simulated decode loop.
     Sim(sim::Config),
 }
 

@@ -1,6 +1,6 @@
 //! The `streamgate` binary as a real child process, where a test needs the process itself:
-//! `sim --die-after` dies abruptly mid-stream (the client's connection is cut with no terminal
-//! frame, the exit status says it was killed), and flags that cannot mean anything are refused
+//! `sim --die-after` dies abruptly mid-stream in every API (the client's connection is cut with
+//! no terminal frame, the exit status says it was killed), and flags that cannot mean anything are refused
 //! at start with exit status 2 and the flag's name (sim's own, and the shared resume flags, for
 //! the proxy too), as is a fleet the proxy cannot serve.
 
@@ -12,6 +12,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+use common::formats::{Api, read_all, text, tokens};
 use common::resume_client::{chat, parse};
 use common::{BodyEnd, HANG, RawResponse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -111,6 +112,32 @@ async fn die_after_kills_the_process_mid_stream() {
     assert!(cut_tokens(&mut response).await <= 3);
     let (status, stderr) = exited(child);
     assert_killed(status, &stderr, 3);
+}
+
+/// A Messages or Responses stream is cut the same way: its events before the first token, then
+/// tokens, and nothing after them (no final events, no `event: error`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn die_after_cuts_every_api_mid_stream() {
+    for api in Api::ALL {
+        let (child, addr) = sim(&["--step-ms", "5", "--die-after", "10"]);
+        let body = api.body(100, true, None);
+        let mut response = RawResponse::post(addr, api.path(), "", &body).await;
+        assert_eq!(response.status(), 200);
+        let events = read_all(api, &response.rest().await);
+        assert_eq!(response.ended(), Some(BodyEnd::Cut), "{events:?}");
+        let opened = api.opening().len();
+        let made = events.len() - opened;
+        assert!(made <= 10, "{made} tokens");
+        assert!(
+            events[opened..]
+                .iter()
+                .all(|event| event.kind == api.delta()),
+            "{events:?}"
+        );
+        assert_eq!(text(&events), tokens(0..made as u64));
+        let (status, stderr) = exited(child);
+        assert_killed(status, &stderr, 10);
+    }
 }
 
 /// A whole answer (no `stream`) is cut before its response head: the client gets no byte.

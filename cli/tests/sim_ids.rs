@@ -5,51 +5,16 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
-use std::time::Duration;
+use std::collections::BTreeSet;
 
 use common::reference::start;
 use common::resume_client::{chat, events, parse, rest, resume_path};
-use common::{HANG, LONG, RawResponse, stats, wait_for};
+use common::{LONG, RawResponse, records_by_request, stats, wait_for};
 use serde_json::Value;
-use tokio::time::{Instant, sleep};
 
 /// A streamed chat request of `max_tokens` with extra header lines.
 async fn post(addr: std::net::SocketAddr, headers: &str, max_tokens: u64) -> RawResponse {
     RawResponse::post(addr, "/v1/chat/completions", headers, &chat(max_tokens)).await
-}
-
-/// The `(hop, seq)` pairs of the hop records in `file` for each request id, once every hop of
-/// `ids` has recorded `done` (the writer thread appends them as it goes).
-async fn records_by_request(
-    file: &Path,
-    ids: &[&str],
-    done: impl Fn(&BTreeMap<String, BTreeSet<(String, u64)>>) -> bool,
-) -> BTreeMap<String, BTreeSet<(String, u64)>> {
-    let deadline = Instant::now() + HANG;
-    loop {
-        let mut by_request: BTreeMap<String, BTreeSet<(String, u64)>> = BTreeMap::new();
-        let text = std::fs::read_to_string(file).unwrap_or_default();
-        for line in text.lines() {
-            let record: Value = serde_json::from_str(line).expect("a JSON hop record");
-            let Some(seq) = record["seq"].as_u64().filter(|_| record["kind"] != "end") else {
-                continue; // a stream's end
-            };
-            let request = record["request"].as_str().unwrap().to_owned();
-            let hop = record["hop"].as_str().unwrap().to_owned();
-            by_request.entry(request).or_default().insert((hop, seq));
-        }
-        if done(&by_request) {
-            return by_request;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "hop records of {ids:?}: {:?}",
-            by_request.keys().collect::<Vec<_>>()
-        );
-        sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// With and without a client id (and with an invalid one), the id the response gives is the

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::chunk::Extra;
+use crate::wire::{Extra, to_json};
 
 /// An OpenAI-shaped error object, as sent in an error frame or an error response's body:
 /// `{"error":{"message","type"}}`, with a `code` where the server gives one.
@@ -57,7 +57,6 @@ impl ApiError {
 
     /// The error frame's data or the error response's body: `{"error":{...}}`.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(&ErrorBody { error: self })
-            .expect("string keys and finite numbers always encode")
+        to_json(&ErrorBody { error: self })
     }
 }

@@ -1,14 +1,9 @@
 //! The `chat.completion.chunk` types and their JSON form.
 
-use std::io;
-
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
 use super::error::ParseError;
-
-/// Fields a type does not know, kept as they came so that a hop never drops them.
-pub type Extra = Map<String, Value>;
+use crate::wire::{Extra, to_json};
 
 /// One `chat.completion.chunk`: what an OpenAI-compatible server sends per SSE event.
 ///
@@ -229,7 +224,7 @@ impl ChatCompletionChunk {
 
     /// Encodes the chunk as compact JSON.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("string keys and finite numbers always encode")
+        to_json(self)
     }
 }
 
@@ -241,26 +236,5 @@ impl ChunkChoice {
             delta,
             ..ChunkChoice::default()
         }
-    }
-}
-
-/// The length of `value`'s JSON encoding, counted without building it.
-pub(super) fn json_len(value: &impl Serialize) -> usize {
-    let mut count = ByteCount(0);
-    serde_json::to_writer(&mut count, value).expect("counting never fails");
-    count.0
-}
-
-/// An `io::Write` that only counts.
-struct ByteCount(usize);
-
-impl io::Write for ByteCount {
-    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        self.0 += bytes.len();
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }

@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::chunk::{Extra, Logprobs, Usage};
+use super::chunk::{Logprobs, Usage};
+use crate::wire::{Extra, to_json};
 
 /// A whole chat completion (`chat.completion`): what an OpenAI-compatible server answers a
 /// request without `"stream": true`, the message that a stream's chunks accumulate to.
@@ -109,7 +110,7 @@ impl ChatCompletion {
 
     /// Encodes the completion as compact JSON.
     pub fn to_json(&self) -> String {
-        serde_json::to_string(self).expect("string keys and finite numbers always encode")
+        to_json(self)
     }
 }
 

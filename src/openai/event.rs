@@ -1,10 +1,11 @@
 //! One event of a chat completion stream as SSE carries it: a chunk, `[DONE]` or an error.
 
 use super::api_error::{ApiError, ErrorBody};
-use super::chunk::{ChatCompletionChunk, json_len};
+use super::chunk::ChatCompletionChunk;
 use super::error::ParseError;
 use crate::chunk::{Chunk, Kind};
 use crate::sse::SseEvent;
+use crate::wire::json_len;
 
 /// The `[DONE]` marker that ends an OpenAI stream.
 const DONE: &str = "[DONE]";

@@ -7,13 +7,11 @@
 //! `type` and `name`) ends a merge when both chunks carry it, rather than being concatenated or
 //! dropped.
 
-use serde_json::Value;
-
 use super::chunk::{
-    ChatCompletionChunk, ChunkChoice, Delta, Extra, FunctionDelta, Logprobs, ToolCallDelta,
-    json_len,
+    ChatCompletionChunk, ChunkChoice, Delta, FunctionDelta, Logprobs, ToolCallDelta,
 };
 use crate::chunk::{Chunk, Kind};
+use crate::wire::{extras_compatible, is_empty, json_len};
 
 impl Chunk for ChatCompletionChunk {
     /// The length of the JSON encoding (what the event's data holds), counted without
@@ -301,24 +299,4 @@ fn unique_indexes<T: Indexed>(parts: &[T]) -> bool {
     let mut indexes: Vec<u32> = parts.iter().map(Indexed::index).collect();
     indexes.sort_unstable();
     indexes.windows(2).all(|pair| pair[0] != pair[1])
-}
-
-/// Unknown fields of deltas and tool calls may merge only when they add nothing: every value
-/// empty, and equal where both have the key (so the union is what accumulating both gives).
-fn extras_compatible(mine: &Extra, next: &Extra) -> bool {
-    mine.values().chain(next.values()).all(is_empty)
-        && next
-            .iter()
-            .all(|(key, value)| mine.get(key).is_none_or(|mine| mine == value))
-}
-
-/// A value accumulating adds nothing with.
-fn is_empty(value: &Value) -> bool {
-    match value {
-        Value::Null => true,
-        Value::String(text) => text.is_empty(),
-        Value::Array(items) => items.is_empty(),
-        Value::Object(fields) => fields.is_empty(),
-        Value::Bool(_) | Value::Number(_) => false,
-    }
 }

@@ -51,10 +51,11 @@ mod template;
 
 pub use self::api_error::ApiError;
 pub use self::chunk::{
-    ChatCompletionChunk, ChunkChoice, Delta, Extra, FunctionDelta, Logprobs, TokenLogprob,
-    ToolCallDelta, Usage,
+    ChatCompletionChunk, ChunkChoice, Delta, FunctionDelta, Logprobs, TokenLogprob, ToolCallDelta,
+    Usage,
 };
 pub use self::completion::{ChatCompletion, CompletionChoice, Message};
 pub use self::error::ParseError;
 pub use self::event::{ChatData, ChatEvent};
 pub use self::template::ChunkTemplate;
+pub use crate::wire::Extra;

@@ -24,3 +24,32 @@ impl Rng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 }
+
+/// What a gateway's decoder (the default limits) reads from `wire` fed `piece` bytes at a time,
+/// every event and error in order, and the most it held between reads: the input not yet
+/// consumed and the data it stored.
+pub fn decode_in_pieces(
+    wire: &[u8],
+    piece: usize,
+) -> (
+    Vec<Result<streamgate::sse::SseEvent, streamgate::sse::DecodeError>>,
+    usize,
+) {
+    use tokio_util::codec::Decoder;
+
+    let mut decoder = streamgate::sse::SseDecoder::new();
+    let mut input = bytes::BytesMut::new();
+    let (mut items, mut held) = (Vec::new(), 0);
+    for chunk in wire.chunks(piece) {
+        input.extend_from_slice(chunk);
+        loop {
+            match decoder.decode(&mut input) {
+                Ok(Some(event)) => items.push(Ok(event)),
+                Ok(None) => break,
+                Err(error) => items.push(Err(error)),
+            }
+        }
+        held = held.max(input.len() + decoder.buffered_data());
+    }
+    (items, held)
+}

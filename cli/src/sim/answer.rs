@@ -1,21 +1,22 @@
-//! A whole answer in one body: a generation collected into one `chat.completion`, for a request
-//! that asked for no stream.
+//! A whole answer in one body: a generation collected into one `chat.completion`, Messages
+//! message or Responses response, for a request that asked for no stream.
 
 use std::fmt::Write;
 use std::sync::Arc;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use streamgate::openai::{ApiError, ChatCompletion, CompletionChoice, Message, Usage};
+use streamgate::openai::{ChatCompletion, CompletionChoice, Message, Usage};
 
-use super::delta::{Delta, FinishReason};
+use super::delta::Delta;
+use super::format::{Ending, FinishReason, Format};
 use super::generation::{Output, generate};
 use super::meta::Meta;
 use super::state::Sim;
-use super::stream;
+use super::{messages, responses, stream};
 
-/// Generates `output` for `meta` and answers with the whole `chat.completion` (named by its
-/// request id, as a stream is). The id is claimed while the answer is made, so one id names
+/// Generates `output` for `meta` and answers with the whole answer in the stream's format
+/// (named by its request id, as a stream is). The id is claimed while the answer is made, so one id names
 /// one generation here too, and `POST .../cancel` stops it (the answer then ends with
 /// `finish_reason` `stop`); a client that closes its connection drops the generation.
 pub(super) async fn answer(sim: &Arc<Sim>, meta: Arc<Meta>, output: Output) -> Response {
@@ -28,8 +29,7 @@ pub(super) async fn answer(sim: &Arc<Sim>, meta: Arc<Meta>, output: Output) -> R
         Err(full) => return full.response(),
     };
     let mut text = String::new();
-    let mut tokens = 0;
-    let mut finish = FinishReason::Length;
+    let mut ending = None;
     let mut failed = None;
     let mut events = std::pin::pin!(events);
     while let Some(item) =
@@ -39,40 +39,67 @@ pub(super) async fn answer(sim: &Arc<Sim>, meta: Arc<Meta>, output: Output) -> R
             Ok(event) => match event.into_chunk() {
                 Delta::Text { meta, from, to, .. } => {
                     let _ = write!(text, "{}", meta.tokens(from, to));
-                    tokens += to + 1 - from;
                 }
-                Delta::Finish { reason, .. } => finish = reason,
-                Delta::Error { message, code } => failed = Some(Delta::api_error(message, code)),
-                Delta::Done => {}
+                Delta::Frame { frame, .. } => ending = frame.ending().cloned().or(ending),
+                Delta::Error { message, code, .. } => failed = Some((message, code)),
             },
             Err(error) => {
                 // The KV pool ran out mid-generation: busy, not broken (a retry may find room).
-                let (status, error) = match failed {
-                    Some(failed) => (StatusCode::SERVICE_UNAVAILABLE, failed),
+                let (status, body) = match failed {
+                    Some((message, code)) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        failure(meta.format, &message, code),
+                    ),
                     None => (
                         StatusCode::INTERNAL_SERVER_ERROR,
-                        ApiError::new(error.to_string(), "server_error"),
+                        meta.format
+                            .error_body("server_error", &error.to_string(), None),
                     ),
                 };
-                return json_body(status, error.to_json(), &meta);
+                return json_body(status, body, &meta);
             }
         }
     }
     drop(claim);
+    let ending = ending.unwrap_or(Ending {
+        tokens: 0..0,
+        len: 0,
+        reason: FinishReason::Length,
+    });
+    let body = match meta.format {
+        Format::Chat => completion(&meta, text, &ending),
+        Format::Messages => messages::message(&meta, text, &ending),
+        Format::Responses => responses::body(&meta, &ending),
+    };
+    json_body(StatusCode::OK, body, &meta)
+}
+
+/// The `chat.completion` of `text`.
+fn completion(meta: &Meta, text: String, ending: &Ending) -> String {
+    let tokens = ending.made();
     let usage = Usage {
         prompt_tokens: 0,
         completion_tokens: tokens,
         total_tokens: tokens,
         ..Usage::default()
     };
-    let completion = ChatCompletion::new(meta.id.as_str(), meta.created, meta.model.as_str())
+    ChatCompletion::new(meta.id.as_str(), meta.created, meta.model.as_str())
         .with_choice(CompletionChoice::new(
             0,
             Message::assistant(text),
-            finish.as_str(),
+            ending.reason.as_str(),
         ))
-        .with_usage(usage);
-    json_body(StatusCode::OK, completion.to_json(), &meta)
+        .with_usage(usage)
+        .to_json()
+}
+
+/// The body of a generation that failed with `message` (`code`): chat's and Responses'
+/// `server_error` with its code, Messages' `overloaded_error`.
+fn failure(format: Format, message: &str, code: &str) -> String {
+    match format {
+        Format::Chat | Format::Responses => format.error_body("server_error", message, Some(code)),
+        Format::Messages => format.error_body(messages::ERROR_KIND, message, None),
+    }
 }
 
 /// A response of `status` with a JSON `body`, named by `meta`'s request id.

@@ -9,7 +9,9 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::transport::TunedListener;
 
 use super::config::Config;
-use super::handlers::{cancel, chat_completions, metrics, resume, stats, stream_get};
+use super::handlers::{
+    cancel, chat_completions, messages, metrics, response_get, responses, resume, stats, stream_get,
+};
 use super::state::Sim;
 use crate::serving;
 
@@ -31,6 +33,12 @@ pub fn app(
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/chat/completions/{id}/stream", get(resume))
         .route("/v1/chat/completions/{id}/cancel", post(cancel))
+        .route("/v1/messages", post(messages))
+        .route("/v1/messages/{id}/stream", get(resume))
+        .route("/v1/messages/{id}/cancel", post(cancel))
+        .route("/v1/responses", post(responses))
+        .route("/v1/responses/{id}", get(response_get))
+        .route("/v1/responses/{id}/cancel", post(cancel))
         .route("/v1/stream", get(stream_get))
         .route("/stats", get(stats))
         .route("/metrics", get(metrics))

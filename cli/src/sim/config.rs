@@ -7,6 +7,21 @@ use crate::flags;
 
 /// `streamgate sim`: the reference server's flags.
 #[derive(Debug, Clone, clap::Args)]
+#[command(after_help = "\
+Endpoints (examples/README.md, \"The reference server\", says the rest):
+  POST /v1/chat/completions     OpenAI chat completions: a chunk per token, [DONE]
+  POST /v1/messages             Anthropic Messages: a text_delta per token
+  POST /v1/responses            OpenAI Responses: an output_text.delta per token
+  GET  /v1/chat/completions/{id}/stream, /v1/messages/{id}/stream
+                                resume after Last-Event-ID (or ?after=N)
+  GET  /v1/responses/{id}?stream=true&starting_after=N
+                                resume after sequence number N
+  POST /v1/{chat/completions,messages,responses}/{id}/cancel
+                                stop a stream
+  GET  /v1/stream?max_tokens=N  the chat events for EventSource
+  GET  /stats, /metrics
+Token i's text is \"t{i} \" in every API; every event's id: is its place in its stream.\
+")]
 pub struct Config {
     /// Where to listen (`127.0.0.1:0` picks a free port; the real one is printed).
     #[arg(long, default_value = "127.0.0.1:8000")]

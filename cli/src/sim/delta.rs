@@ -1,5 +1,6 @@
-//! What the worker hands the gate, and its SSE encoding: a chunk's JSON written by the stream's
-//! `openai::ChunkTemplate` straight into the buffer the event's frame is made in.
+//! What the worker hands the gate, and its SSE encoding in the stream's format: a chat chunk's
+//! JSON written by the stream's `openai::ChunkTemplate` straight into the buffer the event's
+//! frame is made in; a Messages or Responses event by its module.
 
 use std::io;
 use std::sync::Arc;
@@ -8,55 +9,86 @@ use streamgate::openai::{ApiError, ChunkTemplate};
 use streamgate::sse::SseEvent;
 use streamgate::{Chunk, Kind};
 
+use super::format::{Ending, Format};
+use super::messages::{self, MessagesFrame};
 use super::meta::Meta;
+use super::responses::{self, ResponsesFrame};
 
-/// Why a generation's final chunk finished it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FinishReason {
-    /// Every token asked for (or that the KV pool holds) was generated.
-    Length,
-    /// An explicit stop (`POST .../cancel`).
-    Stop,
-}
-
-impl FinishReason {
-    /// As `finish_reason` spells it.
-    pub(super) fn as_str(self) -> &'static str {
-        match self {
-            FinishReason::Length => "length",
-            FinishReason::Stop => "stop",
-        }
-    }
-}
-
-/// What the worker hands the gate: a run of tokens (merged under `Coalesce`), the final chunk,
-/// or the `[DONE]` marker.
+/// What the worker hands the gate: a run of tokens (merged under `Coalesce`), one of the events
+/// the stream's format puts around them, or the error of a failed generation. Each knows its
+/// event id (`id`), which a Responses event carries as its `sequence_number`.
 #[derive(Debug, Clone)]
 pub(super) enum Delta {
-    /// Tokens `from..=to`, whose text (`len` bytes) is written out only when the chunk is
-    /// encoded: the worker allocates nothing per token.
+    /// Tokens `from..=to`, whose text (`len` bytes) is written out only when the event is
+    /// encoded: the worker allocates nothing per token; `id` is the last token's event id.
     Text {
         meta: Arc<Meta>,
         from: u64,
         to: u64,
         len: usize,
+        id: u64,
     },
-    /// The final chunk.
-    Finish {
+    /// An event before the first token or after the last.
+    Frame {
         meta: Arc<Meta>,
-        reason: FinishReason,
+        frame: Frame,
+        id: u64,
     },
-    Done,
-    /// The generation failed: an OpenAI-style error event (`data: {"error":{..}}`, which the
-    /// OpenAI SDKs raise as an API error), before the gate's terminal frame.
+    /// The generation failed: an error event in the format's shape (a chat stream's
+    /// `data: {"error":{..}}`, which the OpenAI SDKs raise as an API error; a Messages
+    /// `event: error`; a Responses `error` event), before the gate's terminal frame.
     Error {
+        meta: Arc<Meta>,
         message: String,
         code: &'static str,
+        id: u64,
     },
 }
 
+/// The events a format puts around a stream's tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Frame {
+    /// A chat stream's final chunk, with its `finish_reason`.
+    Finish(Ending),
+    /// A chat stream's `data: [DONE]`.
+    Done,
+    Messages(MessagesFrame),
+    Responses(ResponsesFrame),
+}
+
+impl Frame {
+    /// The events of a `format` stream before its first token.
+    pub(super) fn opening(format: Format) -> Vec<Frame> {
+        match format {
+            Format::Chat => Vec::new(),
+            Format::Messages => MessagesFrame::opening().map(Frame::Messages).into(),
+            Format::Responses => ResponsesFrame::opening().map(Frame::Responses).into(),
+        }
+    }
+
+    /// The events of a `format` stream after its last token, reporting `ending`.
+    pub(super) fn closing(format: Format, ending: &Ending) -> Vec<Frame> {
+        match format {
+            Format::Chat => vec![Frame::Finish(ending.clone()), Frame::Done],
+            Format::Messages => MessagesFrame::closing(ending).map(Frame::Messages).into(),
+            Format::Responses => ResponsesFrame::closing(ending).map(Frame::Responses).into(),
+        }
+    }
+
+    /// What an event after the last token reports (none for one before the first, or a chat
+    /// stream's `[DONE]`).
+    pub(super) fn ending(&self) -> Option<&Ending> {
+        match self {
+            Frame::Finish(ending)
+            | Frame::Messages(MessagesFrame::Delta(ending))
+            | Frame::Responses(ResponsesFrame::Completed(ending)) => Some(ending),
+            _ => None,
+        }
+    }
+}
+
 impl Delta {
-    /// The error object of a failed generation (`server_error`, with its `code`).
+    /// The error object of a failed chat generation (`server_error`, with its `code`).
     pub(super) fn api_error(message: String, code: &'static str) -> ApiError {
         ApiError::new(message, "server_error").with_code(code)
     }
@@ -64,37 +96,48 @@ impl Delta {
 
 impl Chunk for Delta {
     /// What the event will hold once encoded: the text, and the stream's metadata that every
-    /// chunk repeats (a long `model` name is paid for per event, so the byte bound counts it).
+    /// event repeats (a long `model` name is paid for per event, so the byte bound counts it);
+    /// a Responses stream's last events repeat the whole text.
     fn byte_len(&self) -> usize {
         match self {
             Delta::Text { meta, len, .. } => meta.chunk_overhead() + len,
-            Delta::Finish { meta, .. } => meta.chunk_overhead(),
-            Delta::Done => "[DONE]".len(),
-            Delta::Error { message, code } => 64 + message.len() + code.len(),
+            Delta::Frame {
+                frame: Frame::Done, ..
+            } => "[DONE]".len(),
+            Delta::Frame {
+                meta,
+                frame: Frame::Responses(frame),
+                ..
+            } => meta.chunk_overhead() + frame.text_len(),
+            Delta::Frame { meta, .. } => meta.chunk_overhead(),
+            Delta::Error { message, code, .. } => 64 + message.len() + code.len(),
         }
     }
 
     fn kind(&self) -> Kind {
         match self {
             Delta::Text { .. } => Kind::Visible,
-            Delta::Finish { .. } | Delta::Done | Delta::Error { .. } => Kind::Control,
+            Delta::Frame { .. } | Delta::Error { .. } => Kind::Control,
         }
     }
 
-    /// Runs of tokens join before they are encoded as JSON: lossless for the client.
+    /// Runs of tokens join before they are encoded: lossless for the client (the run keeps
+    /// the later event id).
     fn merge(&mut self, next: Self) -> Result<(), Self> {
         match (self, next) {
             (
-                Delta::Text { to, len, .. },
+                Delta::Text { to, len, id, .. },
                 Delta::Text {
                     from,
                     to: next,
                     len: more,
+                    id: last,
                     ..
                 },
             ) if from == *to + 1 => {
                 *to = next;
                 *len += more;
+                *id = last;
                 Ok(())
             }
             (_, next) => Err(next),
@@ -103,8 +146,9 @@ impl Chunk for Delta {
 }
 
 impl From<Delta> for SseEvent {
-    /// The chunk's JSON, written by the stream's template straight into the buffer the frame
-    /// is made in (with room for the SSE fields around it): one allocation per event.
+    /// The event in the stream's format. A chat chunk's JSON is written by the stream's
+    /// template straight into the buffer the frame is made in (with room for the SSE fields
+    /// around it): one allocation per event.
     fn from(delta: Delta) -> SseEvent {
         match delta {
             Delta::Text {
@@ -112,22 +156,38 @@ impl From<Delta> for SseEvent {
                 from,
                 to,
                 len,
-            } => {
-                // A new answer's first chunk names the author (a continuation's author was
-                // named).
-                let role = (from == 0 && !meta.continued).then_some("assistant");
-                let tokens = meta.tokens(from, to);
-                encoded(&meta, len, |json, chunk| {
-                    chunk.write_content(json, role, &tokens)
-                })
-            }
-            Delta::Finish { meta, reason } => encoded(&meta, 0, |json, chunk| {
-                chunk.write_finish(json, reason.as_str())
-            }),
-            Delta::Done => SseEvent::data("[DONE]"),
-            Delta::Error { message, code } => {
-                SseEvent::data(Delta::api_error(message, code).to_json())
-            }
+                id,
+            } => match meta.format {
+                Format::Chat => {
+                    // A new answer's first chunk names the author (a continuation's author was
+                    // named).
+                    let role = (from == 0 && !meta.continued).then_some("assistant");
+                    let tokens = meta.tokens(from, to);
+                    encoded(&meta, len, |json, chunk| {
+                        chunk.write_content(json, role, &tokens)
+                    })
+                }
+                Format::Messages => messages::text(&meta, from, to),
+                Format::Responses => responses::text(&meta, from, to, id),
+            },
+            Delta::Frame { meta, frame, id } => match frame {
+                Frame::Finish(ending) => encoded(&meta, 0, |json, chunk| {
+                    chunk.write_finish(json, ending.reason.as_str())
+                }),
+                Frame::Done => SseEvent::data("[DONE]"),
+                Frame::Messages(frame) => frame.event(&meta),
+                Frame::Responses(frame) => frame.event(&meta, id),
+            },
+            Delta::Error {
+                meta,
+                message,
+                code,
+                id,
+            } => match meta.format {
+                Format::Chat => SseEvent::data(Delta::api_error(message, code).to_json()),
+                Format::Messages => messages::error(&message),
+                Format::Responses => responses::error(&message, code, id),
+            },
         }
     }
 }
@@ -155,6 +215,7 @@ mod tests {
 
     use streamgate::openai::{ChatCompletionChunk, ChunkChoice, Delta as OpenAiDelta};
 
+    use super::super::format::FinishReason;
     use super::*;
 
     /// Counts the allocations (reallocations included) of the thread whose `COUNTING` is set.
@@ -198,6 +259,7 @@ mod tests {
 
     fn meta(salt: Option<u64>) -> Arc<Meta> {
         Arc::new(Meta {
+            format: Format::Chat,
             id: "chatcmpl-123456".into(),
             model: "streamgate-sim".into(),
             created: 1_700_000_000,
@@ -214,6 +276,22 @@ mod tests {
             from,
             to,
             len,
+            id: to,
+        }
+    }
+
+    /// The final chunk of tokens 0..5 of `meta`'s stream.
+    fn final_chunk(meta: &Arc<Meta>, reason: FinishReason) -> Delta {
+        let tokens = 0..5;
+        let len = tokens.clone().map(|i| meta.token_len(i)).sum();
+        Delta::Frame {
+            meta: meta.clone(),
+            frame: Frame::Finish(Ending {
+                tokens,
+                len,
+                reason,
+            }),
+            id: 5,
         }
     }
 
@@ -226,10 +304,7 @@ mod tests {
             text(&meta, 0, 0),
             text(&meta, 12_345, 12_345),
             text(&meta, 100, 150),
-            Delta::Finish {
-                meta: meta.clone(),
-                reason: FinishReason::Length,
-            },
+            final_chunk(&meta, FinishReason::Length),
         ];
         for delta in events {
             let shown = format!("{delta:?}");
@@ -269,19 +344,23 @@ mod tests {
             finish_reason: Some("stop".into()),
             ..ChunkChoice::new(0, OpenAiDelta::default())
         };
-        let finished = Delta::Finish {
-            meta: meta.clone(),
-            reason: FinishReason::Stop,
-        };
+        let finished = final_chunk(&meta, FinishReason::Stop);
         assert_eq!(data(finished), stream.with_choice(finish).to_json());
         let error = Delta::Error {
+            meta: meta.clone(),
             message: "KV cache full".into(),
             code: "kv_cache_exhausted",
+            id: 6,
         };
         assert_eq!(
             data(error),
             r#"{"error":{"message":"KV cache full","type":"server_error","code":"kv_cache_exhausted"}}"#
         );
-        assert_eq!(data(Delta::Done), "[DONE]");
+        let done = Delta::Frame {
+            meta,
+            frame: Frame::Done,
+            id: 7,
+        };
+        assert_eq!(data(done), "[DONE]");
     }
 }

@@ -9,18 +9,20 @@ use streamgate::probe::Observation;
 use streamgate::{BoxError, Consumer, EndReason, Kind, Sender};
 use tokio_util::sync::CancellationToken;
 
-use super::delta::{Delta, FinishReason};
+use super::delta::{Delta, Frame};
+use super::format::{Ending, FinishReason};
 use super::kv::{KvBlocks, KvFull};
 use super::meta::Meta;
 use super::request::Start;
 use super::state::Sim;
 
-/// Which tokens a generation makes, and the event id of its first.
+/// Which tokens a generation makes, and the id of its first event.
 #[derive(Debug, Clone)]
 pub(super) struct Output {
     /// Token indices: token i's text is `t{i} `.
     pub(super) tokens: Range<u64>,
-    /// The event id of the first token; the others, the final chunk and `[DONE]` follow.
+    /// The id of the stream's first event (the first token's in chat completions; the events
+    /// a format puts before the tokens come first); every other event follows, one id each.
     pub(super) first_id: u64,
 }
 
@@ -107,7 +109,18 @@ impl Worker {
         let gone = |_| "the stream ended";
         let mut finish = FinishReason::Length;
         let Output { tokens, first_id } = self.output.clone();
-        let from = tokens.start;
+        let format = self.meta.format;
+        // The gate numbers the events as they are sent: the next one is `id`.
+        let mut id = first_id;
+        for frame in Frame::opening(format) {
+            let meta = self.meta.clone();
+            tx.send(Delta::Frame { meta, frame, id })
+                .await
+                .map_err(gone)?;
+            id += 1;
+        }
+        let (from, first_token_id) = (tokens.start, id);
+        let mut len = 0;
         for i in tokens {
             // How many tokens this generation has made.
             let made = i - from;
@@ -136,29 +149,34 @@ impl Worker {
                      blocks it held ({blocks})"
                 );
                 let error = Delta::Error {
+                    meta: self.meta.clone(),
                     message: message.clone(),
                     code: "kv_cache_exhausted",
+                    id,
                 };
                 let _ = tx.send(error).await;
                 return Err(message.into());
             }
             self.sim.stats.generated();
-            let len = self.meta.token_len(i);
+            let token_len = self.meta.token_len(i);
             // The hop records' seq is the event id.
-            let observed = Observation::new(Some(first_id + made), len as u64, Kind::Visible);
+            let observed = Observation::new(Some(id), token_len as u64, Kind::Visible);
             decode.observe(observed);
             let token = Delta::Text {
                 meta: self.meta.clone(),
                 from: i,
                 to: i,
-                len,
+                len: token_len,
+                id,
             };
             tx.send(token).await.map_err(gone)?;
             publish.observe(observed);
+            id += 1;
+            len += token_len;
         }
-        let made = self.output.tokens.end - from;
+        let made = id - first_token_id;
         if finish == FinishReason::Length && config.die_after == Some(made) {
-            // Every token asked for was made: dies before the final chunk, a step after the
+            // Every token asked for was made: dies before the final events, a step after the
             // last token.
             tokio::time::sleep(config.step).await;
             self.die_if_made(made);
@@ -171,14 +189,18 @@ impl Worker {
         };
         decode.end(ended);
         publish.end(ended);
-        let meta = self.meta.clone();
-        tx.send(Delta::Finish {
-            meta,
+        let ending = Ending {
+            tokens: from..from + made,
+            len,
             reason: finish,
-        })
-        .await
-        .map_err(gone)?;
-        tx.send(Delta::Done).await.map_err(gone)?;
+        };
+        for frame in Frame::closing(format, &ending) {
+            let meta = self.meta.clone();
+            tx.send(Delta::Frame { meta, frame, id })
+                .await
+                .map_err(gone)?;
+            id += 1;
+        }
         Ok(())
     }
 

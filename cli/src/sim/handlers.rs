@@ -11,11 +11,12 @@ use streamgate::resume::AttachError;
 
 use super::answer::answer;
 use super::connection::Connection;
+use super::format::Format;
 use super::generation::Output;
-use super::request::{self, BadRequest, ChatRequest, Start};
+use super::request::{self, BadRequest, Request, Start};
 use super::state::Sim;
 use super::stream;
-use crate::resume::{self, ResumeAfter};
+use crate::resume::{self, NotAnEventId, ResumeAfter};
 use crate::{request_id, serving};
 
 /// `POST /v1/chat/completions`: a new answer, or the continuation of a final assistant
@@ -26,18 +27,49 @@ pub(super) async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    create(&sim, Format::Chat, connection, &headers, &body).await
+}
+
+/// `POST /v1/messages`: the same, as Anthropic Messages.
+pub(super) async fn messages(
+    State(sim): State<Arc<Sim>>,
+    connection: Connection,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    create(&sim, Format::Messages, connection, &headers, &body).await
+}
+
+/// `POST /v1/responses`: the same, as OpenAI Responses.
+pub(super) async fn responses(
+    State(sim): State<Arc<Sim>>,
+    connection: Connection,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    create(&sim, Format::Responses, connection, &headers, &body).await
+}
+
+/// A new answer in `format` to the request `body`.
+async fn create(
+    sim: &Arc<Sim>,
+    format: Format,
+    connection: Connection,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Response {
     let config = &sim.config;
-    let request = match ChatRequest::parse(&body, config.no_prefill, config.token_salt) {
+    let request = match Request::parse(format, body, config.no_prefill, config.token_salt) {
         Ok(request) => request,
-        Err(bad) => return bad.response(),
+        Err(bad) => return bad.response(format),
     };
     let output = Output::new(request.start, sim.kv.servable(request.max_tokens));
-    let name = request_id::from_client(&headers);
-    let meta = sim.meta(request.model, name, request.start);
+    let name = request_id::from_client(headers);
+    let meta = sim.meta(format, request.model, name, request.start);
     if request.stream {
-        stream::start(&sim, &meta, output, connection).await
+        stream::start(sim, &meta, output, connection).await
     } else {
-        answer(&sim, meta, output).await
+        answer(sim, meta, output).await
     }
 }
 
@@ -58,9 +90,9 @@ pub(super) async fn stream_get(
     let mut name = None;
     for pair in query.as_deref().unwrap_or("").split('&') {
         if let Some(value) = pair.strip_prefix("max_tokens=") {
-            match request::max_tokens(value.parse().ok()) {
+            match request::max_tokens("max_tokens", value.parse().ok()) {
                 Ok(n) => max_tokens = sim.kv.servable(n),
-                Err(bad) => return bad.response(),
+                Err(bad) => return bad.response(Format::Chat),
             }
         } else if let Some(value) = pair.strip_prefix("id=") {
             if !request_id::is_valid(value) {
@@ -68,7 +100,7 @@ pub(super) async fn stream_get(
                     "`id` must be 1 to {} characters of A-Z, a-z, 0-9, `.`, `_`, `:` and `-`",
                     request_id::MAX_LEN
                 );
-                return BadRequest::from(bad).response();
+                return BadRequest::from(bad).response(Format::Chat);
             }
             name = Some(value);
         }
@@ -83,7 +115,7 @@ pub(super) async fn stream_get(
             Ok(frames) => stream::respond(&sim, frames, name, connection),
             // A first request starts the stream; a reconnect never regenerates it.
             Err(AttachError::Unknown) if last.is_none() => {
-                let meta = sim.meta(model, Some(name), Start::New);
+                let meta = sim.meta(Format::Chat, model, Some(name), Start::New);
                 let output = Output::new(Start::New, max_tokens);
                 stream::start(&sim, &meta, output, connection).await
             }
@@ -94,7 +126,8 @@ pub(super) async fn stream_get(
                 .and_then(|last| last.checked_add(1))
                 .filter(|&from| from <= max_tokens)
                 .unwrap_or(0);
-            let meta = sim.meta(model, request_id::from_client(&headers), Start::New);
+            let name = request_id::from_client(&headers);
+            let meta = sim.meta(Format::Chat, model, name, Start::New);
             let output = Output::from_token(from, max_tokens);
             stream::start(&sim, &meta, output, connection).await
         }
@@ -107,8 +140,9 @@ pub(super) async fn stream_get(
     response
 }
 
-/// `GET /v1/chat/completions/{id}/stream` with `Last-Event-ID: n` or `?after=n`: the events
-/// after n of a running (or retained) stream, from its replay log, then live.
+/// `GET /v1/chat/completions/{id}/stream` (and `GET /v1/messages/{id}/stream`) with
+/// `Last-Event-ID: n` or `?after=n`: the events after n of a running (or retained) stream,
+/// from its replay log, then live. Any stream's, whatever its format.
 pub(super) async fn resume(
     State(sim): State<Arc<Sim>>,
     Path(id): Path<String>,
@@ -121,13 +155,51 @@ pub(super) async fn resume(
     }
 }
 
-/// `POST /v1/chat/completions/{id}/cancel`: an explicit stop. The generator ends with a final
-/// chunk (`finish_reason` `stop`) and `[DONE]`, which every attached client gets.
+/// `POST /v1/chat/completions/{id}/cancel` (and the same under `/v1/messages` and
+/// `/v1/responses`): an explicit stop. The generator ends with its format's final events (a
+/// final chunk with `finish_reason` `stop` and `[DONE]`; `stop_reason` `end_turn`; a completed
+/// response), which every attached client gets.
 pub(super) async fn cancel(State(sim): State<Arc<Sim>>, Path(id): Path<String>) -> Response {
     match sim.store.stop(&id).await {
         Ok(cancelled) => {
             serving::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
         }
+        Err(error) => resume::attach_error(&error),
+    }
+}
+
+/// `GET /v1/responses/{id}?stream=true[&starting_after=N]`: the events after sequence number N
+/// (without it, from the start; `Last-Event-ID` works too) of a stream the server still holds,
+/// as OpenAI serves a background response again. Only the streamed form is served: without
+/// `stream=true`, 400.
+pub(super) async fn response_get(
+    State(sim): State<Arc<Sim>>,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    connection: Connection,
+) -> Response {
+    let mut after = match resume::last_event_id(&headers) {
+        Ok(last) => last,
+        Err(refused) => return refused.into_response(),
+    };
+    let mut streamed = false;
+    for pair in query.as_deref().unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("stream", value)) => streamed = value == "true",
+            Some(("starting_after", value)) => match resume::event_id(value) {
+                Some(n) => after = Some(n),
+                None => return NotAnEventId("`starting_after`").into_response(),
+            },
+            _ => {}
+        }
+    }
+    if !streamed {
+        let bad = "the reference server serves a response again only as a stream: ?stream=true";
+        return BadRequest::from(bad).response(Format::Responses);
+    }
+    match sim.store.attach(&id, after).await {
+        Ok(frames) => stream::respond(&sim, frames, &id, connection),
         Err(error) => resume::attach_error(&error),
     }
 }

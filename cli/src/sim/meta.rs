@@ -1,13 +1,21 @@
-//! What a stream is about: its completion's id, model and creation time, its name, and its
-//! token text (and which text is a stream's first tokens, to continue it).
+//! What a stream is about: its format, its answer's id, model and creation time, its name,
+//! and its token text (and which text is a stream's first tokens, to continue it).
 
 use std::fmt;
+use std::ops::Range;
 
 use streamgate::openai::ChunkTemplate;
+
+use super::format::Format;
 
 /// What a stream is about: shared by all its chunks, so each chunk can encode itself.
 #[derive(Debug)]
 pub(super) struct Meta {
+    /// The API it is streamed in.
+    pub(super) format: Format,
+    /// The answer's id (the chunks' `id`, the message's; of a Responses stream, its message
+    /// item's, the response's being the stream's name): `chatcmpl-`, `msg_` or `resp_` and 32
+    /// hex digits.
     pub(super) id: String,
     pub(super) model: String,
     pub(super) created: u64,
@@ -27,11 +35,25 @@ impl Meta {
         ChunkTemplate::new(&self.id, self.created, &self.model)
     }
 
-    /// The bytes every chunk of this stream carries besides its text: the metadata and the
-    /// JSON around it.
+    /// The bytes every event of this stream carries besides its text: the metadata and the
+    /// JSON around it (more in a Responses event, which places its text by item and part and
+    /// numbers itself).
     pub(super) fn chunk_overhead(&self) -> usize {
-        const ENVELOPE: usize = 128;
-        ENVELOPE + self.id.len() + self.model.len()
+        let envelope = match self.format {
+            Format::Chat | Format::Messages => 128,
+            Format::Responses => 192,
+        };
+        envelope + self.id.len() + self.model.len()
+    }
+
+    /// The text of the tokens `tokens` (none: empty).
+    pub(super) fn text(&self, tokens: Range<u64>) -> String {
+        let mut text = String::new();
+        for i in tokens {
+            self.write_token(i, &mut text)
+                .expect("a String takes any text");
+        }
+        text
     }
 
     /// The text of tokens `from..=to`, written out only when displayed.
@@ -114,6 +136,7 @@ mod tests {
     fn a_tokens_length_is_the_length_of_its_text() {
         for salt in [None, Some(0), Some(0xf), Some(0x10), Some(u64::MAX)] {
             let meta = Meta {
+                format: Format::Chat,
                 id: "chatcmpl-0".into(),
                 model: "m".into(),
                 created: 0,
@@ -124,6 +147,9 @@ mod tests {
             for i in [0, 1, 9, 10, 99, 100, 12_345, u64::MAX] {
                 let text = meta.tokens(i, i).to_string();
                 assert_eq!(meta.token_len(i), text.len(), "token {i}, salt {salt:?}");
+                if let Some(next) = i.checked_add(1) {
+                    assert_eq!(meta.text(i..next), text);
+                }
             }
             // A stream's first tokens are known as such, with their salt.
             let salted = salt.is_some();

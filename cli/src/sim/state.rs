@@ -10,6 +10,7 @@ use streamgate::probe::{HopProbe, RecordSink};
 
 use super::config::Config;
 use super::delta::Delta;
+use super::format::Format;
 use super::kv::KvPool;
 use super::meta::Meta;
 use super::request::Start;
@@ -21,9 +22,9 @@ pub struct Sim {
     pub(super) config: Config,
     pub(super) stats: Stats,
     pub(super) kv: Arc<KvPool>,
-    /// Completion ids (`chatcmpl-` and 32 hex digits), unguessable: a stream a client gave no
-    /// id is named by its completion's.
-    ids: RequestIds,
+    /// Answer ids per format (`chatcmpl-`, `msg_` or `resp_` and 32 hex digits, by
+    /// [`Format::index`]), unguessable: a stream a client gave no id is named by its answer's.
+    ids: [RequestIds; 3],
     pub(super) decode: HopProbe,
     pub(super) publish: HopProbe,
     pub(super) write: HopProbe,
@@ -67,7 +68,7 @@ impl Sim {
         Ok(Sim {
             stats: Stats::default(),
             kv: KvPool::new(config.kv_blocks),
-            ids: RequestIds::new("chatcmpl-"),
+            ids: Format::ALL.map(|format| RequestIds::new(format.id_prefix())),
             decode: sample.hop(&records, "worker.decode"),
             publish: sample.hop(&records, "worker.publish"),
             write: sample.hop(&records, "worker.write"),
@@ -80,21 +81,29 @@ impl Sim {
         })
     }
 
-    /// A new generation's metadata, starting at `start`; its stream is named `stream` (a
-    /// valid request id), or by its completion id.
-    pub(super) fn meta(&self, model: String, stream: Option<&str>, start: Start) -> Arc<Meta> {
+    /// A new generation's metadata, streamed in `format`, starting at `start`; its stream is
+    /// named `stream` (a valid request id), or by its answer's id.
+    pub(super) fn meta(
+        &self,
+        format: Format,
+        model: String,
+        stream: Option<&str>,
+        start: Start,
+    ) -> Arc<Meta> {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let id = self.ids.next_id();
+        let ids = &self.ids[format.index()];
+        let id = ids.next_id();
         let salt = match start {
             // The text it continues says it.
             Start::Continue {
                 salt: Some(salt), ..
             } => Some(salt),
-            _ => self.config.token_salt.then(|| self.ids.random()),
+            _ => self.config.token_salt.then(|| ids.random()),
         };
         Arc::new(Meta {
+            format,
             stream: stream.map_or_else(|| id.clone(), str::to_owned),
             id,
             model,

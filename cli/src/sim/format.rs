@@ -1,0 +1,114 @@
+//! The wire formats the reference server speaks (chat completions, Anthropic Messages, OpenAI
+//! Responses), why a generation ended, and what the events after its last token report.
+
+use std::ops::Range;
+
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use streamgate::anthropic::MessagesData;
+use streamgate::openai::ApiError;
+
+/// A streaming API: the request it reads, the events it streams, its error shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Format {
+    /// `POST /v1/chat/completions`: `chat.completion.chunk`s and `[DONE]`.
+    Chat,
+    /// `POST /v1/messages`: Anthropic Messages events.
+    Messages,
+    /// `POST /v1/responses`: OpenAI Responses events.
+    Responses,
+}
+
+impl Format {
+    /// Every format, in the order of [`index`](Format::index).
+    pub(super) const ALL: [Format; 3] = [Format::Chat, Format::Messages, Format::Responses];
+
+    /// Its place in [`ALL`](Format::ALL).
+    pub(super) fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The prefix of the ids the server makes for its answers: `chatcmpl-`, `msg_`, `resp_`.
+    pub(super) fn id_prefix(self) -> &'static str {
+        match self {
+            Format::Chat => "chatcmpl-",
+            Format::Messages => "msg_",
+            Format::Responses => "resp_",
+        }
+    }
+
+    /// The request's field holding the conversation, and the one bounding the new tokens.
+    pub(super) fn request_fields(self) -> (&'static str, &'static str) {
+        match self {
+            Format::Chat | Format::Messages => ("messages", "max_tokens"),
+            Format::Responses => ("input", "max_output_tokens"),
+        }
+    }
+
+    /// An error body of class `kind` saying `message` (with `code`, where the format has one):
+    /// OpenAI's `{"error":{"message":..,"type":..,"code":..}}` (chat completions, Responses) or
+    /// Anthropic's `{"type":"error","error":{"type":..,"message":..}}` (Messages).
+    pub(super) fn error_body(self, kind: &str, message: &str, code: Option<&str>) -> String {
+        match self {
+            Format::Chat | Format::Responses => {
+                let error = ApiError::new(message, kind);
+                match code {
+                    Some(code) => error.with_code(code).to_json(),
+                    None => error.to_json(),
+                }
+            }
+            Format::Messages => MessagesData::error(kind, message).to_json(),
+        }
+    }
+
+    /// A response of `status` with [an error body](Format::error_body).
+    pub(super) fn error_response(self, status: StatusCode, kind: &str, message: &str) -> Response {
+        let body = self.error_body(kind, message, None);
+        (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+    }
+}
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum FinishReason {
+    /// Every token asked for (or that the KV pool holds) was generated.
+    Length,
+    /// An explicit stop (`POST .../cancel`).
+    Stop,
+}
+
+impl FinishReason {
+    /// As a chat chunk's `finish_reason` spells it.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Length => "length",
+            FinishReason::Stop => "stop",
+        }
+    }
+
+    /// As a Messages `stop_reason` spells it.
+    pub(super) fn stop_reason(self) -> &'static str {
+        match self {
+            FinishReason::Length => "max_tokens",
+            FinishReason::Stop => "end_turn",
+        }
+    }
+}
+
+/// What the events after a generation's last token report: the tokens it made, the length of
+/// their text, and why it ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Ending {
+    /// The token indices made (token i's text is `t{i} `).
+    pub(super) tokens: Range<u64>,
+    /// Their text's length in bytes.
+    pub(super) len: usize,
+    pub(super) reason: FinishReason,
+}
+
+impl Ending {
+    /// How many tokens were made.
+    pub(super) fn made(&self) -> u64 {
+        self.tokens.end - self.tokens.start
+    }
+}
