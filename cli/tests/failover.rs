@@ -17,7 +17,7 @@ use common as client;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::provider::{Behaviour, Provider, Script, Stream};
+use common::provider::{Behaviour, ErrorCode, Failure, Provider, Script, Stream};
 use common::replica::Replica;
 use common::{HANG, RawResponse, id, wait_for};
 use fleet_setup::{Read, chat, configured, stream, upstream};
@@ -155,19 +155,25 @@ async fn the_usage_counts_the_answer_the_client_got() {
 #[tokio::test]
 async fn a_fallback_that_refuses_an_assistant_prefix_is_skipped_and_never_the_error() {
     let broken = Provider::start(Script::always(Stream::new().cut_after(2).into())).await;
-    let refusing = Provider::start(Script::always(Behaviour::status(400))).await;
+    // As sim --no-prefill and hosted models refuse a final assistant message.
+    let (refusing_sim, _) = start_sim(&["--step-ms", "0", "--no-prefill"]);
     let (sim, _) = start_sim(&["--step-ms", "0"]);
     let toml = format!(
         "[[pool]]\nname = \"a\"\nmodels = [\"m\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"no-prefill\"\nmodels = [\"n\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"sims\"\nmodels = [\"sim\"]\nupstreams = [\"http://{sim}\"]\n[fallbacks]\nm = [\"n\", \"sim\"]\n",
         broken.url(),
-        refusing.url()
+        format_args!("http://{refusing_sim}")
     );
     let proxy = configured("prefill", &toml, &[]);
     for _ in 0..2 {
         let read = fleet_setup::read(stream(proxy, "m", 6).await).await;
         assert_one_stream(&read, 6, "length");
     }
-    assert_eq!(refusing.attempt_count(), 1, "marked, and not asked again");
+    let refused = upstream(
+        &common::stats(proxy).await,
+        &format!("http://{refusing_sim}"),
+    )["picks"]
+        .clone();
+    assert_eq!(refused, 1, "marked, and not asked again");
     let stats = common::stats(proxy).await;
     assert_eq!(stats["failovers"]["continued"], 2, "{stats}");
 
@@ -187,6 +193,22 @@ async fn a_fallback_that_refuses_an_assistant_prefix_is_skipped_and_never_the_er
     );
     assert!(error.contains("no other upstream is left"), "{error}");
     assert_eq!(refusing.attempt_count(), 0);
+
+    // A 400 that is not about the prefix (a prompt too long) does not mark its pool.
+    let long = Failure::new(400).code(ErrorCode::ContextLengthExceeded);
+    let refusing = Provider::start(Script::always(long.into())).await;
+    let toml = format!(
+        "[[pool]]\nname = \"a\"\nmodels = [\"m\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"b\"\nmodels = [\"n\"]\nupstreams = [\"{}\"]\n[fallbacks]\nm = \"n\"\n",
+        broken.url(),
+        refusing.url()
+    );
+    let proxy = configured("long-prompt", &toml, &[]);
+    for _ in 0..2 {
+        let read = fleet_setup::read(stream(proxy, "m", 6).await).await;
+        let error = read.error().expect("the stream's error");
+        assert!(error.contains("carrying it on failed"), "{error}");
+    }
+    assert_eq!(refusing.attempt_count(), 2, "asked again: not marked");
 }
 
 #[tokio::test]
@@ -245,6 +267,38 @@ async fn what_a_continuation_cannot_be_faithful_to_ends_with_the_error_saying_wh
         assert_eq!(stats["failovers"]["refused"], 1, "{why}: {stats}");
         assert_eq!(stats["streams_upstream_error"], 1, "{why}: {stats}");
     }
+}
+
+#[tokio::test]
+async fn a_client_that_leaves_during_a_failover_ends_it_and_every_lease() {
+    // The fallback never answers: the failover waits on its headers when the client leaves.
+    let broken = Provider::start(Script::always(Stream::new().cut_after(2).into())).await;
+    let silent = Provider::start(Script::always(Behaviour::Silent)).await;
+    let toml = format!(
+        "[[pool]]\nname = \"a\"\nmodels = [\"m\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"b\"\nmodels = [\"n\"]\nupstreams = [\"{}\"]\n[fallbacks]\nm = \"n\"\n",
+        broken.url(),
+        silent.url()
+    );
+    let proxy = configured("leaves", &toml, &[]);
+    let mut response = stream(proxy, "m", 10).await;
+    response.expect_event().await;
+    silent
+        .until("the failover's attempt", |p| p.attempt_count() == 1)
+        .await;
+    drop(response);
+    let stats = wait_for(proxy, "the stream and its leases end", |s| {
+        s["streams_running"] == 0
+            && s["upstreams"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|u| u["in_flight"] == 0)
+    })
+    .await;
+    assert_eq!(stats["streams_ended"]["consumer_gone"], 1, "{stats}");
+    silent
+        .until("its connection closed", |p| p.connections() == 0)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -56,22 +56,28 @@ async fn a_reset_before_the_headers_moves_to_another_replica_at_once() {
         good.url()
     );
     let proxy = configured("reset", &toml, &[]);
-    for _ in 0..10 {
+    // Ties go at random: until the broken one was picked twice (and so ejected), then more.
+    let mut requests = 0;
+    while broken.attempt_count() < 2 || requests < 10 {
         read(stream(proxy, "m", 3).await).await.assert_whole("m", 3);
+        requests += 1;
+        assert!(requests < 200, "the broken replica was never picked twice");
     }
-    assert_eq!(good.attempt_count(), 10, "every request answered there");
-    assert!(broken.attempt_count() <= 2, "{}", broken.attempt_count());
+    assert_eq!(
+        good.attempt_count(),
+        requests,
+        "every request answered there"
+    );
+    assert_eq!(
+        broken.attempt_count(),
+        2,
+        "ejected after its second failure"
+    );
     let stats = stats(proxy).await;
     let counted = upstream(&stats, &broken.url());
-    assert_eq!(
-        counted["failures_by_cause"]["reset"],
-        broken.attempt_count(),
-        "{stats}"
-    );
-    assert_eq!(stats["attempts_retried"], broken.attempt_count(), "{stats}");
-    if broken.attempt_count() == 2 {
-        assert_eq!(counted["ejected"], true, "{stats}");
-    }
+    assert_eq!(counted["failures_by_cause"]["reset"], 2, "{stats}");
+    assert_eq!(stats["attempts_retried"], 2, "{stats}");
+    assert_eq!(counted["ejected"], true, "{stats}");
 }
 
 #[tokio::test]
@@ -97,10 +103,6 @@ async fn a_rate_limited_replica_sees_no_second_attempt_within_a_second_or_its_re
         assert_eq!(provider.attempt_count(), 2, "{retry_after:?}");
         let gap = provider.gaps()[0];
         assert!(gap >= least, "{retry_after:?}: {gap:?}");
-        assert!(
-            gap < least + Duration::from_secs(2),
-            "{retry_after:?}: {gap:?}"
-        );
     });
     futures_util::future::join_all(runs).await;
 }

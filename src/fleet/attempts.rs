@@ -104,7 +104,7 @@ pub enum Next {
 ///   fallback when it is its pool's only replica (a one-off 500 or reset), and as long as the
 ///   budget lasts when no fallback is left. Never a silent one.
 /// - A replica that answered 429 or 503 is not asked again by this request within the throttle
-///   spacing, unless its `Retry-After` said sooner; a `Retry-After` beyond the time left is not
+///   spacing (spread over up to half as long again), unless its `Retry-After` said sooner; a `Retry-After` beyond the time left is not
 ///   waited for (a fallback is tried instead, or the request gives up).
 /// - When the model's replicas are used up, the next fallback model is tried (in its own
 ///   pool, with every replica to pick from again); then the request gives up.
@@ -194,6 +194,26 @@ impl Attempts {
         self
     }
 
+    /// Counts the deadline from `started` rather than from now: the attempts of each failover
+    /// of one stream share one deadline, from its first.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::fleet::{AttemptOptions, Attempts};
+    /// use tokio::time::Instant;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let options = AttemptOptions::default().deadline(Duration::from_secs(30));
+    /// let long_ago = Instant::now() - Duration::from_secs(31);
+    /// assert_eq!(Attempts::new("m", options).started_at(long_ago).time_left(), None);
+    /// # }
+    /// ```
+    pub fn started_at(mut self, started: Instant) -> Self {
+        self.started = started;
+        self
+    }
+
     /// Not replica `replica` of the requested model's pool: it has just failed this request
     /// (a stream that broke there and continues elsewhere).
     ///
@@ -270,9 +290,11 @@ impl Attempts {
                 }
                 // After its backoff (a throttled one after its spacing or its `Retry-After`),
                 // if that fits in the time left.
+                // Spread over up to half as long again, so that the requests a throttle
+                // refused together do not come back together.
                 let after = match (failure.is_throttle(), failure.retry_after()) {
-                    (true, Some(asked)) => asked,
-                    (true, None) => self.options.throttle_spacing,
+                    (true, Some(asked)) => self.spread(asked),
+                    (true, None) => self.spread(self.options.throttle_spacing),
                     (false, _) => self.backoff(),
                 };
                 if after >= left {
@@ -294,7 +316,8 @@ impl Attempts {
         self.fallback()
     }
 
-    fn time_left(&self) -> Option<Duration> {
+    /// The time left before the deadline, `None` once it is past: no attempt is started then.
+    pub fn time_left(&self) -> Option<Duration> {
         self.options
             .deadline
             .checked_sub(self.started.elapsed())
@@ -354,6 +377,12 @@ impl Attempts {
         Next::Fallback {
             after: Duration::ZERO,
         }
+    }
+
+    /// `wait`, and up to half as long again, at random.
+    fn spread(&self, wait: Duration) -> Duration {
+        let half = u64::try_from((wait / 2).as_nanos()).unwrap_or(u64::MAX);
+        wait + Duration::from_nanos(self.random.below(half))
     }
 
     /// The next backoff: doubling from the first, up to the most, between half and all of it.
@@ -431,21 +460,39 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_throttled_only_replica_waits_its_spacing_or_retry_after_within_the_budget() {
         let options = AttemptOptions::default().deadline(Duration::from_secs(10));
-        let limited = Failure::status(429, None, None);
-        let mut attempts = Attempts::new("m", options);
-        assert_eq!(
-            attempts.failed(0, &limited, 1),
-            Next::Retry {
-                after: Duration::from_secs(1)
-            }
+        let waits = |failure: &Failure| -> Vec<Duration> {
+            (0..200)
+                .map(
+                    |_| match Attempts::new("m", options).failed(0, failure, 1) {
+                        Next::Retry { after } => after,
+                        other => panic!("{other:?}"),
+                    },
+                )
+                .collect()
+        };
+        // The spacing, spread over up to half as long again: never sooner, never together.
+        let limited = waits(&Failure::status(429, None, None));
+        assert!(limited.iter().all(|after| *after >= Duration::from_secs(1)));
+        assert!(
+            limited
+                .iter()
+                .all(|after| *after < Duration::from_millis(1500))
         );
-        let soon = Failure::status(429, Some(Duration::from_secs(3)), None);
-        let mut attempts = Attempts::new("m", options);
-        assert_eq!(
-            attempts.failed(0, &soon, 1),
-            Next::Retry {
-                after: Duration::from_secs(3)
-            }
+        assert!(
+            limited
+                .iter()
+                .any(|after| *after > Duration::from_millis(1250))
+        );
+        assert!(
+            limited
+                .iter()
+                .any(|after| *after < Duration::from_millis(1250))
+        );
+        let soon = waits(&Failure::status(429, Some(Duration::from_secs(3)), None));
+        assert!(soon.iter().all(|after| *after >= Duration::from_secs(3)));
+        assert!(
+            soon.iter()
+                .all(|after| *after < Duration::from_millis(4500))
         );
         // Asked to wait past the budget: a fallback instead, or give up.
         let late = Failure::status(503, Some(Duration::from_secs(60)), None);

@@ -158,9 +158,13 @@ impl Circuit {
             (State::Closed { failures }, None) => State::Closed {
                 failures: failures + 1,
             },
-            (State::HalfOpen { cooldown, .. } | State::Open { cooldown, .. }, None) => {
+            // A probe failed: open again, for twice as long.
+            (State::HalfOpen { cooldown, .. }, None) => {
                 open(cooldown.saturating_mul(2).min(options.max_cooldown))
             }
+            // A stream that was in flight when the circuit opened failed since: it says nothing
+            // new, and neither lengthens nor moves the cool-down.
+            (open @ State::Open { .. }, None) => open,
         };
     }
 
@@ -189,6 +193,26 @@ impl Circuit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_while_open_neither_double_nor_move_the_cool_down() {
+        let options = CircuitOptions::default()
+            .failures(1)
+            .cooldown(Duration::from_secs(1));
+        let mut circuit = Circuit::new();
+        let now = Instant::now();
+        circuit.failed(now, None, &options);
+        let opened = circuit.state;
+        // Six streams that were in flight on a replica that died fail after it.
+        for _ in 0..6 {
+            circuit.failed(now + Duration::from_millis(10), None, &options);
+        }
+        assert_eq!(circuit.state, opened);
+        assert!(
+            circuit.admits(now + Duration::from_millis(1001)),
+            "probed after 1 s"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn it_opens_at_the_threshold_probes_once_and_backs_off_to_the_cap() {

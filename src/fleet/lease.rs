@@ -209,7 +209,16 @@ impl<R> Lease<R> {
         let mut health = self.replica.health();
         let hold = failure.retry_after().filter(|_| failure.is_throttle());
         match failure.scope() {
-            Scope::Replica => health.replica.failed(now, None, &options),
+            Scope::Replica => {
+                health.replica.failed(now, None, &options);
+                // The replica failed, not the model: a probe of the model's circuit this
+                // attempt held says nothing of it, and another may go.
+                if self.probes.deployment {
+                    if let Some(deployment) = health.deployments.get_mut(&*self.model) {
+                        deployment.probe_abandoned();
+                    }
+                }
+            }
             Scope::Deployment => {
                 health.replica.succeeded();
                 if let Some(deployment) = health.failing(&self.model) {

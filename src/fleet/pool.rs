@@ -294,6 +294,34 @@ mod tests {
         assert!(picks.contains(&0), "rejoined");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_model_probe_that_fails_with_its_replica_frees_the_probe() {
+        let circuits = CircuitOptions::default()
+            .failures(1)
+            .cooldown(Duration::from_secs(1));
+        let pool = Pool::with_circuits([("a", 1), ("b", 1)], circuits);
+        // `m` is ejected on `a` (a 503), then its cool-down ends: its next pick there probes it.
+        pool.pick("m", &[1])
+            .unwrap()
+            .failed(&Failure::status(503, None, None));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let mut probe = pool.pick("m", &[1]).unwrap();
+        assert_eq!(probe.index(), 0);
+        // The probe dies with the whole replica (a reset): the replica is out, and once it is
+        // back, `m` may be probed there again.
+        probe.failed(&Failure::Reset);
+        drop(probe);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        let mut again = pool.pick("m", &[1]).expect("the replica's probe");
+        again.succeeded();
+        drop(again);
+        let picks: Vec<usize> = (0..40)
+            .map(|_| pool.pick("m", &[]).unwrap().index())
+            .collect();
+        assert!(picks.contains(&0), "`m` is back on `a`: {picks:?}");
+        assert!(pool.stats()[0].ejected_models.is_empty());
+    }
+
     #[tokio::test]
     async fn the_fewest_in_flight_per_weight_wins_and_counts_return_to_zero() {
         let pool = Pool::weighted([("a", 1), ("b", 1), ("c", 2)]);

@@ -82,6 +82,8 @@ pub(super) struct Refused {
     pub(super) response: Response,
     /// The model the refused attempt asked for.
     pub(super) model: String,
+    /// The start of its body (what it says of the request).
+    pub(super) said: Bytes,
     /// What it was, counted in `/stats`' `upstream_failures`.
     pub(super) cause: Cause,
 }
@@ -150,21 +152,11 @@ pub(super) async fn run(proxy: Arc<Proxy>, request: Arc<Attempted>) -> Outcome {
     run_with(&proxy, &request, body, attempts).await
 }
 
-/// The attempts of a stream that broke after its first event, carried on with `body` (the
-/// original request again, or its continuation: the model it names, and its bytes) as
-/// `attempts` say (another replica, a fallback).
-pub(super) async fn carry_on(
-    proxy: Arc<Proxy>,
-    request: Arc<Attempted>,
-    body: (String, Bytes),
-    attempts: Attempts,
-) -> Outcome {
-    run_with(&proxy, &request, body, attempts).await
-}
-
 /// `request`'s attempts with `body` (the model it names, and its bytes; the model rewritten
-/// for each other model an attempt asks), as `attempts` say.
-async fn run_with(
+/// for each other model an attempt asks), as `attempts` say: a request's own (from [`run`]),
+/// or those that carry on a stream that broke after its first event (with the original
+/// request again, or its continuation).
+pub(super) async fn run_with(
     proxy: &Arc<Proxy>,
     request: &Attempted,
     mut body: (String, Bytes),
@@ -359,6 +351,7 @@ async fn refused(response: hyper::Response<Incoming>, model: &str) -> Failed {
     let (parts, body) = pass_response(response).into_parts();
     let (prefix, rest) = read_prefix(body).await;
     let failure = Failure::status(status, retry_after, error_code(&prefix));
+    let said = prefix.clone();
     let chunks = futures_util::stream::once(async move { Ok::<_, axum::Error>(prefix) })
         .chain(BodyDataStream::new(rest));
     let body = Body::from_stream(chunks);
@@ -366,6 +359,7 @@ async fn refused(response: hyper::Response<Incoming>, model: &str) -> Failed {
         last: Outcome::Refused(Refused {
             response: Response::from_parts(parts, body),
             model: model.to_owned(),
+            said: said.clone(),
             cause: failure.cause(),
         }),
         failure,
@@ -374,7 +368,7 @@ async fn refused(response: hyper::Response<Incoming>, model: &str) -> Failed {
 
 /// The first [`ERROR_PREFIX`] bytes of `body` (what arrives of them within
 /// [`ERROR_BODY_TIME`]), and the rest of it.
-async fn read_prefix(mut body: Body) -> (Bytes, Body) {
+pub(super) async fn read_prefix(mut body: Body) -> (Bytes, Body) {
     let mut prefix = Vec::new();
     let read = async {
         while prefix.len() < ERROR_PREFIX {

@@ -129,9 +129,10 @@ pub struct Config {
     /// non-streamed completion has its headers only once it is done).
     #[arg(long = "upstream-headers-ms", value_name = "MS", default_value = "60000", value_parser = flags::millis)]
     pub upstream_headers: Duration,
-    /// A stream whose upstream sends no event for this long (comments do not count) ends with
-    /// an `upstream_error` frame ("upstream stalled") and the upstream is dropped; heartbeats
-    /// keep the client's connection alive until then (0: wait for ever).
+    /// A stream whose upstream sends no event for this long (comments do not count) has its
+    /// upstream dropped, and is carried on elsewhere as `--failover` says, or ends with an
+    /// `upstream_error` frame ("upstream stalled"); heartbeats keep the client's connection
+    /// alive meanwhile (0: wait for ever).
     #[arg(long = "upstream-idle-ms", value_name = "MS", default_value = "120000", value_parser = flags::millis_or_zero)]
     pub upstream_idle: Duration,
     /// The largest completion request body the proxy reads (413 above it). Only `POST

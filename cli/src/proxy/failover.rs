@@ -42,6 +42,10 @@ pub(super) struct Delivered {
     pub(super) tokens: u64,
     /// A tool call began.
     pub(super) tool_call: bool,
+    /// Reasoning text came (`reasoning_content`).
+    pub(super) reasoning: bool,
+    /// A refusal came (`refusal`).
+    pub(super) refusal: bool,
 }
 
 impl Delivered {
@@ -65,11 +69,13 @@ impl Delivered {
             self.text = String::new();
         }
         self.tool_call |= chunk.calls_a_tool();
+        self.reasoning |= chunk.reasons();
+        self.refusal |= chunk.refuses();
     }
 
     /// Whether nothing visible reached the client.
     pub(super) fn is_empty(&self) -> bool {
-        self.tokens == 0 && !self.tool_call
+        self.tokens == 0 && !self.tool_call && !self.reasoning && !self.refusal
     }
 }
 
@@ -116,7 +122,13 @@ pub(super) enum CarryOn {
     /// The original request again: nothing visible had reached the client.
     Restart(Bytes),
     /// The original request with the delivered text as a final assistant message.
-    Continue(Bytes),
+    Continue {
+        /// The request.
+        body: Bytes,
+        /// The final assistant message's content as sent (the client's own prefill, if it
+        /// had one, and the delivered text): what a server may echo first.
+        message: String,
+    },
     /// The delivered tokens already are the `max_tokens` asked for: the answer is whole, and
     /// ends with `finish_reason: length`.
     Whole,
@@ -131,8 +143,15 @@ pub(super) enum NotCarried {
     Delivered,
     /// The stream failed over `--failover-max` times already.
     Budget(u32),
+    /// The attempts' deadline, counted from the stream's first failover, is past.
+    Deadline,
     /// A tool call was in progress: a continuation could not be faithful to it.
     ToolCall,
+    /// Reasoning text had reached the client, which a continuation's assistant message cannot
+    /// carry.
+    Reasoning,
+    /// A refusal had reached the client.
+    Refusal,
     /// The request asked for structured output (`response_format` with a schema or JSON).
     StructuredOutput,
     /// The request asked for several choices (`n` > 1).
@@ -157,7 +176,12 @@ impl fmt::Display for NotCarried {
                 f.write_str("text had reached the client, and --failover restart only restarts")
             }
             NotCarried::Budget(max) => write!(f, "it failed over {max} times already"),
+            NotCarried::Deadline => {
+                f.write_str("the attempts' deadline since its first failover is past")
+            }
             NotCarried::ToolCall => f.write_str("a tool call was in progress"),
+            NotCarried::Reasoning => f.write_str("reasoning had reached the client"),
+            NotCarried::Refusal => f.write_str("a refusal had reached the client"),
             NotCarried::StructuredOutput => {
                 f.write_str("the request asked for structured output (response_format)")
             }
@@ -192,8 +216,27 @@ pub(super) fn carry_on(
     if mode == FailoverMode::Restart {
         return Err(NotCarried::Delivered);
     }
+    // The body was a JSON object when the stream started (its `model` was read).
+    let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
+        return Err(NotCarried::TextCompletion);
+    };
+    for key in ["max_tokens", "max_completion_tokens"] {
+        if let Some(asked) = request.get(key).and_then(Value::as_u64) {
+            let left = asked.saturating_sub(delivered.tokens);
+            if left == 0 {
+                return Ok(CarryOn::Whole);
+            }
+            request.insert(key.to_owned(), left.into());
+        }
+    }
     if delivered.tool_call {
         return Err(NotCarried::ToolCall);
+    }
+    if delivered.reasoning {
+        return Err(NotCarried::Reasoning);
+    }
+    if delivered.refusal {
+        return Err(NotCarried::Refusal);
     }
     if delivered.too_long {
         return Err(NotCarried::TooLong);
@@ -201,10 +244,6 @@ pub(super) fn carry_on(
     if !chat {
         return Err(NotCarried::TextCompletion);
     }
-    // The body was a JSON object when the stream started (its `model` was read).
-    let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
-        return Err(NotCarried::TextCompletion);
-    };
     if request
         .get("n")
         .and_then(Value::as_u64)
@@ -226,15 +265,7 @@ pub(super) fn carry_on(
     if matches!(format, Some("json_schema" | "json_object")) {
         return Err(NotCarried::StructuredOutput);
     }
-    for key in ["max_tokens", "max_completion_tokens"] {
-        if let Some(asked) = request.get(key).and_then(Value::as_u64) {
-            let left = asked.saturating_sub(delivered.tokens);
-            if left == 0 {
-                return Ok(CarryOn::Whole);
-            }
-            request.insert(key.to_owned(), left.into());
-        }
-    }
+    let mut message = delivered.text.clone();
     let messages = request
         .entry("messages")
         .or_insert_with(|| Value::Array(Vec::new()));
@@ -249,15 +280,19 @@ pub(super) fn carry_on(
                 _ => None,
             });
         match prefilled {
-            Some(text) => text.push_str(&delivered.text),
+            Some(text) => {
+                text.push_str(&delivered.text);
+                message = text.clone();
+            }
             None => messages.push(json!({"role": "assistant", "content": delivered.text})),
         }
     }
     request.insert("continue_final_message".to_owned(), true.into());
     request.insert("add_generation_prompt".to_owned(), false.into());
-    Ok(CarryOn::Continue(Bytes::from(
-        Value::Object(request).to_string(),
-    )))
+    Ok(CarryOn::Continue {
+        body: Bytes::from(Value::Object(request).to_string()),
+        message,
+    })
 }
 
 #[cfg(test)]
@@ -282,15 +317,20 @@ mod tests {
             "model": "m", "stream": true, "max_tokens": 10,
             "messages": [{"role": "user", "content": "hi"}],
         }));
-        let Ok(CarryOn::Continue(carried)) = carry_on(
+        let Ok(CarryOn::Continue {
+            body: carried,
+            message,
+        }) = carry_on(
             FailoverMode::Continue,
             &original,
             true,
             &delivered("t0 t1 t2 ", 3),
-        ) else {
+        )
+        else {
             panic!("a continuation");
         };
         let carried: Value = serde_json::from_slice(&carried).unwrap();
+        assert_eq!(message, "t0 t1 t2 ");
         assert_eq!(
             carried,
             json!({
@@ -307,16 +347,21 @@ mod tests {
             "model": "m", "max_completion_tokens": 5,
             "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "Sure: "}],
         }));
-        let Ok(CarryOn::Continue(carried)) = carry_on(
+        let Ok(CarryOn::Continue {
+            body: carried,
+            message,
+        }) = carry_on(
             FailoverMode::Continue,
             &prefilled,
             true,
             &delivered("t0 ", 1),
-        ) else {
+        )
+        else {
             panic!("a continuation");
         };
         let carried: Value = serde_json::from_slice(&carried).unwrap();
         assert_eq!(carried["messages"][1]["content"], "Sure: t0 ");
+        assert_eq!(message, "Sure: t0 ");
         assert_eq!(carried["messages"].as_array().unwrap().len(), 2);
         assert_eq!(carried["max_completion_tokens"], 4);
     }
@@ -393,6 +438,16 @@ mod tests {
             Err(NotCarried::Off)
         );
         assert!(NotCarried::ToolCall.to_string().contains("tool call"));
+    }
+
+    #[test]
+    fn every_outcome_has_its_own_counter_and_label() {
+        for (at, carried) in Carried::ALL.into_iter().enumerate() {
+            assert_eq!(carried as usize, at, "{carried:?}: the counters' order");
+        }
+        let mut labels: Vec<_> = Carried::ALL.iter().map(|c| c.as_str()).collect();
+        labels.dedup();
+        assert_eq!(labels.len(), Carried::ALL.len());
     }
 
     #[test]

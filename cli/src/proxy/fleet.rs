@@ -12,6 +12,7 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method};
 use serde_json::{Map, Value, json};
 use streamgate::fleet::{AttemptOptions, Attempts, Cause, Pool};
+use tokio::time::Instant;
 use wildmatch::WildMatch;
 
 use super::routes::Routes;
@@ -89,9 +90,17 @@ impl Fleet {
 
     /// The attempts that carry on a stream of `model` that broke on replica `broke` of its
     /// pool: that model on another replica, then its fallbacks; for a continuation
-    /// (`continuing`), only on pools that continue a final assistant message. `None` when no
-    /// upstream is left (the broken replica was its pool's only one, and no fallback is).
-    pub(super) fn carry_on(&self, model: &str, broke: usize, continuing: bool) -> Option<Attempts> {
+    /// (`continuing`), only on pools that continue a final assistant message; within the
+    /// deadline of the attempts, counted from the stream's first failover (`since`). `None`
+    /// when no upstream is left (the broken replica was its pool's only one, and no fallback
+    /// is).
+    pub(super) fn carry_on(
+        &self,
+        model: &str,
+        broke: usize,
+        continuing: bool,
+        since: Instant,
+    ) -> Option<Attempts> {
         let none = Vec::new();
         let fallbacks = self.fallbacks.get(model).unwrap_or(&none);
         let others = self
@@ -106,7 +115,9 @@ impl Fleet {
                 !continuing || pool.is_some_and(|pool| pool.prefill.load(Ordering::Relaxed))
             });
         let first = models.next()?;
-        let attempts = Attempts::new(first, self.attempts).fallbacks(models);
+        let attempts = Attempts::new(first, self.attempts)
+            .started_at(since)
+            .fallbacks(models);
         Some(if first == model {
             attempts.avoiding(broke)
         } else {

@@ -138,20 +138,26 @@
 //! stream whose asked tokens all came is ended whole (`finish_reason: length`). The client
 //! sees one stream: ids go on, every chunk keeps the first one's `id`
 //! and `created`, the continuation's role is dropped, `model` names who finished the answer,
-//! the final `usage` counts the delivered tokens too, and an echo of the delivered text (a
-//! server that streams the continued message back before its new text, as llama.cpp does) is
-//! taken off by what arrives: text is held while it still matches the delivered text and
-//! passed on from where it stops. At the seam the client may see whitespace differ from an
-//! uninterrupted answer (the continuing server tokenises the delivered text anew), never text
-//! repeated or lost.
+//! the final `usage` counts the delivered tokens as the answer's (not the continuation's
+//! prompt's), and an echo (a server that streams the continued message back before its new
+//! text, as llama.cpp does) is taken off by what arrives: text is held while it still matches
+//! the assistant message sent (or the delivered text alone), whitespace aside, and passed on
+//! from where the echo ends; text still held when the continuation ends is an echo's start, and
+//! is dropped. At the seam the client may see whitespace differ from an uninterrupted answer
+//! (the continuing server tokenises the delivered text anew). Delivered text is never sent
+//! again; the one ambiguity is new text that itself begins with the whole delivered text, which
+//! is taken for an echo.
 //!
 //! A continuation is not sent where it cannot be faithful, and the stream ends with its error
-//! event saying which: a tool call in progress, `response_format` with a schema (or JSON),
-//! `n` > 1, `logprobs`, a text completion, `--failover restart` once text was delivered, no
-//! upstream left. Pools whose servers do not continue a final assistant message are marked
-//! `prefill = false` in the config (SGLang, some hosted models), or learned: a server that
-//! answers a continuation with 400 marks its pool, the next pool is asked at once, and that 400
-//! is never the client's error. With `--resume-grace-ms` the replay log simply goes on: a
+//! event saying which: a tool call in progress, reasoning or a refusal delivered,
+//! `response_format` with a schema (or JSON), `n` > 1, `logprobs`, a text completion, an answer
+//! past 1 MiB of text (what is kept to continue from), `--failover restart` once text was
+//! delivered, `--failover-max` failovers done, the attempts' deadline (from the stream's first
+//! failover) past, no upstream left. Pools whose servers do not continue a final assistant
+//! message are marked `prefill = false` in the config (SGLang, some hosted models), or learned:
+//! a server that refuses a continuation with a 400 or 422 that speaks of the prefill or the
+//! assistant message marks its pool, the next pool is asked at once, and that refusal is never
+//! the client's error. With `--resume-grace-ms` the replay log simply goes on: a
 //! client detached across a failover resumes into the one stream. `/stats` counts
 //! `failovers` by outcome (`continued`, `restarted`, `whole`, `refused`, `failed`), as does
 //! `streamgate_proxy_failovers_total{outcome}`.

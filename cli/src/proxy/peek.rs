@@ -1,7 +1,7 @@
 //! What the proxy reads of each upstream chunk, in one parse that keeps nothing but this:
 //! whether it is a JSON object at all, whether it finishes the answer (a `finish_reason`), the
-//! text it adds and whether it calls a tool (what a continuation must know), and whether it is
-//! an error the server sent in band.
+//! text it adds and whether it calls a tool, reasons or refuses (what a continuation must
+//! know), and whether it is an error the server sent in band.
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -33,9 +33,14 @@ struct PeekDelta {
     #[serde(default)]
     content: Option<String>,
     #[serde(default)]
-    tool_calls: Option<IgnoredAny>,
+    tool_calls: Option<Vec<IgnoredAny>>,
     #[serde(default)]
     function_call: Option<IgnoredAny>,
+    /// vLLM's and SGLang's reasoning text (`reasoning` in newer vLLM).
+    #[serde(default, alias = "reasoning")]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
 }
 
 impl Peek {
@@ -62,14 +67,37 @@ impl Peek {
         })
     }
 
-    /// Whether it calls a tool (a `tool_calls` or `function_call` delta).
+    /// Whether it calls a tool (a `tool_calls` delta that is not empty, or a `function_call`).
     pub(super) fn calls_a_tool(&self) -> bool {
-        self.choices.iter().any(|choice| {
-            choice
-                .delta
+        self.deltas().any(|delta| {
+            delta
+                .tool_calls
                 .as_ref()
-                .is_some_and(|d| d.tool_calls.is_some() || d.function_call.is_some())
+                .is_some_and(|calls| !calls.is_empty())
+                || delta.function_call.is_some()
         })
+    }
+
+    /// Whether it adds reasoning text (`reasoning_content`, `reasoning`).
+    pub(super) fn reasons(&self) -> bool {
+        self.deltas().any(|delta| {
+            delta
+                .reasoning_content
+                .as_ref()
+                .is_some_and(|r| !r.is_empty())
+        })
+    }
+
+    /// Whether it adds a refusal (`refusal`).
+    pub(super) fn refuses(&self) -> bool {
+        self.deltas()
+            .any(|delta| delta.refusal.as_ref().is_some_and(|r| !r.is_empty()))
+    }
+
+    fn deltas(&self) -> impl Iterator<Item = &PeekDelta> {
+        self.choices
+            .iter()
+            .filter_map(|choice| choice.delta.as_ref())
     }
 
     /// The error object of a chunk that is an error.
@@ -119,6 +147,16 @@ mod tests {
         assert_eq!(last.text().count(), 0);
         let tool = Peek::of(r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}"#).unwrap();
         assert!(tool.calls_a_tool());
+        let none = Peek::of(r#"{"choices":[{"index":0,"delta":{"content":"a","tool_calls":[]}}]}"#)
+            .unwrap();
+        assert!(!none.calls_a_tool(), "an empty list calls nothing");
+        let thinks =
+            Peek::of(r#"{"choices":[{"index":0,"delta":{"reasoning_content":"hmm"}}]}"#).unwrap();
+        assert!(thinks.reasons() && thinks.text().count() == 0);
+        let newer = Peek::of(r#"{"choices":[{"index":0,"delta":{"reasoning":"hmm"}}]}"#).unwrap();
+        assert!(newer.reasons());
+        let no = Peek::of(r#"{"choices":[{"index":0,"delta":{"refusal":"I can't"}}]}"#).unwrap();
+        assert!(no.refuses());
         let text = Peek::of(r#"{"choices":[{"index":0,"text":"t1 "}]}"#).unwrap();
         assert_eq!(text.text().collect::<String>(), "t1 ");
         assert!(Peek::of("[DONE]").is_none());

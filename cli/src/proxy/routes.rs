@@ -128,6 +128,8 @@ impl OneOrMore {
 
 /// The default health probe interval.
 const HEALTH_INTERVAL: Duration = Duration::from_secs(5);
+/// The longest health probe interval (a day).
+const MAX_HEALTH_INTERVAL: Duration = Duration::from_secs(86_400);
 
 impl Routes {
     /// One pool of `upstreams` (replicas of weight 1) serving every model: the flags' fleet.
@@ -189,6 +191,13 @@ impl Routes {
             let interval = pool
                 .health_interval_ms
                 .map_or(HEALTH_INTERVAL, Duration::from_millis);
+            if interval.is_zero() || interval > MAX_HEALTH_INTERVAL {
+                return Err(format!(
+                    "pool `{}`: health_interval_ms must be between 1 and {}",
+                    pool.name,
+                    MAX_HEALTH_INTERVAL.as_millis()
+                ));
+            }
             if let Some(path) = &pool.health_path {
                 if !path.starts_with('/') {
                     return Err(format!(
@@ -472,6 +481,12 @@ mod tests {
         let nowhere = format!("{pool}[fallbacks]\na = \"c\"\n");
         assert!(refused(&nowhere).contains("fallback `c`: no pool serves it"));
         assert!(refused("not toml at all [").contains("--config"));
+        let never = "[[pool]]\nname = \"p\"\nupstreams = [\"a:1\"]\nhealth_path = \"/h\"\nhealth_interval_ms = 0\n";
+        assert!(
+            refused(never).contains("health_interval_ms"),
+            "{}",
+            refused(never)
+        );
     }
 
     #[test]

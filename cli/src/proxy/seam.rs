@@ -4,8 +4,10 @@
 //! nothing to say is dropped. A server that streams the continued message back before its new
 //! text (llama.cpp does: its first delta is the whole prefix glued to the first new token) is
 //! recognised by what arrives, not by who it is: text is held while it could still be that
-//! echo, and passed on from where it stops repeating the delivered text. The final `usage`
-//! counts the delivered tokens too.
+//! echo (of the assistant message sent, or of the delivered text alone; whitespace may differ,
+//! as a server tokenises the text anew), and passed on from where the echo ends. Text held when
+//! the continuation ends is the start of an echo, and is dropped. The final `usage` counts the
+//! delivered tokens as the answer's, not the prompt's.
 
 use serde_json::{Map, Value};
 
@@ -14,23 +16,68 @@ use serde_json::{Map, Value};
 pub(super) struct Seam {
     /// The original stream's `id` and `created`, when its first chunk had them.
     envelope: Map<String, Value>,
-    /// The delivered text, while the carried-on text could still be its echo.
+    /// While the carried-on text could still be an echo: what it could be the echo of.
     echo: Option<Echo>,
-    /// The delivered tokens, added to the final usage's `completion_tokens`.
+    /// The delivered tokens, moved from the final usage's prompt to its completion.
     tokens: u64,
 }
 
+/// The carried-on text so far, held, and how far it matches each text it could echo.
 #[derive(Debug)]
 struct Echo {
-    delivered: String,
-    /// The carried-on text so far, held.
     held: String,
+    candidates: Vec<Candidate>,
+}
+
+/// A text the carried-on one could begin by repeating, and how much of it was matched.
+#[derive(Debug)]
+struct Candidate {
+    text: Vec<char>,
+    /// Chars of `text` matched so far.
+    at: usize,
+}
+
+/// How a candidate took one more held char.
+enum Took {
+    /// It matches so far.
+    Matches,
+    /// The echo ended before this char.
+    Ended,
+    /// It is no echo of this candidate.
+    Differs,
+}
+
+impl Candidate {
+    /// The next held char `c`: matched exactly, or, as re-tokenising may change whitespace, an
+    /// extra whitespace in the echo skipped, or whitespace of the candidate skipped.
+    fn take(&mut self, c: char) -> Took {
+        if self.at < self.text.len() && self.text[self.at] == c {
+            self.at += 1;
+            return Took::Matches;
+        }
+        if c.is_whitespace() && self.at < self.text.len() {
+            return Took::Matches;
+        }
+        while self.at < self.text.len() && self.text[self.at].is_whitespace() {
+            self.at += 1;
+        }
+        if self.at == self.text.len() {
+            return Took::Ended;
+        }
+        if self.text[self.at] == c {
+            self.at += 1;
+            return Took::Matches;
+        }
+        Took::Differs
+    }
 }
 
 impl Seam {
     /// The join onto a stream whose first chunk was `first` (its JSON) and whose client has
-    /// `delivered` (`tokens` tokens) of the answer.
-    pub(super) fn new(first: Option<&str>, delivered: &str, tokens: u64) -> Self {
+    /// `tokens` tokens of the answer; the carried-on text may begin by repeating one of
+    /// `echoes` (the assistant message a continuation sent, the delivered text; none for a
+    /// restart).
+    pub(super) fn new(first: Option<&str>, echoes: &[&str], tokens: u64) -> Self {
         let first: Option<Map<String, Value>> =
             first.and_then(|first| serde_json::from_str(first).ok());
         let envelope = first
@@ -41,9 +88,17 @@ impl Seam {
                     .collect()
             })
             .unwrap_or_default();
-        let echo = (!delivered.is_empty()).then(|| Echo {
-            delivered: delivered.to_owned(),
+        let candidates: Vec<Candidate> = echoes
+            .iter()
+            .filter(|echo| !echo.trim().is_empty())
+            .map(|echo| Candidate {
+                text: echo.chars().collect(),
+                at: 0,
+            })
+            .collect();
+        let echo = (!candidates.is_empty()).then(|| Echo {
             held: String::new(),
+            candidates,
         });
         Seam {
             envelope,
@@ -99,29 +154,44 @@ impl Seam {
         finishes || !delta.is_empty()
     }
 
-    /// What of `text` is new: all of it once the echo is settled, else what follows the
-    /// delivered text (nothing while the held text is still a prefix of it).
+    /// What of `text` is new: all of it once the echo is settled; else what follows the echo
+    /// where it ended, all that was held when it is no echo, nothing while it still could be.
+    /// Each char is looked at once.
     fn past_echo(&mut self, text: &str) -> String {
         let Some(echo) = self.echo.as_mut() else {
             return text.to_owned();
         };
+        let start = echo.held.len();
         echo.held.push_str(text);
-        if echo.delivered.starts_with(echo.held.as_str()) {
-            // Still the delivered text, or the start of it: held.
-            return String::new();
+        for (offset, c) in text.char_indices() {
+            let mut ended = false;
+            echo.candidates
+                .retain_mut(|candidate| match candidate.take(c) {
+                    Took::Matches => true,
+                    Took::Ended => {
+                        ended = true;
+                        true
+                    }
+                    Took::Differs => false,
+                });
+            if ended {
+                // The echo is what came before this char.
+                let new = echo.held[start + offset..].to_owned();
+                self.echo = None;
+                return new;
+            }
+            if echo.candidates.is_empty() {
+                // No echo: everything held is new text.
+                let held = std::mem::take(&mut echo.held);
+                self.echo = None;
+                return held;
+            }
         }
-        let echo = self.echo.take().expect("just looked");
-        // Re-tokenising may lose the delivered text's trailing whitespace in the echo.
-        let repeated = [echo.delivered.as_str(), echo.delivered.trim_end()]
-            .into_iter()
-            .find(|delivered| !delivered.is_empty() && echo.held.starts_with(delivered));
-        match repeated {
-            Some(delivered) => echo.held[delivered.len()..].to_owned(),
-            None => echo.held,
-        }
+        String::new()
     }
 
-    /// The final usage counts the answer the client got: the delivered tokens as well.
+    /// The final usage counts the answer the client got: the delivered tokens are the
+    /// answer's, where the continuation counted them in its prompt.
     fn count_delivered(&self, usage: &mut Map<String, Value>) {
         let Some(completion) = usage.get("completion_tokens").and_then(Value::as_u64) else {
             return;
@@ -129,6 +199,8 @@ impl Seam {
         let completion = completion + self.tokens;
         usage.insert("completion_tokens".to_owned(), completion.into());
         if let Some(prompt) = usage.get("prompt_tokens").and_then(Value::as_u64) {
+            let prompt = prompt.saturating_sub(self.tokens);
+            usage.insert("prompt_tokens".to_owned(), prompt.into());
             usage.insert("total_tokens".to_owned(), (prompt + completion).into());
         }
     }
@@ -154,7 +226,7 @@ mod tests {
 
     #[test]
     fn a_continuation_keeps_the_envelope_and_drops_its_role_chunk() {
-        let mut seam = Seam::new(Some(FIRST), "t0 t1 ", 2);
+        let mut seam = Seam::new(Some(FIRST), &["t0 t1 "], 2);
         let role = json!({"id": "other", "created": 9, "model": "small",
             "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]});
         assert_eq!(seam.join(&role.to_string()), None);
@@ -167,34 +239,63 @@ mod tests {
             "usage": {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}});
         let joined: Value = serde_json::from_str(&seam.join(&last.to_string()).unwrap()).unwrap();
         assert_eq!(joined["choices"][0]["finish_reason"], "stop");
+        // The continuation's prompt held the 2 delivered tokens: they are the answer's.
         assert_eq!(
             joined["usage"],
-            json!({"prompt_tokens": 4, "completion_tokens": 5, "total_tokens": 9})
+            json!({"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7})
         );
     }
 
     #[test]
     fn an_echo_of_the_delivered_text_is_taken_off_wherever_it_ends() {
         // llama.cpp: the whole prefix glued to the first new token, in one delta.
-        let mut seam = Seam::new(Some(FIRST), "Once upon a time, in a small coastal town", 9);
+        let mut seam = Seam::new(
+            Some(FIRST),
+            &["Once upon a time, in a small coastal town"],
+            9,
+        );
         assert_eq!(
             text(seam.join(&chunk("Once upon a time, in a small coastal town,"))),
             Some(",".to_owned())
         );
         assert_eq!(text(seam.join(&chunk(" where"))), Some(" where".to_owned()));
         // The echo spread over several chunks, then the new text.
-        let mut seam = Seam::new(Some(FIRST), "t0 t1 t2 ", 3);
+        let mut seam = Seam::new(Some(FIRST), &["t0 t1 t2 "], 3);
         assert_eq!(seam.join(&chunk("t0 t1")), None);
         assert_eq!(seam.join(&chunk(" t2 ")), None);
         assert_eq!(text(seam.join(&chunk("t3 "))), Some("t3 ".to_owned()));
         // Without the delivered text's trailing space.
-        let mut seam = Seam::new(Some(FIRST), "t0 t1 ", 2);
+        let mut seam = Seam::new(Some(FIRST), &["t0 t1 "], 2);
         assert_eq!(text(seam.join(&chunk("t0 t1t2"))), Some("t2".to_owned()));
     }
 
     #[test]
+    fn an_echo_of_the_whole_message_sent_or_with_other_whitespace_is_taken_off() {
+        // The client's own prefill ("Sure: ") and the delivered text: the server echoes both.
+        let mut seam = Seam::new(Some(FIRST), &["Sure: t0 t1 ", "t0 t1 "], 2);
+        assert_eq!(seam.join(&chunk("Sure: t0")), None);
+        assert_eq!(text(seam.join(&chunk(" t1 NEW "))), Some("NEW ".to_owned()));
+        // Whitespace the server tokenised otherwise: doubled, missing, leading.
+        for echo in ["t0  t1 t2", "t0t1 t2", " t0 t1 t2"] {
+            let mut seam = Seam::new(Some(FIRST), &["t0 t1 "], 2);
+            assert_eq!(
+                text(seam.join(&chunk(echo))),
+                Some("t2".to_owned()),
+                "{echo:?}"
+            );
+        }
+        // An echo that never ends before the continuation does is dropped whole.
+        let mut seam = Seam::new(Some(FIRST), &["t0 t1 "], 2);
+        assert_eq!(seam.join(&chunk("t0 t1")), None);
+        let last =
+            json!({"choices": [{"index": 0, "delta": {"content": " "}, "finish_reason": "stop"}]});
+        let joined: Value = serde_json::from_str(&seam.join(&last.to_string()).unwrap()).unwrap();
+        assert_eq!(joined["choices"][0]["delta"], json!({}));
+    }
+
+    #[test]
     fn new_text_from_the_first_token_passes_at_once() {
-        let mut seam = Seam::new(Some(FIRST), "t0 t1 t2 ", 3);
+        let mut seam = Seam::new(Some(FIRST), &["t0 t1 t2 "], 3);
         assert_eq!(text(seam.join(&chunk("t3 "))), Some("t3 ".to_owned()));
         assert_eq!(
             text(seam.join(&chunk("t0 "))),
@@ -202,14 +303,14 @@ mod tests {
             "settled"
         );
         // New text that starts like the delivered text is held only until it differs.
-        let mut seam = Seam::new(Some(FIRST), "t0 t1 ", 2);
+        let mut seam = Seam::new(Some(FIRST), &["t0 t1 "], 2);
         assert_eq!(seam.join(&chunk("t0")), None);
         assert_eq!(text(seam.join(&chunk("!"))), Some("t0!".to_owned()));
     }
 
     #[test]
     fn a_restart_only_keeps_the_envelope_and_drops_the_role() {
-        let mut seam = Seam::new(Some(FIRST), "", 0);
+        let mut seam = Seam::new(Some(FIRST), &[], 0);
         let first = json!({"id": "x", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "t0 "}}]});
         let joined: Value = serde_json::from_str(&seam.join(&first.to_string()).unwrap()).unwrap();
         assert_eq!(joined["id"], "chatcmpl-1");

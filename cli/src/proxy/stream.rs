@@ -22,7 +22,7 @@ use streamgate::{EndReason, GateExt, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::attempt::{self, Attempted, Events, Outcome, Started};
+use super::attempt::{self, Attempted, Events, Outcome, Refused, Started};
 use super::body::Buffered;
 use super::chunk::Relayed;
 use super::config::InjectedStall;
@@ -329,6 +329,8 @@ struct Sent {
     seam: Option<Seam>,
     /// How many times the stream was carried on.
     failovers: u32,
+    /// When it first broke: every failover's attempts share one deadline from then.
+    broke_at: Option<Instant>,
 }
 
 /// One wait for the upstream.
@@ -574,14 +576,16 @@ impl Pump {
             }
         };
         let original = &self.request.body.bytes;
-        let (bytes, carried) =
+        let (bytes, carried, message) =
             match failover::carry_on(config.failover, original, self.chat, &sent.delivered) {
                 Ok(CarryOn::Whole) => {
                     stats.failed_over(Carried::Whole);
                     return Ok(None);
                 }
-                Ok(CarryOn::Restart(bytes)) => (bytes, Carried::Restarted),
-                Ok(CarryOn::Continue(bytes)) => (bytes, Carried::Continued),
+                Ok(CarryOn::Restart(bytes)) => (bytes, Carried::Restarted, None),
+                Ok(CarryOn::Continue { body, message }) => {
+                    (body, Carried::Continued, Some(message))
+                }
                 Err(reason) => return Err(not_carried(reason)),
             };
         if sent.failovers >= config.failover_max {
@@ -595,36 +599,40 @@ impl Pump {
             stats.failed_over(Carried::Failed);
             End::Failed(format!("{why}; carrying it on failed: {what}"))
         };
+        let since = *sent.broke_at.get_or_insert_with(Instant::now);
         loop {
-            let Some(attempts) = self.proxy.fleet.carry_on(&model, broke, continuing) else {
+            let fleet = &self.proxy.fleet;
+            let Some(attempts) = fleet.carry_on(&model, broke, continuing, since) else {
                 return Err(not_carried(NotCarried::NoUpstream));
             };
+            if attempts.time_left().is_none() {
+                return Err(not_carried(NotCarried::Deadline));
+            }
             sent.failovers += 1;
             let request = self.request.clone();
             let outcome = tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return Err(End::Stopped),
-                outcome = attempt::carry_on(self.proxy.clone(), request, body.clone(), attempts) => outcome,
+                outcome = attempt::run_with(&self.proxy, &request, body.clone(), attempts) => outcome,
             };
             match outcome {
                 Outcome::Stream(started) => {
                     stats.failed_over(carried);
                     let (carried_on, first) = Upstream::of(started);
                     *upstream = carried_on;
+                    // A continuation's server may echo the message sent, or the delivered text.
                     let delivered = &sent.delivered;
-                    sent.seam = Some(Seam::new(
-                        sent.first.as_deref(),
-                        &delivered.text,
-                        delivered.tokens,
-                    ));
+                    let echoes: Vec<&str> = match &message {
+                        Some(message) => vec![message.as_str(), delivered.text.as_str()],
+                        None => Vec::new(),
+                    };
+                    sent.seam = Some(Seam::new(sent.first.as_deref(), &echoes, delivered.tokens));
                     return Ok(Some(first));
                 }
-                // A server that answers a continuation with 400 does not take an assistant
-                // prefix: its pool is not asked to continue again, the next one is asked now,
-                // and its 400 is never the client's error (the original failure is).
-                Outcome::Refused(refused)
-                    if continuing && refused.response.status() == StatusCode::BAD_REQUEST =>
-                {
+                // A server that refuses a continuation for its assistant prefix does not take
+                // one: its pool is not asked to continue again, the next one is asked now, and
+                // its refusal is never the client's error (the original failure is).
+                Outcome::Refused(refused) if continuing && refuses_prefill(&refused) => {
                     self.proxy.fleet.refused_prefill(&refused.model);
                     if sent.failovers >= config.failover_max {
                         return Err(failed(format!(
@@ -726,31 +734,33 @@ impl Pump {
     }
 }
 
+/// Whether an upstream's refusal of a continuation is for its assistant prefix: a 400 or 422
+/// whose body speaks of a prefill, the final assistant message or `continue_final_message` (a
+/// prompt too long or a bad parameter is not).
+fn refuses_prefill(refused: &Refused) -> bool {
+    let status = refused.response.status();
+    if status != StatusCode::BAD_REQUEST && status != StatusCode::UNPROCESSABLE_ENTITY {
+        return false;
+    }
+    let said = String::from_utf8_lossy(&refused.said).to_ascii_lowercase();
+    [
+        "prefill",
+        "assistant",
+        "continue_final_message",
+        "final message",
+    ]
+    .iter()
+    .any(|words| said.contains(words))
+}
+
 /// The most of a late error answer's body a terminal frame quotes.
 const ANSWER_PREFIX: usize = 4096;
 
-/// The first `limit` bytes of `body` as text, waiting at most a second for them.
+/// The first `limit` bytes of `body` as text (what arrives of them within a second).
 async fn prefix(body: Body, limit: usize) -> String {
-    use http_body_util::BodyExt;
-    let read = async {
-        let mut body = body;
-        let mut bytes = Vec::new();
-        while bytes.len() < limit {
-            match body.frame().await {
-                Some(Ok(frame)) => {
-                    if let Ok(data) = frame.into_data() {
-                        bytes.extend_from_slice(&data);
-                    }
-                }
-                _ => break,
-            }
-        }
-        bytes.truncate(limit);
-        String::from_utf8_lossy(&bytes).into_owned()
-    };
-    tokio::time::timeout(Duration::from_secs(1), read)
-        .await
-        .unwrap_or_default()
+    let (mut bytes, _) = attempt::read_prefix(body).await;
+    bytes.truncate(limit);
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// What the client is told when decoding the upstream failed.
