@@ -97,6 +97,15 @@ async fn start_llama(server: &PathBuf, model: &PathBuf, port: u16) -> Llama {
     llama
 }
 
+/// The test process's Prometheus recorder (installed once per process).
+fn prometheus() -> metrics_exporter_prometheus::PrometheusHandle {
+    static PROMETHEUS: std::sync::OnceLock<metrics_exporter_prometheus::PrometheusHandle> =
+        std::sync::OnceLock::new();
+    PROMETHEUS
+        .get_or_init(|| serving::prometheus().expect("the test process's recorder"))
+        .clone()
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -199,7 +208,7 @@ async fn the_proxy_in_front_of_llama_cpp() {
     let _llama = start_llama(&server, &model, port).await;
 
     let upstream = format!("http://{llama_addr}");
-    let prometheus = serving::prometheus().expect("the test's recorder");
+    let prometheus = prometheus();
     // Two proxies: one as it starts by default (a disconnect cancels), one keeping streams
     // resumable for 10 s after their client left.
     let start_proxy = |flags: &[&str]| {
@@ -381,7 +390,7 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
     for port in ports {
         llamas.push(start_llama(&server, &model, port).await);
     }
-    let prometheus = serving::prometheus().expect("the test's recorder");
+    let prometheus = prometheus();
     let (a, b) = (
         format!("http://{}", addrs[0]),
         format!("http://{}", addrs[1]),
