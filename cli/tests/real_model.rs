@@ -106,6 +106,40 @@ fn prometheus() -> metrics_exporter_prometheus::PrometheusHandle {
         .clone()
 }
 
+/// A proxy with `flags` (`--upstream` among them), served in process; its address.
+fn start_proxy(flags: &[&str]) -> SocketAddr {
+    let mut args = vec!["--addr", "127.0.0.1:0"];
+    args.extend_from_slice(flags);
+    let config = proxy::Config::parse_from(args).expect("valid flags");
+    let (listener, app, state) = proxy::app(config, prometheus()).expect("the proxy starts");
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serving::serve_until(
+        listener,
+        app,
+        state.group.clone(),
+        std::future::pending(),
+    ));
+    addr
+}
+
+/// `POST /v1/chat/completions` with `body` (and `x-request-id: id`, if given); a 2xx response.
+async fn post(
+    addr: SocketAddr,
+    id: Option<&str>,
+    body: String,
+) -> hyper::Response<hyper::body::Incoming> {
+    let headers: Vec<(&str, &str)> = id.map(|id| ("x-request-id", id)).into_iter().collect();
+    let response = client::request(addr, "POST", "/v1/chat/completions", &headers, body)
+        .await
+        .expect("the request");
+    assert!(
+        response.status().is_success(),
+        "status {}",
+        response.status()
+    );
+    response
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
@@ -208,47 +242,13 @@ async fn the_proxy_in_front_of_llama_cpp() {
     let _llama = start_llama(&server, &model, port).await;
 
     let upstream = format!("http://{llama_addr}");
-    let prometheus = prometheus();
     // Two proxies: one as it starts by default (a disconnect cancels), one keeping streams
     // resumable for 10 s after their client left.
-    let start_proxy = |flags: &[&str]| {
-        let mut args = vec!["--upstream", upstream.as_str(), "--addr", "127.0.0.1:0"];
-        args.extend_from_slice(flags);
-        let config = proxy::Config::parse_from(args).expect("valid flags");
-        let (listener, app, state) =
-            proxy::app(config, prometheus.clone()).expect("the proxy starts");
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(serving::serve_until(
-            listener,
-            app,
-            state.group.clone(),
-            std::future::pending(),
-        ));
-        addr
-    };
-    let proxy_addr = start_proxy(&[]);
-    let resumable = start_proxy(&["--resume-grace-ms", "10000"]);
-    let post = |addr: SocketAddr, id: &'static str, body: String| async move {
-        let response = client::request(
-            addr,
-            "POST",
-            "/v1/chat/completions",
-            &[("x-request-id", id)],
-            body,
-        )
-        .await
-        .expect("the request");
-        assert!(
-            response.status().is_success(),
-            "status {}",
-            response.status()
-        );
-        response
-    };
-
+    let proxy_addr = start_proxy(&["--upstream", &upstream]);
+    let resumable = start_proxy(&["--upstream", &upstream, "--resume-grace-ms", "10000"]);
     // Tokens pass through unchanged: greedy decoding, straight and through the proxy.
-    let straight = read_events(post(llama_addr, "straight", greedy(64)).await, None).await;
-    let proxied = read_events(post(proxy_addr, "proxied", greedy(64)).await, None).await;
+    let straight = read_events(post(llama_addr, Some("straight"), greedy(64)).await, None).await;
+    let proxied = read_events(post(proxy_addr, Some("proxied"), greedy(64)).await, None).await;
     assert_eq!(proxied.last().map(|e| e.data.as_str()), Some("[DONE]"));
     let (text, through) = (content(&straight), content(&proxied));
     assert!(!text.is_empty(), "the model said nothing");
@@ -266,7 +266,7 @@ async fn the_proxy_in_front_of_llama_cpp() {
     );
 
     // A client that leaves frees the server's slot.
-    let response = post(proxy_addr, "leaves", greedy(1500)).await;
+    let response = post(proxy_addr, Some("leaves"), greedy(1500)).await;
     let read = read_events(response, Some(5)).await;
     assert_eq!(read.len(), 5);
     let left = Instant::now();
@@ -299,7 +299,7 @@ async fn the_proxy_in_front_of_llama_cpp() {
     }
 
     // A resumed stream continues the same generation.
-    let response = post(resumable, "resumes", greedy(48)).await;
+    let response = post(resumable, Some("resumes"), greedy(48)).await;
     let stream_id = response.headers()["x-request-id"]
         .to_str()
         .unwrap()
@@ -334,7 +334,8 @@ async fn the_proxy_in_front_of_llama_cpp() {
     );
     assert_eq!(rest.last().map(|e| e.data.as_str()), Some("[DONE]"));
     let resumed = content(&before) + &content(&rest);
-    let whole = content(&read_events(post(llama_addr, "whole", greedy(48)).await, None).await);
+    let whole =
+        content(&read_events(post(llama_addr, Some("whole"), greedy(48)).await, None).await);
     assert_eq!(
         resumed, whole,
         "the resumed stream is not the same generation"
@@ -342,7 +343,7 @@ async fn the_proxy_in_front_of_llama_cpp() {
 
     // With a grace, a disconnect is not a stop: the slot decodes on into the replay log until
     // an explicit stop.
-    let response = post(resumable, "waits", greedy(1500)).await;
+    let response = post(resumable, Some("waits"), greedy(1500)).await;
     assert_eq!(read_events(response, Some(5)).await.len(), 5);
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(
@@ -390,36 +391,15 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
     for port in ports {
         llamas.push(start_llama(&server, &model, port).await);
     }
-    let prometheus = prometheus();
     let (a, b) = (
         format!("http://{}", addrs[0]),
         format!("http://{}", addrs[1]),
     );
-    let config =
-        proxy::Config::parse_from(["--upstream", &a, "--upstream", &b, "--addr", "127.0.0.1:0"])
-            .expect("valid flags");
-    let (listener, app, state) = proxy::app(config, prometheus).expect("the proxy starts");
-    let proxy_addr = listener.local_addr().unwrap();
-    tokio::spawn(serving::serve_until(
-        listener,
-        app,
-        state.group.clone(),
-        std::future::pending(),
-    ));
-    let post = |addr: SocketAddr, body: String| async move {
-        let response = client::request(addr, "POST", "/v1/chat/completions", &[], body)
-            .await
-            .expect("the request");
-        assert!(
-            response.status().is_success(),
-            "status {}",
-            response.status()
-        );
-        response
-    };
+    let proxy_addr = start_proxy(&["--upstream", &a, "--upstream", &b]);
     // Longer than the latest kill point, so that the server is still decoding when it is killed.
     const TOKENS: u64 = 400;
-    let uninterrupted = content(&read_events(post(addrs[0], greedy(TOKENS)).await, None).await);
+    let uninterrupted =
+        content(&read_events(post(addrs[0], None, greedy(TOKENS)).await, None).await);
     let mut equal = 0;
     let runs = 3;
     for run in 0..runs {
@@ -428,7 +408,7 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |now| now.subsec_nanos() as usize);
         let at = 10 + (nanos ^ (run * 7919)) % 120;
-        let response = post(proxy_addr, greedy(TOKENS)).await;
+        let response = post(proxy_addr, None, greedy(TOKENS)).await;
         let mut events = pin!(client::body_stream(response).sse_events());
         let mut seen = Vec::new();
         while seen.len() < at {
