@@ -3,49 +3,63 @@
 //! text it adds and whether it calls a tool, reasons or refuses (what a continuation must
 //! know), and whether it is an error the server sent in band.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 use serde_json::Value;
 
-/// One upstream chunk, peeked at.
+/// One upstream chunk, peeked at: its text borrowed from the chunk where it has no escapes.
 #[derive(Debug, Default, Deserialize)]
-pub(super) struct Peek {
-    #[serde(default)]
-    choices: Vec<PeekChoice>,
+pub(super) struct Peek<'a> {
+    #[serde(default, borrow)]
+    choices: Vec<PeekChoice<'a>>,
     /// A chunk that is an error (vLLM sends `data: {"error": {...}}` mid-stream).
     #[serde(default)]
     error: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-struct PeekChoice {
+struct PeekChoice<'a> {
     #[serde(default)]
     finish_reason: Option<IgnoredAny>,
-    #[serde(default)]
-    delta: Option<PeekDelta>,
+    #[serde(default, borrow)]
+    delta: Option<PeekDelta<'a>>,
     /// A text completion's chunk carries its text here.
-    #[serde(default)]
-    text: Option<String>,
+    #[serde(default, borrow)]
+    text: Option<Text<'a>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
-struct PeekDelta {
-    #[serde(default)]
-    content: Option<String>,
+struct PeekDelta<'a> {
+    #[serde(default, borrow)]
+    content: Option<Text<'a>>,
     #[serde(default)]
     tool_calls: Option<Vec<IgnoredAny>>,
     #[serde(default)]
     function_call: Option<IgnoredAny>,
     /// vLLM's and SGLang's reasoning text (`reasoning` in newer vLLM).
-    #[serde(default, alias = "reasoning")]
-    reasoning_content: Option<String>,
-    #[serde(default)]
-    refusal: Option<String>,
+    #[serde(default, borrow, alias = "reasoning")]
+    reasoning_content: Option<Text<'a>>,
+    #[serde(default, borrow)]
+    refusal: Option<Text<'a>>,
 }
 
-impl Peek {
+/// A JSON string, borrowed from the chunk when it has no escapes (serde copies a
+/// `Option<Cow<str>>` always; through this, it borrows).
+#[derive(Debug, Default, Deserialize)]
+#[serde(transparent)]
+struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+
+impl Text<'_> {
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl<'a> Peek<'a> {
     /// What `data` says, if it is a JSON object.
-    pub(super) fn of(data: &str) -> Option<Peek> {
+    pub(super) fn of(data: &'a str) -> Option<Peek<'a>> {
         if !data.trim_start().starts_with('{') {
             return None;
         }
@@ -62,8 +76,8 @@ impl Peek {
     /// The text it adds to the answer (its choices' content, or a text completion's text).
     pub(super) fn text(&self) -> impl Iterator<Item = &str> {
         self.choices.iter().filter_map(|choice| {
-            let content = choice.delta.as_ref().and_then(|d| d.content.as_deref());
-            content.or(choice.text.as_deref())
+            let content = choice.delta.as_ref().and_then(|d| d.content.as_ref());
+            content.or(choice.text.as_ref()).map(Text::as_str)
         })
     }
 
@@ -84,17 +98,21 @@ impl Peek {
             delta
                 .reasoning_content
                 .as_ref()
-                .is_some_and(|r| !r.is_empty())
+                .is_some_and(|r| !r.as_str().is_empty())
         })
     }
 
     /// Whether it adds a refusal (`refusal`).
     pub(super) fn refuses(&self) -> bool {
-        self.deltas()
-            .any(|delta| delta.refusal.as_ref().is_some_and(|r| !r.is_empty()))
+        self.deltas().any(|delta| {
+            delta
+                .refusal
+                .as_ref()
+                .is_some_and(|r| !r.as_str().is_empty())
+        })
     }
 
-    fn deltas(&self) -> impl Iterator<Item = &PeekDelta> {
+    fn deltas(&self) -> impl Iterator<Item = &PeekDelta<'a>> {
         self.choices
             .iter()
             .filter_map(|choice| choice.delta.as_ref())
@@ -141,6 +159,16 @@ mod tests {
     fn a_chunk_says_its_text_its_end_and_its_tool_calls() {
         let chunk = Peek::of(r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"hi \"you\""},"finish_reason":null}]}"#).unwrap();
         assert_eq!(chunk.text().collect::<String>(), "hi \"you\"");
+        // Text without escapes is read in place, not copied.
+        let plain = Peek::of(r#"{"choices":[{"index":0,"delta":{"content":"t0 "}}]}"#).unwrap();
+        let content = plain.choices[0]
+            .delta
+            .as_ref()
+            .unwrap()
+            .content
+            .as_ref()
+            .unwrap();
+        assert!(matches!(content.0, Cow::Borrowed("t0 ")));
         assert!(!chunk.finishes() && !chunk.calls_a_tool());
         let last = Peek::of(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],"usage":{"completion_tokens":3}}"#).unwrap();
         assert!(last.finishes());

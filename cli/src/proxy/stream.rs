@@ -481,13 +481,17 @@ impl Pump {
         if data.starts_with("[DONE]") {
             return Ok(Step::End(self.done(sent, tx).await?));
         }
-        let Some(mut peek) = Peek::of(data) else {
+        let Some(peeked) = Peek::of(data) else {
             // Not JSON: an SDK would raise on it mid-answer. Dropped and counted; the stream
             // goes on whole.
             self.proxy.stats.invalid_event();
             return Ok(Step::Heard);
         };
-        if carrying && peek.error().is_some_and(peek::another_replica_could_avoid) {
+        if carrying
+            && peeked
+                .error()
+                .is_some_and(peek::another_replica_could_avoid)
+        {
             let why = format!("the upstream sent an error mid-stream: {data}");
             return Ok(Step::Broke(Failure::ErrorEvent, why));
         }
@@ -496,15 +500,19 @@ impl Pump {
             Some(seam) => match seam.join(data) {
                 // Nothing to say (a repeated role, the echo of the delivered text).
                 None => return Ok(Step::Heard),
-                Some(joined) => {
-                    peek = Peek::of(&joined).unwrap_or_default();
-                    Some(joined)
-                }
+                joined => joined,
             },
         };
-        sent.finished |= peek.finishes();
-        if carrying {
-            sent.delivered.add(&peek);
+        {
+            // What the client gets: the chunk as it came, or as joined at the seam.
+            let peek = match joined.as_deref() {
+                Some(joined) => Peek::of(joined).unwrap_or_default(),
+                None => peeked,
+            };
+            sent.finished |= peek.finishes();
+            if carrying {
+                sent.delivered.add(&peek);
+            }
         }
         if sent.first.is_none() {
             sent.first = Some(data.to_owned());
