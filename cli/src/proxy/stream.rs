@@ -644,8 +644,9 @@ impl Pump {
                     self.proxy.fleet.refused_prefill(&refused.model);
                     if sent.failovers >= config.failover_max {
                         return Err(failed(format!(
-                            "`{}` refused the continuation (400)",
-                            refused.model
+                            "`{}` refused the continuation ({})",
+                            refused.model,
+                            refused.response.status()
                         )));
                     }
                 }
