@@ -45,7 +45,8 @@
 //!   token and through stalls. Every event carries the proxy's `id: n` (its position in the
 //!   stream: upstream ids are replaced). Events pass byte for byte, unless `--policy coalesce`
 //!   merges chat chunks a slow client has not read yet (the crate's lossless OpenAI merge;
-//!   `text_completion` chunks never merge). The response's headers are the proxy's (the
+//!   `text_completion` chunks never merge), or they come from a stream carried on after a
+//!   failover (joined at the seam, and encoded anew). The response's headers are the proxy's (the
 //!   upstream's other headers are not copied), and the upstream is asked without
 //!   `Accept-Encoding`, since the proxy reads its events. Only a body with `"stream": true`
 //!   gets the `--upstream-headers-ms` deadline, per attempt (a non-streamed completion has its
