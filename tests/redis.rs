@@ -19,7 +19,7 @@ use common::redis_server::RedisServer;
 use common::subscriber::{expected, register, rest, take, tokens};
 use futures_util::StreamExt;
 use streamgate::probe::HopProbe;
-use streamgate::resume::{AttachError, ClaimError, Registry, ResumeOptions};
+use streamgate::resume::{AdoptError, AttachError, ClaimError, Registry, ResumeOptions};
 use streamgate::{EndReason, Gate, GateExt, Policy};
 use tokio::time::sleep;
 
@@ -343,4 +343,147 @@ async fn a_detached_pump_looks_at_redis_every_tick() {
     // One look per 100 ms tick (a few more around the edges), never thousands.
     assert!(looks <= 15, "{looks} looks in a second");
     assert_eq!(releases.count(), 0, "waiting for a resume");
+}
+
+/// Polls `adopt` until the lapsed lease lets `registry` adopt `id` (at most the hang guard).
+async fn adopted(registry: &Registry<String>, id: &str) -> streamgate::resume::Adoption {
+    let deadline = std::time::Instant::now() + common::HANG;
+    loop {
+        match registry.adopt(id).await {
+            Ok(adoption) => return adoption,
+            Err(AdoptError::Pumped) => {}
+            Err(other) => panic!("not adoptable: {other}"),
+        }
+        assert!(std::time::Instant::now() < deadline, "never adopted");
+        sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_instance_died_is_adopted_and_carried_on_from_its_log() {
+    let Some(redis) = RedisServer::start("adopt") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    // `here` runs on a runtime of its own, which dies without a word: its pump, gate,
+    // generator and subscriber are dropped where they are, its leases left to lapse.
+    let dying = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (seen_tx, seen_rx) = tokio::sync::oneshot::channel();
+    let releases = Releases::default();
+    dying.spawn(async move {
+        let mut claim = here.claim("orphan").await.unwrap();
+        claim.keep_request("the request");
+        let generated = Arc::new(AtomicU64::new(0));
+        let consumer = tokens(&releases, 1000, Duration::from_millis(2), generated);
+        let mut first = here.register(claim, consumer).await.unwrap();
+        let seen = take(&mut first, 10).await;
+        seen_tx.send(seen).unwrap();
+        std::future::pending::<()>().await;
+    });
+    let mut seen = seen_rx.await.unwrap();
+    dying.shutdown_background();
+    // A reader attaches to the orphan meanwhile, through the other instance.
+    let mut reader = there.attach("orphan", Some(9)).await.unwrap();
+    let adoption = adopted(&there, "orphan").await;
+    assert_eq!(adoption.request(), "the request");
+    assert_eq!(adoption.start(), 0, "the log holds the whole stream");
+    let logged: Vec<u64> = adoption.frames().iter().filter_map(|f| f.id()).collect();
+    let next = adoption.next_event();
+    assert!(next >= 10, "{next}");
+    assert_eq!(
+        logged,
+        (0..next).collect::<Vec<_>>(),
+        "every event, in order"
+    );
+    // One adopter at a time.
+    assert!(matches!(
+        there.adopt("orphan").await,
+        Err(AdoptError::Pumped)
+    ));
+    let carried = Releases::default();
+    let consumer = carried
+        .gate()
+        .first_id(next)
+        .spawn(move |_, mut tx| async move {
+            for i in next..50 {
+                tx.send(format!("t{i}")).await?;
+            }
+            Ok::<_, streamgate::SendError<String>>(())
+        });
+    there.carry_on(adoption, consumer).await.unwrap();
+    let (more, end) = rest(&mut reader).await;
+    assert!(end.is_none(), "completed: {end:?}");
+    seen.extend(more);
+    assert_eq!(seen, expected(0..50), "nothing lost or repeated");
+    carried.wait_for(1).await;
+    assert_eq!(carried.once().0, EndReason::Completed);
+    assert_eq!(there.stats().adopted, 1);
+    assert!(matches!(
+        there.adopt("orphan").await,
+        Err(AdoptError::Finished)
+    ));
+    assert!(matches!(
+        there.adopt("never").await,
+        Err(AdoptError::Unknown)
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pump_whose_stream_was_adopted_stops_at_its_next_look() {
+    let Some(redis) = RedisServer::start("adopt-fence") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    assert!(matches!(
+        here.adopt("fenced").await,
+        Err(AdoptError::Unknown)
+    ));
+    let releases = Releases::default();
+    let consumer = releases.gate().spawn(|_, mut tx| async move {
+        for i in 0..5 {
+            tx.send(format!("t{i}")).await?;
+        }
+        // A generation that stalls: its pump stays alive, looking at Redis every tick.
+        std::future::pending::<()>().await;
+        Ok::<_, streamgate::SendError<String>>(())
+    });
+    let mut first = register(&here, "fenced", consumer).await;
+    let seen = take(&mut first, 5).await;
+    assert!(matches!(
+        here.adopt("fenced").await,
+        Err(AdoptError::Pumped)
+    ));
+    assert!(matches!(
+        there.adopt("fenced").await,
+        Err(AdoptError::Pumped)
+    ));
+    // Its lease lapses, as if this instance stalled past it.
+    let client = ::redis::Client::open(redis.url()).unwrap();
+    let mut connection = client.get_multiplexed_async_connection().await.unwrap();
+    let () = ::redis::cmd("HSET")
+        .arg("streamgate:{fenced}:meta")
+        .arg("pump")
+        .arg(0)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+    let adoption = there.adopt("fenced").await.expect("adopted");
+    assert_eq!(adoption.next_event(), 5);
+    // The old pump sees at its next look that the stream is no longer its own.
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::ConsumerGone);
+    let consumer = Gate::new().first_id(5).spawn(|_, mut tx| async move {
+        tx.send("t5".to_owned()).await?;
+        Ok::<_, streamgate::SendError<String>>(())
+    });
+    there.carry_on(adoption, consumer).await.unwrap();
+    let mut resumed = here.attach("fenced", Some(4)).await.unwrap();
+    let (more, end) = rest(&mut resumed).await;
+    assert!(end.is_none(), "completed: {end:?}");
+    assert_eq!([seen, more].concat(), expected(0..6));
+    drop(first);
 }

@@ -41,14 +41,18 @@ pub struct Claim {
     /// the claim.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) reserved: Option<Box<dyn Reservation>>,
+    /// What another instance needs to carry the stream on ([`Claim::keep_request`]).
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) request: Option<bytes::Bytes>,
 }
 
 /// What a store keeps of a claim besides this process's table: a Redis claim, renewed while it
 /// is held and given back when dropped unregistered.
 pub(crate) trait Reservation: Send + Sync {
-    /// The stream is registered: the store keeps its id from now on.
+    /// The stream is registered: the store keeps its id from now on. The name the store knows
+    /// the claim by.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    fn registered(self: Box<Self>);
+    fn registered(self: Box<Self>) -> String;
 }
 
 impl Claim {
@@ -86,6 +90,28 @@ impl Claim {
             }
         }
         self.stop.clone()
+    }
+
+    /// Keeps `request` with the stream, for as long as it runs: what another instance sharing
+    /// a Redis store needs to carry the stream on if this one dies (its
+    /// [`Adoption::request`](super::Adoption::request), see `Registry::adopt`). Opaque to the
+    /// registry; a memory store keeps nothing (no other process can adopt its streams).
+    ///
+    /// Whatever it holds (a request's headers, credentials among them) is as safe as the
+    /// Redis the logs are in.
+    ///
+    /// ```
+    /// use streamgate::resume::{Registry, ResumeOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let registry = Registry::<String>::memory(ResumeOptions::default());
+    /// let mut claim = registry.claim("req-1").await.unwrap();
+    /// claim.keep_request(r#"{"model":"m","messages":[]}"#);
+    /// # }
+    /// ```
+    pub fn keep_request(&mut self, request: impl Into<bytes::Bytes>) {
+        self.request = Some(request.into());
     }
 
     /// The table this claim is held in.
@@ -187,6 +213,7 @@ impl Claims {
             stop,
             claims: self.clone(),
             reserved,
+            request: None,
         })
     }
 

@@ -149,3 +149,38 @@ impl Error for AttachError {
         }
     }
 }
+
+/// Why a stream could not be adopted (`Registry::adopt`, feature `redis`).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum AdoptError {
+    /// No stream has this id (it never existed, or its keys expired).
+    Unknown,
+    /// A pump holds it: this process (a memory store's streams all run here), or an instance
+    /// whose lease on it is valid. Ask again once the lease may have lapsed.
+    Pumped,
+    /// The stream has ended: nothing is left to carry on (its log replays as usual).
+    Finished,
+    /// The store failed.
+    Unavailable(StoreError),
+}
+
+impl fmt::Display for AdoptError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AdoptError::Unknown => f.write_str("no stream has this id"),
+            AdoptError::Pumped => f.write_str("the stream's pump is alive"),
+            AdoptError::Finished => f.write_str("the stream has ended"),
+            AdoptError::Unavailable(error) => fmt::Display::fmt(error, f),
+        }
+    }
+}
+
+impl Error for AdoptError {
+    fn source(&self) -> Option<&(dyn Error + 'static)> {
+        match self {
+            AdoptError::Unavailable(error) => Some(error),
+            _ => None,
+        }
+    }
+}

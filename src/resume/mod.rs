@@ -19,6 +19,8 @@
 //! horizontally scaled server. Both stores take the same [`ResumeOptions`], give the same
 //! subscriber and answer with the same errors.
 
+#[cfg(feature = "redis")]
+mod adoption;
 mod claim;
 mod error;
 mod memory;
@@ -29,8 +31,10 @@ mod registry;
 mod stats;
 mod subscriber;
 
+#[cfg(feature = "redis")]
+pub use self::adoption::Adoption;
 pub use self::claim::Claim;
-pub use self::error::{AttachError, ClaimError, RegisterError, StoreError};
+pub use self::error::{AdoptError, AttachError, ClaimError, RegisterError, StoreError};
 pub use self::options::{
     DEFAULT_GRACE, DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, DEFAULT_RETAIN, ResumeOptions,
 };

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::claim::{Claim, Claims};
-use super::error::{AttachError, ClaimError, RegisterError, StoreError};
+use super::error::{AdoptError, AttachError, ClaimError, RegisterError, StoreError};
 use super::memory::Memory;
 use super::options::ResumeOptions;
 use super::stats::RegistryStats;
@@ -299,6 +299,67 @@ where
             Store::Memory(_) => Err(AttachError::Unknown),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => redis.stop(id).await,
+        }
+    }
+
+    /// Takes over the running stream `id` when the instance that pumped it died (in Redis:
+    /// its pump's lease, renewed every 100 ms, lapsed two seconds ago): of two instances
+    /// adopting it at once, one wins, and the old pump, were it only stalled, stops at its
+    /// next look (what it would append under an event id the log has is refused). The
+    /// [`Adoption`](super::Adoption) holds the request the stream [kept](Claim::keep_request)
+    /// and the frames its log holds; [`carry_on`](Registry::carry_on) goes on with it. A reader
+    /// attached meanwhile (through any instance) simply reads on.
+    ///
+    /// # Errors
+    ///
+    /// [`AdoptError::Pumped`] while a pump holds the stream (always, in a memory store, for a
+    /// running stream: it runs in this process), [`AdoptError::Finished`] once it has ended,
+    /// [`AdoptError::Unknown`] for no such stream, [`AdoptError::Unavailable`] if the store
+    /// fails.
+    ///
+    /// # Examples
+    ///
+    /// See [`Adoption`](super::Adoption).
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub async fn adopt(&self, id: &str) -> Result<super::Adoption, AdoptError> {
+        match &self.inner.store {
+            Store::Memory(memory) => Err(if self.inner.claims.is_held(id) {
+                AdoptError::Pumped
+            } else if memory.contains(id) {
+                AdoptError::Finished
+            } else {
+                AdoptError::Unknown
+            }),
+            Store::Redis(redis) => redis.adopt(id, &self.inner.claims).await,
+        }
+    }
+
+    /// Carries an adopted stream on with `consumer`, pumped here from now on: its events
+    /// should go on from [`Adoption::next_event`](super::Adoption::next_event) (give its gate
+    /// that [`first_id`](crate::Gate::first_id)), so that its readers' positions stay true.
+    ///
+    /// # Errors
+    ///
+    /// [`RegisterError::ForeignClaim`] if `adoption` was made by another registry (`consumer`
+    /// is dropped, which ends its gate).
+    ///
+    /// # Panics
+    ///
+    /// If called outside a tokio runtime.
+    #[cfg(feature = "redis")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "redis")))]
+    pub async fn carry_on(
+        &self,
+        adoption: super::Adoption,
+        consumer: Consumer<C>,
+    ) -> Result<(), RegisterError> {
+        match &self.inner.store {
+            Store::Redis(redis) if adoption.claim.is_from(&self.inner.claims) => {
+                redis.carry_on(adoption, consumer);
+                Ok(())
+            }
+            _ => Err(RegisterError::ForeignClaim),
         }
     }
 

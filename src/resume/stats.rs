@@ -27,6 +27,8 @@ pub struct RegistryStats {
     pub resumed: u64,
     /// Streams whose grace ran out so far.
     pub expired: u64,
+    /// Streams this instance adopted from an instance that died (`Registry::adopt`) so far.
+    pub adopted: u64,
     /// Bytes held in every replay log now.
     pub log_bytes: usize,
 }
@@ -36,11 +38,17 @@ pub struct RegistryStats {
 pub(crate) struct Counters {
     resumed: AtomicU64,
     expired: AtomicU64,
+    adopted: AtomicU64,
 }
 
 impl Counters {
     pub(crate) fn resumed(&self) {
         self.resumed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    pub(crate) fn adopted(&self) {
+        self.adopted.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn expired(&self) {
@@ -54,6 +62,7 @@ impl Counters {
             detached,
             resumed: self.resumed.load(Ordering::Relaxed),
             expired: self.expired.load(Ordering::Relaxed),
+            adopted: self.adopted.load(Ordering::Relaxed),
             log_bytes,
         }
     }

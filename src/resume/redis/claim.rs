@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::keys::{Keys, millis};
 use super::shared::Shared;
-use super::timing::RUNNING_TTL;
+use super::timing::{RUNNING_TTL, TICK};
 use crate::resume::error::{ClaimError, StoreError};
 use crate::sync::{Arc, lock};
 
@@ -86,12 +86,29 @@ impl Reservation {
             armed: true,
         })
     }
+
+    /// The hold of an instance that adopted the stream `id` as `name` (see `adopt.rs`): renews
+    /// its pump lease and its keys' TTL until its pump starts. Dropped unregistered, it leaves
+    /// the lease to lapse, and another instance can adopt the stream then.
+    pub(crate) fn adopted(shared: &Arc<Shared>, id: &str, name: String) -> Self {
+        let keys = Keys::new(id);
+        let renewal = tokio::spawn(renew_lease(shared.clone(), keys.clone(), name.clone()));
+        Reservation {
+            shared: shared.clone(),
+            id: id.to_owned(),
+            meta: keys.meta,
+            name,
+            renewal,
+            armed: false,
+        }
+    }
 }
 
 impl crate::resume::claim::Reservation for Reservation {
-    fn registered(mut self: Box<Self>) {
+    fn registered(mut self: Box<Self>) -> String {
         // Its pump keeps the keys from now on.
         self.armed = false;
+        std::mem::take(&mut self.name)
     }
 }
 
@@ -108,6 +125,16 @@ async fn renew(shared: Arc<Shared>, meta: String) {
                     .ignore(),
             )
             .await;
+    }
+}
+
+/// Renews an adopted stream's pump lease (while it is still `name`'s) and its keys' TTL, every
+/// tick, until aborted.
+async fn renew_lease(shared: Arc<Shared>, keys: Keys, name: String) {
+    loop {
+        // A failure is seen by whoever uses the adoption next.
+        let _ = super::pump::hold(&shared, &keys, &name).await;
+        tokio::time::sleep(TICK).await;
     }
 }
 

@@ -2,17 +2,19 @@
 
 use redis::{Client, RedisError};
 
+use super::adopt::{Adopted, adopt};
 use super::claim::Reservation;
-use super::keys::{Keys, millis};
-use super::pump::pump;
+use super::keys::{Keys, millis, now_ms};
+use super::pump::{Logged, Pumping, pump};
 use super::reader::RedisReader;
 use super::shared::{Pumped, Shared, StopHook};
-use super::timing::{BLOCK, RUNNING_TTL};
+use super::timing::{BLOCK, PUMP_LEASE, RUNNING_TTL};
 use crate::chunk::Chunk;
 use crate::ext::GateExt;
 use crate::gate::Consumer;
-use crate::resume::claim::Claim;
-use crate::resume::error::{AttachError, ClaimError, StoreError};
+use crate::resume::adoption::Adoption;
+use crate::resume::claim::{Claim, Claims};
+use crate::resume::error::{AdoptError, AttachError, ClaimError, StoreError};
 use crate::resume::options::ResumeOptions;
 use crate::resume::stats::RegistryStats;
 use crate::resume::subscriber::Subscriber;
@@ -68,22 +70,35 @@ impl RedisLogs {
     {
         let id: Arc<str> = claim.id().into();
         let keys = Keys::new(&id);
+        let name = claim.reserved.take().map_or_else(
+            || self.shared.name(),
+            |reservation| reservation.registered(),
+        );
+        let lease = now_ms().saturating_add(millis(PUMP_LEASE));
+        let mut register = redis::pipe();
+        register
+            .atomic()
+            .hset_multiple(
+                &keys.meta,
+                &[
+                    ("state", "running"),
+                    ("start", "0"),
+                    ("claim", &name),
+                    ("pump", &lease.to_string()),
+                ],
+            )
+            .ignore();
+        if let Some(request) = claim.request.take() {
+            register.hset(&keys.meta, "request", &request[..]).ignore();
+        }
         self.shared
             .query::<()>(
-                redis::pipe()
-                    .atomic()
-                    .hset(&keys.meta, "state", "running")
-                    .ignore()
-                    .hset(&keys.meta, "start", 0)
-                    .ignore()
+                register
                     .pexpire(&keys.meta, millis(RUNNING_TTL) as i64)
                     .ignore(),
             )
             .await
             .map_err(unavailable)?;
-        if let Some(reservation) = claim.reserved.take() {
-            reservation.registered();
-        }
         let pumped = Arc::new(Pumped::new(consumer.handle()));
         lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
         // Attached before the pump looks, so a zero grace does not expire it at once.
@@ -98,15 +113,95 @@ impl RedisLogs {
                 });
             }
         };
+        let pumping = Pumping {
+            id: id.clone(),
+            name,
+            logged: Logged::default(),
+        };
+        self.spawn_pump(pumping, pumped, claim, consumer);
+        Ok(Subscriber::new(id, first))
+    }
+
+    /// Adopts the stream `id`, whose pump's lease lapsed, with what its log holds.
+    pub(crate) async fn adopt(
+        &self,
+        id: &str,
+        claims: &Arc<Claims>,
+    ) -> Result<Adoption, AdoptError> {
+        if claims.is_held(id) {
+            // Its pump runs here.
+            return Err(AdoptError::Pumped);
+        }
+        let Adopted {
+            reservation,
+            request,
+            start,
+            frames,
+        } = adopt(&self.shared, id).await?;
+        // Its pump here stopped just now, and its claim has not been given back yet.
+        let claim = claims
+            .try_claim(id, Some(Box::new(reservation)))
+            .ok_or(AdoptError::Pumped)?;
+        let next = frames
+            .iter()
+            .rev()
+            .find_map(|(_, frame)| frame.id())
+            .map_or(start, |last| last.saturating_add(1));
+        let logged = Logged {
+            entries: frames
+                .iter()
+                .map(|(entry, frame)| (*entry, frame.bytes().len()))
+                .collect(),
+        };
+        self.shared.counters.adopted();
+        Ok(Adoption {
+            claim,
+            request,
+            frames: frames.into_iter().map(|(_, frame)| frame).collect(),
+            start,
+            next,
+            logged,
+        })
+    }
+
+    /// Carries the adopted stream on with `consumer`, its pump on this instance; its readers,
+    /// on any instance, read on from the log.
+    pub(crate) fn carry_on<C>(&self, adoption: Adoption, consumer: Consumer<C>)
+    where
+        C: Chunk + Into<SseEvent> + Send + 'static,
+    {
+        let Adoption {
+            mut claim, logged, ..
+        } = adoption;
+        let id: Arc<str> = claim.id().into();
+        let name = claim.reserved.take().map_or_else(
+            || self.shared.name(),
+            |reservation| reservation.registered(),
+        );
+        let pumped = Arc::new(Pumped::new(consumer.handle()));
+        lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
+        let pumping = Pumping { id, name, logged };
+        self.spawn_pump(pumping, pumped, claim, consumer);
+    }
+
+    /// Starts the pump of `consumer`'s stream here.
+    fn spawn_pump<C>(
+        &self,
+        pumping: Pumping,
+        pumped: Arc<Pumped>,
+        claim: Claim,
+        consumer: Consumer<C>,
+    ) where
+        C: Chunk + Into<SseEvent> + Send + 'static,
+    {
         claim.registered(consumer.handle());
         tokio::spawn(pump(
             self.shared.clone(),
-            id.clone(),
+            pumping,
             pumped,
             consumer.sse(),
             claim,
         ));
-        Ok(Subscriber::new(id, first))
     }
 
     /// A subscriber of the stream `id`, on whichever instance it runs, after the event

@@ -17,14 +17,22 @@
 //!   frames without an event id (the terminal `event: error` frame) and the end marker follow
 //!   the last event as `n-2`, `n-3`. A `Last-Event-ID` of `n` reads the entries after `n-1`.
 //! - `streamgate:{id}:meta`: a hash: `state` (`claimed`, `running` or `ended`), `claim` (the
-//!   claim's name), `start` (the first event id the log can replay), `end` (once ended: the id
-//!   after the last event), `stop` (set by an explicit stop).
+//!   name of the claim whose pump runs the stream), `pump` (that pump's lease: its expiry in
+//!   Unix milliseconds, renewed every tick), `request` (what the claim kept for an adopter),
+//!   `start` (the first event id the log can replay), `end` (once ended: the id after the last
+//!   event), `stop` (set by an explicit stop), `looks` (the pump's looks so far).
 //! - `streamgate:{id}:readers`: a sorted set of the attached readers, each scored by the expiry
 //!   (Unix milliseconds) of a lease it renews while it lives.
 //! - `streamgate:{id}:positions`: a hash of the next event id each reader on another instance
 //!   than the pump needs (the pump knows its own instance's readers' positions in memory).
 //! - `streamgate:{id}:cut`: the readers on other instances that the pump cut off for holding
 //!   the log back past their lag limit.
+//!
+//! A running stream whose pump's lease lapsed (its instance died) can be adopted by another
+//! instance (`adopt.rs`): one atomic step makes it the claim's and the lease its own, and its
+//! pump carries the stream on after the last logged event. The old pump, were it only
+//! stalled, finds at its next look that the stream is no longer its own and stops; until then
+//! Redis refuses any append of it under an event id already logged (entry ids only grow).
 //!
 //! Every key has a TTL: a running stream's are renewed by its pump every 100 ms (a claimed
 //! one's by its claim), so the keys of an instance that died go away 10 s after it; a finished
@@ -34,6 +42,7 @@
 //! generator as `ConsumerGone` (nobody can read what it makes). The shared connection
 //! reconnects at its next use.
 
+mod adopt;
 mod claim;
 mod keys;
 mod logs;
@@ -43,3 +52,4 @@ mod shared;
 mod timing;
 
 pub(crate) use self::logs::RedisLogs;
+pub(crate) use self::pump::Logged;

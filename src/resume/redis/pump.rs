@@ -11,7 +11,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::keys::{END, EntryId, Keys, format_id, millis};
 use super::shared::{Pumped, Shared};
-use super::timing::{MIN_RETAIN, RUNNING_TTL, TICK};
+use super::timing::{MIN_RETAIN, PUMP_LEASE, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::resume::claim::Claim;
 use crate::sse::SseFrame;
@@ -51,6 +51,36 @@ impl Log {
         self.entries
             .front()
             .map(|((event, _), _)| event.saturating_add(1))
+    }
+}
+
+/// What a stream's log held when its pump started: nothing for a new stream, the entries an
+/// adopted one had logged (each id and size, oldest first) for one carried on.
+#[derive(Debug, Default)]
+pub(crate) struct Logged {
+    pub(crate) entries: Vec<(EntryId, usize)>,
+}
+
+impl Log {
+    fn new(options: &crate::resume::options::ResumeOptions, logged: Logged) -> Self {
+        let last = logged.entries.last().map_or((0, 0), |(id, _)| *id);
+        // The id after the last event: entries after it (a terminal frame) follow it as
+        // `n-2`, `n-3`, with `n` the last event.
+        let end = logged
+            .entries
+            .iter()
+            .rev()
+            .find(|((_, seq), _)| *seq == 1)
+            .map_or(0, |((event, _), _)| event.saturating_add(1));
+        Log {
+            bytes: logged.entries.iter().map(|(_, bytes)| bytes).sum(),
+            entries: logged.entries.into(),
+            last,
+            end,
+            evicted: None,
+            max_events: options.log_events.max(1),
+            max_bytes: options.log_bytes.max(1),
+        }
     }
 }
 
@@ -124,20 +154,30 @@ enum Step {
     Wait,
 }
 
-/// Pumps `frames` (a gated stream, encoded) into the log of the stream `id` until it ends, the
-/// grace runs out or Redis fails (which cancels the gate as `ConsumerGone`); gives the claim
-/// back once the gate is released.
+/// The stream a pump pumps: its id, the name its claim has in Redis (its pump lease is held
+/// under it), and what its log held when it started.
+pub(crate) struct Pumping {
+    pub(crate) id: Arc<str>,
+    pub(crate) name: String,
+    pub(crate) logged: Logged,
+}
+
+/// Pumps `frames` (a gated stream, encoded) into the log of the stream until it ends, the
+/// grace runs out, Redis fails or another instance adopted it (the last two cancel the gate as
+/// `ConsumerGone`); gives the claim back once the gate is released.
 pub(crate) async fn pump<S>(
     shared: Arc<Shared>,
-    id: Arc<str>,
+    pumping: Pumping,
     pumped: Arc<Pumped>,
     mut frames: S,
     claim: Claim,
 ) where
     S: Stream<Item = SseFrame> + Unpin,
 {
+    let Pumping { id, name, logged } = pumping;
     let keys = Keys::new(&id);
-    if run(&shared, &id, &keys, &pumped, &mut frames)
+    let log = Log::new(&shared.options, logged);
+    if run(&shared, (&id, &name), &keys, &pumped, &mut frames, log)
         .await
         .is_err()
     {
@@ -151,25 +191,17 @@ pub(crate) async fn pump<S>(
 
 async fn run<S>(
     shared: &Shared,
-    id: &str,
+    (id, name): (&str, &str),
     keys: &Keys,
     pumped: &Pumped,
     frames: &mut S,
+    mut log: Log,
 ) -> RedisResult<()>
 where
     S: Stream<Item = SseFrame> + Unpin,
 {
     let options = shared.options;
     let read_ahead = options.read_ahead.max(1) as u64;
-    let mut log = Log {
-        entries: VecDeque::new(),
-        bytes: 0,
-        last: (0, 0),
-        end: 0,
-        evicted: None,
-        max_events: options.log_events.max(1),
-        max_bytes: options.log_bytes.max(1),
-    };
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut readers = Readers::default();
@@ -226,8 +258,15 @@ where
             },
         };
         if look {
-            let stop;
-            (readers, stop) = watch(shared, keys, readers.cut).await?;
+            let (stop, held);
+            (readers, stop, held) = watch(shared, keys, name, readers.cut).await?;
+            if !held {
+                // Its lease lapsed (this instance stalled past it) and another instance
+                // adopted the stream: it pumps it now, and Redis refuses what this one would
+                // append under an event id it appended.
+                let _ = pumped.handle.cancel_with(EndReason::ConsumerGone);
+                return Ok(());
+            }
             if stop && !stopped {
                 stopped = true;
                 (shared.on_stop)(id);
@@ -313,14 +352,50 @@ async fn next<S: Stream<Item = SseFrame> + Unpin>(frames: &mut S) -> Option<SseF
     std::future::poll_fn(|cx| Pin::new(&mut *frames).poll_next(cx)).await
 }
 
-/// Drops lapsed leases and renews the keys' TTL; returns the readers attached (and their
-/// positions, `cut` kept) and whether a stop was asked for.
+/// Renews the pump lease of the claim `ARGV[1]` (to the expiry `ARGV[2]`, Unix ms) if the
+/// stream is still its own; whether it is.
+const HOLD: &str = r"
+if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then
+    redis.call('HSET', KEYS[1], 'pump', ARGV[2])
+    return 1
+end
+return 0";
+
+/// Adds to `pipe` the renewal of `name`'s pump lease (answering whether the stream is still
+/// its own) and of the keys' TTL.
+fn renew<'a>(pipe: &'a mut redis::Pipeline, keys: &Keys, name: &str) -> &'a mut redis::Pipeline {
+    let expiry = super::keys::now_ms().saturating_add(millis(PUMP_LEASE));
+    pipe.cmd("EVAL")
+        .arg(HOLD)
+        .arg(1)
+        .arg(&keys.meta)
+        .arg(name)
+        .arg(expiry);
+    let ttl = millis(RUNNING_TTL) as i64;
+    for key in keys.all() {
+        pipe.pexpire(key, ttl).ignore();
+    }
+    pipe
+}
+
+/// Renews `name`'s pump lease on the stream of `keys` and the keys' TTL; whether the stream
+/// is still its own.
+pub(crate) async fn hold(shared: &Shared, keys: &Keys, name: &str) -> RedisResult<bool> {
+    let (held,): (bool,) = shared
+        .query(renew(redis::pipe().atomic(), keys, name))
+        .await?;
+    Ok(held)
+}
+
+/// Drops lapsed leases and renews the pump's lease and the keys' TTL; returns the readers
+/// attached (and their positions, `cut` kept), whether a stop was asked for, and whether the
+/// stream is still this pump's (`name`'s).
 async fn watch(
     shared: &Shared,
     keys: &Keys,
+    name: &str,
     mut cut: HashSet<String>,
-) -> RedisResult<(Readers, bool)> {
-    let ttl = millis(RUNNING_TTL) as i64;
+) -> RedisResult<(Readers, bool, bool)> {
     // One instant: an attach elsewhere that read the count of looks before this one saw its
     // lease (see `reader::seen`).
     let mut pipe = redis::pipe();
@@ -336,11 +411,8 @@ async fn watch(
         // Counted, so that an attach on another instance knows when it has been seen.
         .hincr(&keys.meta, "looks", 1)
         .ignore();
-    for key in keys.all() {
-        pipe.pexpire(key, ttl).ignore();
-    }
-    let (leased, remote, stop): (Vec<String>, HashMap<String, u64>, Option<String>) =
-        shared.query(&pipe).await?;
+    let (leased, remote, stop, held): (Vec<String>, HashMap<String, u64>, Option<String>, bool) =
+        shared.query(renew(&mut pipe, keys, name)).await?;
     let leased: HashSet<String> = leased.into_iter().collect();
     // A reader that left is no longer cut off: its name will not come back.
     cut.retain(|name| leased.contains(name));
@@ -349,7 +421,7 @@ async fn watch(
         remote,
         cut,
     };
-    Ok((readers, stop.is_some()))
+    Ok((readers, stop.is_some(), held))
 }
 
 /// Cuts off the readers `names`: here, at once; on other instances, through the stream's cut

@@ -9,6 +9,9 @@ pub(super) const TICK: Duration = Duration::from_millis(100);
 /// How long a reader's lease lasts; it renews it every [`LEASE_RENEWAL`].
 pub(super) const LEASE: Duration = Duration::from_secs(3);
 pub(super) const LEASE_RENEWAL: Duration = Duration::from_secs(1);
+/// How long a pump's lease on its stream lasts; it renews it every [`TICK`]. A stream whose
+/// pump's lease lapsed (its instance died) can be adopted by another instance.
+pub(super) const PUMP_LEASE: Duration = Duration::from_secs(2);
 /// The TTL of a running (or claimed) stream's keys, renewed while it runs: the keys of an
 /// instance that died go away this long after it.
 pub(super) const RUNNING_TTL: Duration = Duration::from_secs(10);

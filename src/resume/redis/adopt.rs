@@ -1,0 +1,92 @@
+//! Adoption: a running stream whose pump's lease lapsed (its instance died, or stalled past
+//! the lease) taken over by this instance, with what its log holds, to be carried on here.
+
+use bytes::Bytes;
+
+use super::claim::Reservation;
+use super::keys::{Entries, EntryId, Keys, LogEntry, millis, now_ms, parse_entry, parse_id};
+use super::shared::Shared;
+use super::timing::{PUMP_LEASE, RUNNING_TTL};
+use crate::resume::error::{AdoptError, StoreError};
+use crate::sse::SseFrame;
+use crate::sync::Arc;
+
+/// Takes a running stream over for the claim `ARGV[1]` when its pump's lease (`pump`, Unix ms)
+/// is older than `ARGV[2]`: the new lease lasts until `ARGV[3]`, the keys `ARGV[4]` ms more.
+/// Answers the outcome, then (adopted) the request kept with the stream and the log's start.
+const ADOPT: &str = r"
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state then return {'unknown'} end
+if state == 'ended' then return {'ended'} end
+if state ~= 'running' then return {'pumped'} end
+if tonumber(redis.call('HGET', KEYS[1], 'pump') or '0') > tonumber(ARGV[2]) then
+    return {'pumped'}
+end
+redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'pump', ARGV[3])
+redis.call('PEXPIRE', KEYS[1], ARGV[4])
+return {'adopted', redis.call('HGET', KEYS[1], 'request') or '', redis.call('HGET', KEYS[1], 'start') or '0'}";
+
+/// A stream this instance adopted: its hold, the request kept with it, where its log starts,
+/// and what it holds (each frame with its entry id).
+pub(crate) struct Adopted {
+    pub(crate) reservation: Reservation,
+    pub(crate) request: Bytes,
+    pub(crate) start: u64,
+    pub(crate) frames: Vec<(EntryId, SseFrame)>,
+}
+
+/// Adopts the stream `id` if its pump's lease lapsed: of two instances adopting it at once,
+/// one wins, and from then on the old pump's appends are refused (see `pump::HOLD`).
+pub(crate) async fn adopt(shared: &Arc<Shared>, id: &str) -> Result<Adopted, AdoptError> {
+    let unavailable = |error| AdoptError::Unavailable(StoreError::new(error));
+    let keys = Keys::new(id);
+    let name = shared.name();
+    let now = now_ms();
+    let mut adopt = redis::pipe();
+    adopt
+        .cmd("EVAL")
+        .arg(ADOPT)
+        .arg(1)
+        .arg(&keys.meta)
+        .arg(&name)
+        .arg(now)
+        .arg(now.saturating_add(millis(PUMP_LEASE)))
+        .arg(millis(RUNNING_TTL));
+    let (answer,): (Vec<Vec<u8>>,) = shared.query(&adopt).await.map_err(unavailable)?;
+    let text = |at: usize| answer.get(at).map(|bytes| Bytes::copy_from_slice(bytes));
+    match text(0).as_deref() {
+        Some(b"adopted") => {}
+        Some(b"ended") => return Err(AdoptError::Finished),
+        Some(b"pumped") => return Err(AdoptError::Pumped),
+        _ => return Err(AdoptError::Unknown),
+    }
+    // The stream is this instance's from here: the hold renews its lease until its pump runs.
+    let reservation = Reservation::adopted(shared, id, name);
+    let start = text(2)
+        .and_then(|start| std::str::from_utf8(&start).ok()?.parse().ok())
+        .unwrap_or(0);
+    let (entries,): (Entries,) = shared
+        .query(redis::pipe().cmd("XRANGE").arg(&keys.log).arg("-").arg("+"))
+        .await
+        .map_err(unavailable)?;
+    let mut frames = Vec::with_capacity(entries.len());
+    for (entry, fields) in entries {
+        let parsed = parse_id(&entry).and_then(|id| Some((id, parse_entry(id, &fields)?)));
+        match parsed {
+            Some((id, LogEntry::Frame(frame))) => frames.push((id, frame)),
+            // The end marker is written with the state `ended`: not in a running stream.
+            Some((_, LogEntry::End)) => return Err(AdoptError::Finished),
+            None => {
+                let malformed = format!("the log of {id} holds an entry that is none of ours");
+                let malformed = std::io::Error::new(std::io::ErrorKind::InvalidData, malformed);
+                return Err(AdoptError::Unavailable(StoreError::new(malformed)));
+            }
+        }
+    }
+    Ok(Adopted {
+        reservation,
+        request: text(1).unwrap_or_default(),
+        start,
+        frames,
+    })
+}
