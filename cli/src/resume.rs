@@ -125,12 +125,14 @@ pub fn register_error(error: &RegisterError) -> Response {
 
 /// A resume registry's counts as `/stats` fields, the same in both servers: `streams_detached`
 /// (waiting for a resume now), `streams_resumed` (attaches so far), `streams_expired` (graces
-/// that ran out), `replay_bytes` (held in the replay logs now).
+/// that ran out), `streams_adopted` (taken over from an instance that died, sharing a Redis
+/// store), `replay_bytes` (held in the replay logs now).
 pub fn stats_fields(stats: &RegistryStats, fields: &mut Map<String, Value>) {
-    let counts: [(&str, Value); 4] = [
+    let counts: [(&str, Value); 5] = [
         ("streams_detached", stats.detached.into()),
         ("streams_resumed", stats.resumed.into()),
         ("streams_expired", stats.expired.into()),
+        ("streams_adopted", stats.adopted.into()),
         ("replay_bytes", stats.log_bytes.into()),
     ];
     fields.extend(counts.map(|(name, value)| (name.to_owned(), value)));

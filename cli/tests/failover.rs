@@ -401,3 +401,59 @@ async fn a_replica_killed_mid_stream_by_sigkill_is_continued_by_another_in_its_p
 fn answers(replica: &Replica) -> bool {
     std::net::TcpStream::connect(replica.addr()).is_ok()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_outlives_a_proxy_instance_killed_mid_stream_through_another_sharing_redis() {
+    let Some(redis) = common::redis_server::RedisServer::start("proxy-death") else {
+        return;
+    };
+    let sim = Replica::start(&["--step-ms", "20"]).await;
+    let (upstream, store) = (sim.url(), redis.url());
+    let flags = [
+        "--upstream",
+        upstream.as_str(),
+        "--resume-store",
+        store.as_str(),
+        "--resume-grace-ms",
+        "10000",
+    ];
+    let survivor = Replica::proxy(&flags).await;
+    for (n, kill_after) in [1u64, 25].into_iter().enumerate() {
+        let mut dying = Replica::proxy(&flags).await;
+        let name = format!("orphan-{kill_after}");
+        let header = format!("x-request-id: {name}\r\n");
+        let body = fleet_setup::chat("sim", 60, true);
+        let mut first = RawResponse::post(dying.addr(), setup::CHAT, &header, &body).await;
+        assert_eq!(first.status(), 200);
+        let path = format!("/v1/chat/completions/{name}/stream");
+        // A second reader, through the instance that survives, from the first event.
+        let watcher = RawResponse::get(survivor.addr(), &path, "").await;
+        let mut seen = Vec::new();
+        while seen.len() < kill_after as usize {
+            seen.push(first.expect_event().await);
+        }
+        dying.kill().await;
+        let last = id(seen.last().unwrap()).unwrap();
+        let resumed = RawResponse::get(
+            survivor.addr(),
+            &path,
+            &format!("Last-Event-ID: {last}\r\n"),
+        )
+        .await;
+        let rest = fleet_setup::read(resumed).await;
+        seen.extend(rest.frames);
+        let whole = Read {
+            status: 200,
+            frames: seen,
+        };
+        assert_one_stream(&whole, 60, "length");
+        let watched = fleet_setup::read(watcher).await;
+        assert_one_stream(&watched, 60, "length");
+        assert_eq!(watched.frames, whole.frames, "one stream for both readers");
+        let stats = common::stats(survivor.addr()).await;
+        assert_eq!(stats["streams_adopted"], n + 1, "{stats}");
+        assert_eq!(stats["failovers"]["continued"], n + 1, "{stats}");
+    }
+    // The original and the continuation of each: the answer was not generated again.
+    assert_eq!(sim.stats().await["streams_started"], 4);
+}

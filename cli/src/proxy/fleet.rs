@@ -89,7 +89,8 @@ impl Fleet {
     }
 
     /// The attempts that carry on a stream of `model` that broke on replica `broke` of its
-    /// pool: that model on another replica, then its fallbacks; for a continuation
+    /// pool (`None`: one adopted from a proxy instance that died, which broke on none): that
+    /// model on another replica, then its fallbacks; for a continuation
     /// (`continuing`), only on pools that continue a final assistant message; within the
     /// deadline of the attempts, counted from the stream's first failover (`since`). `None`
     /// when no upstream is left (the broken replica was its pool's only one, and no fallback
@@ -97,15 +98,16 @@ impl Fleet {
     pub(super) fn carry_on(
         &self,
         model: &str,
-        broke: usize,
+        broke: Option<usize>,
         continuing: bool,
         since: Instant,
     ) -> Option<Attempts> {
         let none = Vec::new();
         let fallbacks = self.fallbacks.get(model).unwrap_or(&none);
+        let least = if broke.is_some() { 2 } else { 1 };
         let others = self
             .pool_for(model)
-            .is_some_and(|pool| pool.replicas.len() > 1);
+            .is_some_and(|pool| pool.replicas.len() >= least);
         let mut models = others
             .then_some(model)
             .into_iter()
@@ -118,10 +120,9 @@ impl Fleet {
         let attempts = Attempts::new(first, self.attempts)
             .started_at(since)
             .fallbacks(models);
-        Some(if first == model {
-            attempts.avoiding(broke)
-        } else {
-            attempts
+        Some(match broke {
+            Some(broke) if first == model => attempts.avoiding(broke),
+            _ => attempts,
         })
     }
 

@@ -176,6 +176,7 @@
 //! through, retries, fallbacks, invalid events dropped, `upstreams` (each one's figures), and
 //! the resume store's counters.
 
+mod adopt;
 mod attempt;
 mod body;
 mod chunk;
@@ -184,6 +185,7 @@ mod error;
 mod failover;
 mod fleet;
 mod forward;
+mod kept;
 mod pages;
 mod peek;
 mod resume;

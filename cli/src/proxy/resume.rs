@@ -8,20 +8,33 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
 
-use super::Proxy;
+use futures_util::StreamExt;
+
+use super::{Proxy, adopt};
 use crate::resume::{self, ResumeAfter};
 use crate::serving;
 
 /// `GET /v1/chat/completions/{request_id}/stream` with `Last-Event-ID: n` (or `?after=n`): the
 /// events after n of a running (or retained) stream, from its replay log, then live. The
-/// upstream is never asked again: a resumed stream continues the same generation.
+/// upstream is never asked again: a resumed stream continues the same generation, unless the
+/// proxy instance that ran it died (`--resume-store redis://`): then, once its lease lapsed,
+/// this instance adopts the stream and carries it on upstream from the logged answer.
 pub(super) async fn resume(
     State(proxy): State<Arc<Proxy>>,
     Path(id): Path<String>,
     ResumeAfter(after): ResumeAfter,
 ) -> Response {
     match proxy.store.attach(&id, after).await {
-        Ok(frames) => proxy.sse_response(frames, &id),
+        Ok(frames) => {
+            // Should the instance that runs the stream die, this one carries it on while the
+            // client reads here.
+            let watching = adopt::watch(&proxy, &id);
+            let frames = frames.map(move |frame| {
+                let _watching = &watching;
+                frame
+            });
+            proxy.sse_response(frames, &id)
+        }
         Err(failure) => resume::attach_error(&failure),
     }
 }

@@ -27,6 +27,7 @@ use super::body::Buffered;
 use super::chunk::Relayed;
 use super::config::InjectedStall;
 use super::failover::{self, Carried, CarryOn, Delivered, FailoverMode, NotCarried};
+use super::kept;
 use super::peek::{self, Peek};
 use super::seam::Seam;
 use super::stats::Verdict;
@@ -96,6 +97,10 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         asked,
         model,
     });
+    if let Some(claim) = claim.as_mut() {
+        // For another instance to carry the stream on, should this one die.
+        claim.keep_request(kept::keep(&request, chat));
+    }
     let mut attempts: Attempting = Box::pin(attempt::run(proxy.clone(), request.clone()));
     let outcome = if asked {
         // The client hears from the proxy within one heartbeat interval. A server that queues
@@ -129,7 +134,10 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         Outcome::Stream(started) => {
             if resumable && claim.is_none() {
                 match proxy.store.claim(&id).await {
-                    Ok(held) => claim = Some(held),
+                    Ok(mut held) => {
+                        held.keep_request(kept::keep(&request, chat));
+                        claim = Some(held);
+                    }
                     // The upstream response is dropped: its connection closes, its work stops.
                     Err(refused) => return refused_claim(&id, &refused),
                 }
@@ -174,6 +182,7 @@ async fn start(
         chat,
         request,
         stop,
+        first_id: 0,
     };
     let consumer = start.spawn(proxy, answer, recv);
     let Some(claim) = claim else {
@@ -183,6 +192,48 @@ async fn start(
         Ok(frames) => proxy.sse_response(frames, id),
         Err(failure) => resume::register_error(&failure),
     }
+}
+
+/// The stream `id` adopted from a proxy instance that died, `sent` what its log shows was
+/// sent: carried on as a failover is, its events going on from there.
+pub(super) fn adopted(
+    proxy: &Arc<Proxy>,
+    id: &str,
+    chat: bool,
+    request: Arc<Attempted>,
+    stop: CancellationToken,
+    sent: Box<Sent>,
+) -> streamgate::Consumer<Relayed> {
+    let start = Start {
+        id,
+        chat,
+        request,
+        stop,
+        first_id: sent.next_id,
+    };
+    let recv = proxy.recv.recorder(id);
+    start.spawn(proxy, Answer::Adopted(sent), recv)
+}
+
+/// An adopted stream that is only ended, its events going on from `next`: with the terminal
+/// frame saying `why`, or (its end was logged) nothing more.
+pub(super) fn ended(
+    proxy: &Arc<Proxy>,
+    next: u64,
+    why: Option<String>,
+) -> streamgate::Consumer<Relayed> {
+    let config = &proxy.config;
+    config
+        .gate
+        .gate(&config.resume)
+        .first_id(next)
+        .spawn(move |_, mut tx| async move {
+            if let Some(why) = why {
+                tx.send(Relayed::new(error::upstream_frame(&why), false))
+                    .await?;
+            }
+            Ok::<_, streamgate::SendError<Relayed>>(())
+        })
 }
 
 /// The answer to a request whose id could not be claimed.
@@ -200,6 +251,9 @@ pub(super) enum Answer {
     /// Not within a heartbeat interval: the stream is committed, and the generator waits for
     /// the attempts.
     Awaited(Attempting),
+    /// None here: the stream was adopted from a proxy instance that died, after what it had
+    /// sent, and is carried on at once.
+    Adopted(Box<Sent>),
 }
 
 /// What a stream's gate is started with.
@@ -211,6 +265,8 @@ struct Start<'a> {
     request: Arc<Attempted>,
     /// `/cancel`'s stop (resumes on): the generator ends the stream with a final chunk.
     stop: CancellationToken,
+    /// The id of the stream's first event here (above 0 for an adopted stream).
+    first_id: u64,
 }
 
 impl Start<'_> {
@@ -246,6 +302,7 @@ impl Start<'_> {
         config
             .gate
             .gate(&config.resume)
+            .first_id(self.first_id)
             .group(&proxy.group)
             .on_release(on_release)
             // The generator owns the upstream body: when the stream ends early (the client left
@@ -304,6 +361,14 @@ struct Upstream {
 }
 
 impl Upstream {
+    /// None yet (a stream adopted from a proxy instance that died).
+    fn none() -> Upstream {
+        Upstream {
+            lease: None,
+            events: Box::pin(futures_util::stream::empty()),
+        }
+    }
+
     /// The stream `started`, and its first event.
     fn of(started: Started) -> (Upstream, SseEvent) {
         let upstream = Upstream {
@@ -316,15 +381,15 @@ impl Upstream {
 
 /// What a stream has sent its client so far.
 #[derive(Default)]
-struct Sent {
+pub(super) struct Sent {
     /// The next event's id (its position in the stream).
-    next_id: u64,
+    pub(super) next_id: u64,
     /// The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
-    first: Option<String>,
+    pub(super) first: Option<String>,
     /// Whether a chunk said how the answer finished (a `finish_reason`).
-    finished: bool,
+    pub(super) finished: bool,
     /// The answer so far, to continue it from.
-    delivered: Delivered,
+    pub(super) delivered: Delivered,
     /// Once the stream was carried on elsewhere: the join of the carried-on chunks.
     seam: Option<Seam>,
     /// How many times the stream was carried on.
@@ -339,6 +404,8 @@ enum Read {
     Item(Option<Result<SseEvent, DecodeError>>),
     /// Nothing for `--upstream-idle-ms`.
     Stalled,
+    /// None: the stream was adopted from a proxy instance that died.
+    Orphaned,
 }
 
 /// What one read came to.
@@ -361,9 +428,18 @@ impl Pump {
         mut recv: Recorder,
         mut tx: Sender<Relayed>,
     ) -> Result<(), &'static str> {
-        let (mut upstream, first_event) = match self.started(answer).await {
-            Ok(started) => Upstream::of(started),
-            Err(end) => return self.finish(end, recv, tx, None, 0).await,
+        // A new stream reads its first event first; an adopted one carries on at once.
+        let begun = |started| {
+            let (upstream, first) = Upstream::of(started);
+            (upstream, Some(Ok(first)), Sent::default(), false)
+        };
+        let (mut upstream, mut pending, mut sent, mut orphaned) = match answer {
+            Answer::Now(started) => begun(started),
+            Answer::Awaited(attempts) => match self.awaited(attempts).await {
+                Ok(started) => begun(started),
+                Err(end) => return self.finish(end, recv, tx, None, 0).await,
+            },
+            Answer::Adopted(sent) => (Upstream::none(), None, *sent, true),
         };
         // The idle deadline: one timer, moved only when it fires (an event only reads the
         // clock), as the heartbeat's. It runs only while the upstream is awaited: a wait for
@@ -371,8 +447,6 @@ impl Pump {
         let mut waiting_since = Instant::now();
         let mut idle = std::pin::pin!(tokio::time::sleep(self.idle));
         let mut stall = self.stall;
-        let mut sent = Sent::default();
-        let mut pending = Some(Ok(first_event));
         let end = loop {
             if let Some(injected) = stall.filter(|injected| injected.at == sent.next_id) {
                 // An injected freeze before forwarding event n (a proxy-side stall), once.
@@ -384,6 +458,7 @@ impl Pump {
                 waiting_since = Instant::now();
             }
             let read = match pending.take() {
+                _ if std::mem::take(&mut orphaned) => Read::Orphaned,
                 Some(item) => Read::Item(Some(item)),
                 None => tokio::select! {
                     biased;
@@ -400,6 +475,10 @@ impl Pump {
                 },
             };
             let step = match read {
+                Read::Orphaned => Step::Broke(
+                    Failure::Cut,
+                    "the proxy instance that served the stream stopped".to_owned(),
+                ),
                 Read::Stalled => Step::Broke(
                     Failure::Stalled,
                     format!(
@@ -566,14 +645,17 @@ impl Pump {
         why: String,
         sent: &mut Sent,
     ) -> Result<Option<SseEvent>, End> {
-        let Some(mut lease) = upstream.lease.take() else {
-            return Err(End::Failed(why));
-        };
-        lease.broke(&failure);
-        let (model, broke) = (lease.model().to_owned(), lease.index());
         // The broken upstream goes now: its connection closes, its count on its replica ends.
+        // None broke here when the stream was adopted from an instance that died: the model
+        // asked goes on, on any replica.
+        let (model, broke) = match upstream.lease.take() {
+            Some(mut lease) => {
+                lease.broke(&failure);
+                (lease.model().to_owned(), Some(lease.index()))
+            }
+            None => (self.request.model.clone().unwrap_or_default(), None),
+        };
         upstream.events = Box::pin(futures_util::stream::empty());
-        drop(lease);
         let config = &self.proxy.config;
         let stats = &self.proxy.stats;
         let not_carried = |reason: NotCarried| {
@@ -665,13 +747,9 @@ impl Pump {
         }
     }
 
-    /// The upstream's stream, its first event come: at once, or once the attempts are over (a
-    /// committed stream).
-    async fn started(&self, answer: Answer) -> Result<Started, End> {
-        let attempts = match answer {
-            Answer::Now(started) => return Ok(started),
-            Answer::Awaited(attempts) => attempts,
-        };
+    /// The upstream's stream, its first event come, once the attempts are over (a committed
+    /// stream).
+    async fn awaited(&self, attempts: Attempting) -> Result<Started, End> {
         let outcome = tokio::select! {
             biased;
             () = self.stop.cancelled() => return Err(End::Stopped),

@@ -1,6 +1,7 @@
 //! `streamgate sim` as a child process: a replica that a test can kill (SIGKILL), freeze
 //! (SIGSTOP: it still accepts connections, through the kernel's backlog, and answers nothing)
-//! and start again on its port.
+//! and start again on its port; and `streamgate proxy` as one, an instance of the proxy to
+//! kill the same way.
 
 use std::net::SocketAddr;
 use std::process::Stdio;
@@ -13,8 +14,10 @@ use tokio::time::Instant;
 
 use super::HANG;
 
-/// A `streamgate sim` process; killed when dropped.
+/// A `streamgate sim` (or `streamgate proxy`) process; killed when dropped.
 pub struct Replica {
+    /// `sim` or `proxy`.
+    command: &'static str,
     flags: Vec<String>,
     addr: SocketAddr,
     child: Option<Child>,
@@ -26,11 +29,21 @@ impl Replica {
     /// Starts `streamgate sim --addr 127.0.0.1:0 FLAGS` and returns once it has printed its
     /// `listening on` line (its port is open).
     pub async fn start(flags: &[&str]) -> Replica {
+        Replica::of("sim", flags).await
+    }
+
+    /// Starts `streamgate proxy --addr 127.0.0.1:0 FLAGS`, as [`start`](Replica::start) does.
+    pub async fn proxy(flags: &[&str]) -> Replica {
+        Replica::of("proxy", flags).await
+    }
+
+    async fn of(command: &'static str, flags: &[&str]) -> Replica {
         let flags: Vec<String> = flags.iter().map(|flag| flag.to_string()).collect();
-        let (child, addr, output) = spawn("127.0.0.1:0", &flags)
+        let (child, addr, output) = spawn(command, "127.0.0.1:0", &flags)
             .await
-            .unwrap_or_else(|output| panic!("streamgate sim did not start:\n{output}"));
+            .unwrap_or_else(|output| panic!("streamgate {command} did not start:\n{output}"));
         Replica {
+            command,
             flags,
             addr,
             child: Some(child),
@@ -75,7 +88,7 @@ impl Replica {
         let addr = self.addr.to_string();
         let deadline = Instant::now() + HANG;
         loop {
-            match spawn(&addr, &self.flags).await {
+            match spawn(self.command, &addr, &self.flags).await {
                 Ok((child, _, output)) => {
                     self.child = Some(child);
                     self.output = output;
@@ -84,7 +97,10 @@ impl Replica {
                 Err(output) if output.contains("in use") && Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-                Err(output) => panic!("streamgate sim did not start again on {addr}:\n{output}"),
+                Err(output) => panic!(
+                    "streamgate {} did not start again on {addr}:\n{output}",
+                    self.command
+                ),
             }
         }
     }
@@ -132,15 +148,16 @@ impl Replica {
     }
 }
 
-/// Starts `streamgate sim --addr ADDR FLAGS` and reads its `listening on` line: the process, its
-/// address and what it prints; or, if it exits first (or says nothing within [`HANG`]), what it
-/// printed.
+/// Starts `streamgate COMMAND --addr ADDR FLAGS` and reads its `listening on` line: the
+/// process, its address and what it prints; or, if it exits first (or says nothing within
+/// [`HANG`]), what it printed.
 async fn spawn(
+    command: &str,
     addr: &str,
     flags: &[String],
 ) -> Result<(Child, SocketAddr, Arc<Mutex<String>>), String> {
     let mut child = Command::new(env!("CARGO_BIN_EXE_streamgate"))
-        .args(["sim", "--addr", addr])
+        .args([command, "--addr", addr])
         .args(flags)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
