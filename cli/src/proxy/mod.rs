@@ -163,6 +163,15 @@
 //! `failovers` by outcome (`continued`, `restarted`, `whole`, `refused`, `failed`), as does
 //! `streamgate_proxy_failovers_total{outcome}`.
 //!
+//! With `--resume-store redis://` a stream also outlives the proxy instance that runs it: it
+//! keeps its request (path, headers, body: as private as the Redis) beside its replay log, and
+//! its pump holds a lease renewed every 100 ms. While a client reads a stream through another
+//! instance (a resume), that instance asks every 250 ms to adopt it; about 2 s after the
+//! death the lease has lapsed, one instance wins the adoption, rebuilds what was sent from the
+//! log and carries the stream on upstream as a failover (`/stats` `streams_adopted`). A log
+//! whose start its bounds evicted cannot be continued faithfully, and ends with an error frame
+//! saying so.
+//!
 //! # Probes and counters
 //!
 //! Hops `proxy.recv` (each upstream event as it arrives) and `proxy.write` (each frame handed to
