@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::claim::{Claim, Claims};
-use super::error::{AdoptError, AttachError, ClaimError, RegisterError, StoreError};
+#[cfg(feature = "redis")]
+use super::error::AdoptError;
+use super::error::{AttachError, ClaimError, RegisterError, StoreError};
 use super::memory::Memory;
 use super::options::ResumeOptions;
 use super::stats::RegistryStats;

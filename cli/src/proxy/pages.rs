@@ -12,8 +12,9 @@ use super::Proxy;
 use crate::{resume, serving};
 
 /// `GET /stats`: the proxy's counters ([`Stats::fields`](super::stats::Stats::fields)), its
-/// resume registry's `streams_detached`, `streams_resumed`, `streams_expired`, `streams_adopted`, `replay_bytes`,
-/// and `upstreams`, each upstream's figures ([`Fleet::stats`](super::fleet::Fleet::stats)).
+/// resume registry's `streams_detached`, `streams_resumed`, `streams_expired`,
+/// `streams_adopted`, `replay_bytes`, and `upstreams`, each upstream's figures
+/// ([`Fleet::stats`](super::fleet::Fleet::stats)).
 pub(super) async fn stats(State(proxy): State<Arc<Proxy>>) -> Response {
     let mut fields = proxy.stats.fields();
     resume::stats_fields(&proxy.store.stats(), &mut fields);
