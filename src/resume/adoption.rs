@@ -20,7 +20,7 @@ use crate::sse::SseFrame;
 /// # Examples
 ///
 /// ```no_run
-/// use streamgate::resume::{AdoptError, Registry, ResumeOptions};
+/// use streamgate::resume::{AdoptError, Registry};
 /// use streamgate::{Gate, SendError};
 ///
 /// # async fn orphaned(registry: Registry<String>) -> Result<(), Box<dyn std::error::Error>> {

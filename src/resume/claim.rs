@@ -49,10 +49,13 @@ pub struct Claim {
 /// What a store keeps of a claim besides this process's table: a Redis claim, renewed while it
 /// is held and given back when dropped unregistered.
 pub(crate) trait Reservation: Send + Sync {
-    /// The stream is registered: the store keeps its id from now on. The name the store knows
-    /// the claim by.
+    /// The name the store knows the claim by.
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
-    fn registered(self: Box<Self>) -> String;
+    fn name(&self) -> &str;
+
+    /// The stream is registered: the store keeps its id from now on.
+    #[cfg_attr(not(feature = "redis"), allow(dead_code))]
+    fn registered(self: Box<Self>);
 }
 
 impl Claim {

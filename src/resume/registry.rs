@@ -306,8 +306,9 @@ where
 
     /// Takes over the running stream `id` when the instance that pumped it died (in Redis:
     /// its pump's lease, renewed every 100 ms, lapsed two seconds ago): of two instances
-    /// adopting it at once, one wins, and the old pump, were it only stalled, stops at its
-    /// next look (what it would append under an event id the log has is refused). The
+    /// adopting it at once, one wins, and the old pump, were it only stalled, appends nothing
+    /// more (each append is checked against the stream's owner in Redis) and stops at its next
+    /// look. The lease is on Redis's clock: the instances' clocks need not agree. The
     /// [`Adoption`](super::Adoption) holds the request the stream [kept](Claim::keep_request)
     /// and the frames its log holds; [`carry_on`](Registry::carry_on) goes on with it. A reader
     /// attached meanwhile (through any instance) simply reads on.

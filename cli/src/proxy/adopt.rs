@@ -47,12 +47,12 @@ pub(super) fn watch(proxy: &Arc<Proxy>, id: &str) -> Option<DropGuard> {
     Some(cancel.drop_guard())
 }
 
-/// Asks every [`POLL`] to adopt the stream `id` until this instance (or another) did, or it
-/// ended.
+/// Asks every [`POLL`] to adopt the stream `id` until it ended: again after an adoption, in
+/// case the pump that carries it on stops too.
 async fn adopt_when_orphaned(proxy: &Arc<Proxy>, id: &str) {
     loop {
         match proxy.store.adopt(id).await {
-            Ok(adoption) => return carry_on(proxy, adoption).await,
+            Ok(adoption) => carry_on(proxy, adoption).await,
             // A live pump (or a store that did not answer this time): ask again.
             Err(AdoptError::Pumped | AdoptError::Unavailable(_)) => {}
             Err(_) => return,

@@ -163,7 +163,8 @@
 //! `failovers` by outcome (`continued`, `restarted`, `whole`, `refused`, `failed`), as does
 //! `streamgate_proxy_failovers_total{outcome}`.
 //!
-//! With `--resume-store redis://` a stream also outlives the proxy instance that runs it: it
+//! With `--resume-store redis://` a stream also outlives the proxy instance that runs it
+//! crashing (a SIGTERM ends its streams with their terminal frame, as before): it
 //! keeps its request (path, headers, body: as private as the Redis) beside its replay log, and
 //! its pump holds a lease renewed every 100 ms. While a client reads a stream through another
 //! instance (a resume), that instance asks every 250 ms to adopt it; about 2 s after the

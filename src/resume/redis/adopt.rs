@@ -4,26 +4,28 @@
 use bytes::Bytes;
 
 use super::claim::Reservation;
-use super::keys::{Entries, EntryId, Keys, LogEntry, millis, now_ms, parse_entry, parse_id};
+use super::keys::{Entries, EntryId, Keys, LogEntry, millis, parse_entry, parse_id};
 use super::shared::Shared;
 use super::timing::{PUMP_LEASE, RUNNING_TTL};
 use crate::resume::error::{AdoptError, StoreError};
 use crate::sse::SseFrame;
 use crate::sync::Arc;
 
-/// Takes a running stream over for the claim `ARGV[1]` when its pump's lease (`pump`, Unix ms)
-/// is older than `ARGV[2]`: the new lease lasts until `ARGV[3]`, the keys `ARGV[4]` ms more.
-/// Answers the outcome, then (adopted) the request kept with the stream and the log's start.
+/// Takes a running stream over for the claim `ARGV[1]` when its pump's lease (`pump`, Unix ms
+/// on Redis's clock) has lapsed: the new lease lasts `ARGV[2]` ms, and every key (`KEYS`, the
+/// meta key first) `ARGV[3]` ms more, so that the log read next is still there. Answers the
+/// outcome, then (adopted) the request kept with the stream and the log's start.
 const ADOPT: &str = r"
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'unknown'} end
 if state == 'ended' then return {'ended'} end
 if state ~= 'running' then return {'pumped'} end
-if tonumber(redis.call('HGET', KEYS[1], 'pump') or '0') > tonumber(ARGV[2]) then
-    return {'pumped'}
-end
-redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'pump', ARGV[3])
-redis.call('PEXPIRE', KEYS[1], ARGV[4])
+local time = redis.call('TIME')
+local now = time[1] * 1000 + math.floor(time[2] / 1000)
+if tonumber(redis.call('HGET', KEYS[1], 'pump') or '0') > now then return {'pumped'} end
+local lease = string.format('%d', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'pump', lease)
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
 return {'adopted', redis.call('HGET', KEYS[1], 'request') or '', redis.call('HGET', KEYS[1], 'start') or '0'}";
 
 /// A stream this instance adopted: its hold, the request kept with it, where its log starts,
@@ -41,16 +43,14 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, id: &str) -> Result<Adopted, Ado
     let unavailable = |error| AdoptError::Unavailable(StoreError::new(error));
     let keys = Keys::new(id);
     let name = shared.name();
-    let now = now_ms();
     let mut adopt = redis::pipe();
+    adopt.cmd("EVAL").arg(ADOPT).arg(keys.all().len());
+    for key in keys.all() {
+        adopt.arg(key);
+    }
     adopt
-        .cmd("EVAL")
-        .arg(ADOPT)
-        .arg(1)
-        .arg(&keys.meta)
         .arg(&name)
-        .arg(now)
-        .arg(now.saturating_add(millis(PUMP_LEASE)))
+        .arg(millis(PUMP_LEASE))
         .arg(millis(RUNNING_TTL));
     let (answer,): (Vec<Vec<u8>>,) = shared.query(&adopt).await.map_err(unavailable)?;
     let text = |at: usize| answer.get(at).map(|bytes| Bytes::copy_from_slice(bytes));

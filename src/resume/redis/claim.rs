@@ -105,10 +105,13 @@ impl Reservation {
 }
 
 impl crate::resume::claim::Reservation for Reservation {
-    fn registered(mut self: Box<Self>) -> String {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn registered(mut self: Box<Self>) {
         // Its pump keeps the keys from now on.
         self.armed = false;
-        std::mem::take(&mut self.name)
     }
 }
 

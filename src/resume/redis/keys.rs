@@ -29,10 +29,11 @@ impl Keys {
         }
     }
 
+    /// Every key: the meta key first, then the log (as the scripts that take them all expect).
     pub(crate) fn all(&self) -> [&str; 5] {
         [
-            &self.log,
             &self.meta,
+            &self.log,
             &self.readers,
             &self.positions,
             &self.cut,

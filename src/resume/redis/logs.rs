@@ -4,8 +4,8 @@ use redis::{Client, RedisError};
 
 use super::adopt::{Adopted, adopt};
 use super::claim::Reservation;
-use super::keys::{Keys, millis, now_ms};
-use super::pump::{Logged, Pumping, pump};
+use super::keys::{Keys, millis};
+use super::pump::{HOLD, Logged, Pumping, pump};
 use super::reader::RedisReader;
 use super::shared::{Pumped, Shared, StopHook};
 use super::timing::{BLOCK, PUMP_LEASE, RUNNING_TTL};
@@ -70,23 +70,22 @@ impl RedisLogs {
     {
         let id: Arc<str> = claim.id().into();
         let keys = Keys::new(&id);
-        let name = claim.reserved.take().map_or_else(
-            || self.shared.name(),
-            |reservation| reservation.registered(),
-        );
-        let lease = now_ms().saturating_add(millis(PUMP_LEASE));
+        let name = self.name(&claim);
         let mut register = redis::pipe();
         register
             .atomic()
             .hset_multiple(
                 &keys.meta,
-                &[
-                    ("state", "running"),
-                    ("start", "0"),
-                    ("claim", &name),
-                    ("pump", &lease.to_string()),
-                ],
+                &[("state", "running"), ("start", "0"), ("claim", &name)],
             )
+            .ignore()
+            // The pump's lease, renewed by its every look.
+            .cmd("EVAL")
+            .arg(HOLD)
+            .arg(1)
+            .arg(&keys.meta)
+            .arg(&name)
+            .arg(millis(PUMP_LEASE))
             .ignore();
         if let Some(request) = claim.request.take() {
             register.hset(&keys.meta, "request", &request[..]).ignore();
@@ -99,6 +98,9 @@ impl RedisLogs {
             )
             .await
             .map_err(unavailable)?;
+        if let Some(reservation) = claim.reserved.take() {
+            reservation.registered();
+        }
         let pumped = Arc::new(Pumped::new(consumer.handle()));
         lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
         // Attached before the pump looks, so a zero grace does not expire it at once.
@@ -174,14 +176,22 @@ impl RedisLogs {
             mut claim, logged, ..
         } = adoption;
         let id: Arc<str> = claim.id().into();
-        let name = claim.reserved.take().map_or_else(
-            || self.shared.name(),
-            |reservation| reservation.registered(),
-        );
+        let name = self.name(&claim);
+        if let Some(reservation) = claim.reserved.take() {
+            reservation.registered();
+        }
         let pumped = Arc::new(Pumped::new(consumer.handle()));
         lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
         let pumping = Pumping { id, name, logged };
         self.spawn_pump(pumping, pumped, claim, consumer);
+    }
+
+    /// The name `claim` has in Redis.
+    fn name(&self, claim: &Claim) -> String {
+        claim
+            .reserved
+            .as_ref()
+            .map_or_else(|| self.shared.name(), |reserved| reserved.name().to_owned())
     }
 
     /// Starts the pump of `consumer`'s stream here.

@@ -30,9 +30,10 @@
 //!
 //! A running stream whose pump's lease lapsed (its instance died) can be adopted by another
 //! instance (`adopt.rs`): one atomic step makes it the claim's and the lease its own, and its
-//! pump carries the stream on after the last logged event. The old pump, were it only
-//! stalled, finds at its next look that the stream is no longer its own and stops; until then
-//! Redis refuses any append of it under an event id already logged (entry ids only grow).
+//! pump carries the stream on after the last logged event. Every append and the end are one
+//! script that writes only while `claim` is the pump's own: the old pump, were it only stalled
+//! (or its append still in flight), writes nothing once the stream was adopted, and stops at
+//! its next look. Leases are on Redis's clock (`TIME`).
 //!
 //! Every key has a TTL: a running stream's are renewed by its pump every 100 ms (a claimed
 //! one's by its claim), so the keys of an instance that died go away 10 s after it; a finished

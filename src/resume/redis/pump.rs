@@ -254,18 +254,19 @@ where
                     pending = Some(frame);
                     false
                 }
-                None => return finish(shared, keys, &log).await,
+                None => {
+                    if !finish(shared, (keys, name), &log).await? {
+                        return lost(pumped);
+                    }
+                    return Ok(());
+                }
             },
         };
         if look {
             let (stop, held);
             (readers, stop, held) = watch(shared, keys, name, readers.cut).await?;
             if !held {
-                // Its lease lapsed (this instance stalled past it) and another instance
-                // adopted the stream: it pumps it now, and Redis refuses what this one would
-                // append under an event id it appended.
-                let _ = pumped.handle.cancel_with(EndReason::ConsumerGone);
-                return Ok(());
+                return lost(pumped);
             }
             if stop && !stopped {
                 stopped = true;
@@ -320,7 +321,9 @@ where
             };
             match step {
                 Step::Append => {
-                    append(shared, keys, &mut log, &frame).await?;
+                    if !append(shared, (keys, name), &mut log, &frame).await? {
+                        return lost(pumped);
+                    }
                     held_since = None;
                     backoff = REPOLL;
                 }
@@ -348,15 +351,26 @@ where
     }
 }
 
+/// The stream is no longer this pump's: its lease lapsed (this instance stalled past it) and
+/// another instance adopted it, which pumps it now (and Redis refuses this one's appends).
+/// Its gate ends; the pump, without an error.
+fn lost(pumped: &Pumped) -> RedisResult<()> {
+    let _ = pumped.handle.cancel_with(EndReason::ConsumerGone);
+    Ok(())
+}
+
 async fn next<S: Stream<Item = SseFrame> + Unpin>(frames: &mut S) -> Option<SseFrame> {
     std::future::poll_fn(|cx| Pin::new(&mut *frames).poll_next(cx)).await
 }
 
-/// Renews the pump lease of the claim `ARGV[1]` (to the expiry `ARGV[2]`, Unix ms) if the
-/// stream is still its own; whether it is.
-const HOLD: &str = r"
+/// Renews the pump lease of the claim `ARGV[1]` for `ARGV[2]` ms if the stream is still its
+/// own; whether it is. The lease's expiry is on Redis's clock (Unix ms), as the adoption
+/// compares it: the instances' clocks need not agree.
+pub(crate) const HOLD: &str = r"
 if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then
-    redis.call('HSET', KEYS[1], 'pump', ARGV[2])
+    local now = redis.call('TIME')
+    local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[2])
+    redis.call('HSET', KEYS[1], 'pump', string.format('%d', expiry))
     return 1
 end
 return 0";
@@ -364,13 +378,12 @@ return 0";
 /// Adds to `pipe` the renewal of `name`'s pump lease (answering whether the stream is still
 /// its own) and of the keys' TTL.
 fn renew<'a>(pipe: &'a mut redis::Pipeline, keys: &Keys, name: &str) -> &'a mut redis::Pipeline {
-    let expiry = super::keys::now_ms().saturating_add(millis(PUMP_LEASE));
     pipe.cmd("EVAL")
         .arg(HOLD)
         .arg(1)
         .arg(&keys.meta)
         .arg(name)
-        .arg(expiry);
+        .arg(millis(PUMP_LEASE));
     let ttl = millis(RUNNING_TTL) as i64;
     for key in keys.all() {
         pipe.pexpire(key, ttl).ignore();
@@ -467,14 +480,58 @@ fn evict(log: &mut Log) {
     }
 }
 
-/// Appends `frame`, trimming what the log no longer holds.
-async fn append(shared: &Shared, keys: &Keys, log: &mut Log, frame: &SseFrame) -> RedisResult<()> {
+/// Appends a frame for the claim `ARGV[1]`, if the stream is still its own: the entry `ARGV[2]`
+/// with the fields and values from `ARGV[6]` on; past the log's bounds, trims it to the
+/// entry `ARGV[4]` and moves its `start` to `ARGV[5]` (both empty: nothing evicted); renews
+/// the log's TTL (`ARGV[3]` ms). Whether it appended.
+const APPEND: &str = r"
+if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
+redis.call('XADD', KEYS[2], ARGV[2], unpack(ARGV, 6))
+if ARGV[4] ~= '' then
+    redis.call('XTRIM', KEYS[2], 'MINID', ARGV[4])
+    redis.call('HSET', KEYS[1], 'start', ARGV[5])
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1";
+
+/// Ends the stream for the claim `ARGV[1]`, if it is still its own: the end marker (the entry
+/// `ARGV[2]`, whose `k` is `ARGV[5]`), the state `ended` with its `end` (`ARGV[3]`), the request kept for an adopter gone, and
+/// every key kept for the retention (`ARGV[4]` ms). Whether it ended it.
+const FINISH: &str = r"
+if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
+redis.call('XADD', KEYS[2], ARGV[2], 'k', ARGV[5])
+redis.call('HSET', KEYS[1], 'state', 'ended', 'end', ARGV[3])
+redis.call('HDEL', KEYS[1], 'request')
+for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+return 1";
+
+/// Appends `frame` as `name`'s, trimming what the log no longer holds; whether the stream was
+/// still its own.
+async fn append(
+    shared: &Shared,
+    (keys, name): (&Keys, &str),
+    log: &mut Log,
+    frame: &SseFrame,
+) -> RedisResult<bool> {
     let id = log.next_id(frame.id());
+    // What was evicted goes from Redis too, and the log's start moves past it.
+    let evicted = log.evicted.map(|event| {
+        let oldest = log.entries.front().map_or(id, |(oldest, _)| *oldest);
+        (format_id(oldest), event.saturating_add(1).to_string())
+    });
+    let (trim, start) = evicted.unwrap_or_default();
     let mut pipe = redis::pipe();
     let add = pipe
-        .cmd("XADD")
+        .cmd("EVAL")
+        .arg(APPEND)
+        .arg(2)
+        .arg(&keys.meta)
         .arg(&keys.log)
+        .arg(name)
         .arg(format_id(id))
+        .arg(millis(RUNNING_TTL))
+        .arg(trim)
+        .arg(start)
         .arg("k")
         .arg(frame.kind().as_str())
         .arg("f")
@@ -483,47 +540,35 @@ async fn append(shared: &Shared, keys: &Keys, log: &mut Log, frame: &SseFrame) -
     if let Some(reason) = frame.end_reason() {
         add.arg("e").arg(reason.as_str());
     }
-    add.ignore();
-    // What was evicted goes from Redis too, and the log's start moves past it.
-    if let Some(event) = log.evicted.take() {
-        let oldest = log.entries.front().map_or(id, |(oldest, _)| *oldest);
-        pipe.cmd("XTRIM")
-            .arg(&keys.log)
-            .arg("MINID")
-            .arg(format_id(oldest))
-            .ignore()
-            .hset(&keys.meta, "start", event.saturating_add(1))
-            .ignore();
+    let (appended,): (bool,) = shared.query(&pipe).await?;
+    if !appended {
+        return Ok(false);
     }
-    shared
-        .query::<()>(pipe.pexpire(&keys.log, millis(RUNNING_TTL) as i64).ignore())
-        .await?;
+    log.evicted = None;
     log.entries.push_back((id, frame.bytes().len()));
     log.bytes += frame.bytes().len();
     log.last = id;
     if let Some(event) = frame.id() {
         log.end = event.saturating_add(1);
     }
-    Ok(())
+    Ok(true)
 }
 
-/// Appends the end marker and keeps the stream for the retention; `end` (the id after the
-/// last event) lets an attach past it answer that the stream finished.
-async fn finish(shared: &Shared, keys: &Keys, log: &Log) -> RedisResult<()> {
-    let retain = millis(shared.options.retain.max(MIN_RETAIN)) as i64;
+/// Appends the end marker as `name`'s and keeps the stream for the retention; `end` (the id
+/// after the last event) lets an attach past it answer that the stream finished. Whether the
+/// stream was still its own.
+async fn finish(shared: &Shared, (keys, name): (&Keys, &str), log: &Log) -> RedisResult<bool> {
+    let retain = millis(shared.options.retain.max(MIN_RETAIN));
     let mut pipe = redis::pipe();
-    pipe.cmd("XADD")
-        .arg(&keys.log)
-        .arg(format_id(log.next_id(None)))
-        .arg("k")
-        .arg(END)
-        .ignore()
-        .hset(&keys.meta, "state", "ended")
-        .ignore()
-        .hset(&keys.meta, "end", log.end)
-        .ignore();
+    pipe.cmd("EVAL").arg(FINISH).arg(keys.all().len());
     for key in keys.all() {
-        pipe.pexpire(key, retain).ignore();
+        pipe.arg(key);
     }
-    shared.query(&pipe).await
+    pipe.arg(name)
+        .arg(format_id(log.next_id(None)))
+        .arg(log.end)
+        .arg(retain)
+        .arg(END);
+    let (ended,): (bool,) = shared.query(&pipe).await?;
+    Ok(ended)
 }
