@@ -495,8 +495,9 @@ redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return 1";
 
 /// Ends the stream for the claim `ARGV[1]`, if it is still its own: the end marker (the entry
-/// `ARGV[2]`, whose `k` is `ARGV[5]`), the state `ended` with its `end` (`ARGV[3]`), the request kept for an adopter gone, and
-/// every key kept for the retention (`ARGV[4]` ms). Whether it ended it.
+/// `ARGV[2]`, whose `k` is `ARGV[5]`), the state `ended` with its `end` (`ARGV[3]`), the
+/// request kept for an adopter gone, and every key kept for the retention (`ARGV[4]` ms).
+/// Whether it ended it.
 const FINISH: &str = r"
 if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
 redis.call('XADD', KEYS[2], ARGV[2], 'k', ARGV[5])
