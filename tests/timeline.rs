@@ -97,6 +97,7 @@ fn hop(
                 "control" => Kind::Control,
                 other => panic!("not a kind: {other}"),
             }),
+            attrs: Vec::new(),
         };
         out.push_str(&record.to_json_line());
         out.push('\n');
@@ -116,6 +117,7 @@ fn hop(
                 reason: reason.parse().expect("an end reason"),
                 idle_ns: (t_ms - last_progress.unwrap_or(0)) * MS,
             },
+            attrs: Vec::new(),
         };
         out.push_str(&record.to_json_line());
         out.push('\n');
@@ -965,6 +967,7 @@ fn records_can_be_added_one_by_one() {
         t_ns: t_ms * MS,
         bytes: 3,
         kind: RecordKind::Event(Kind::Visible),
+        attrs: Vec::new(),
     };
     timeline.add_record("probe", &record(0, 0));
     timeline.add_record("probe", &record(1, 1500));

@@ -23,6 +23,7 @@ use common::{HANG, RawResponse, id, wait_for};
 use fleet_setup::{Read, chat, configured, stream, upstream};
 use serde_json::{Value, json};
 use setup::{CHAT, start_sim};
+use streamgate::timeline::{Blame, Timeline};
 
 /// A fleet of the provider (pool `broken`, model `m`) and an in-process sim (pool `sims`,
 /// model `sim`), `m` falling back to `sim`; the proxy's address and the sim's.
@@ -456,4 +457,66 @@ async fn a_stream_outlives_a_proxy_instance_killed_mid_stream_through_another_sh
     }
     // The original and the continuation of each: the answer was not generated again.
     assert_eq!(sim.stats().await["streams_started"], 4);
+}
+
+#[tokio::test]
+async fn the_diagnosis_names_the_replica_a_stream_stalled_on_before_its_failover() {
+    let records = std::env::temp_dir().join(format!("failover-attrs-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&records);
+    let file = records.to_str().unwrap();
+    let provider = Provider::start(Script::always(
+        Stream::new().stall_after(3, Duration::from_secs(60)).into(),
+    ))
+    .await;
+    let flags = ["--upstream-idle-ms", "400", "--hop-records", file];
+    let (proxy, sim) = fleet("attrs", &provider, &flags).await;
+    let read = fleet_setup::read(stream(proxy, "m", 8).await).await;
+    assert_one_stream(&read, 8, "length");
+    // The proxy's writer flushes once idle: until both hops' end records are in.
+    let deadline = tokio::time::Instant::now() + HANG;
+    let text = loop {
+        let text = std::fs::read_to_string(&records).unwrap_or_default();
+        if text.matches(r#""kind":"end""#).count() == 2 {
+            break text;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{text}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let path = ["proxy.recv", "proxy.write"];
+    let mut timeline = Timeline::new(path, Duration::from_millis(300));
+    timeline.add_lines(file, &text);
+    let diagnosis = timeline.diagnose();
+    let _ = std::fs::remove_file(&records);
+    // One stall, where the upstream went quiet, naming the replica that served it then (the
+    // continuation's events name the other: the records change with the failover).
+    assert_eq!(diagnosis.stalls.len(), 1, "{}", diagnosis.report());
+    let stall = &diagnosis.stalls[0];
+    assert_eq!(stall.hop, "proxy.recv");
+    assert_eq!(stall.blame, Blame::Began);
+    assert!(stall.gap >= Duration::from_millis(400), "{stall:?}");
+    assert_eq!(stall.seq, stall.after.map(|after| after + 1), "{stall:?}");
+    let stalled = provider.url().trim_end_matches('/').to_owned();
+    let attrs = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(key, value)| (key.to_string(), value.to_string()))
+            .collect()
+    };
+    assert_eq!(
+        stall.attrs,
+        attrs(&[("model", "m"), ("upstream", &stalled)]),
+        "{stall:?}"
+    );
+    assert!(
+        diagnosis.report().contains(&format!("upstream={stalled}")),
+        "{}",
+        diagnosis.report()
+    );
+    let changed: Vec<&str> = text.lines().filter(|line| line.contains("attrs")).collect();
+    assert_eq!(
+        changed.len(),
+        2,
+        "set at the start and at the failover: {changed:?}"
+    );
+    assert!(changed[1].contains(&format!("http://{sim}")), "{changed:?}");
 }

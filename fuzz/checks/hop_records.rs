@@ -7,7 +7,7 @@
 use std::io::{self, Read};
 use std::time::Duration;
 
-use streamgate::probe::HopRecord;
+use streamgate::probe::{HopRecord, MAX_ATTR_KEY, MAX_ATTR_VALUE, MAX_RECORD_ATTRS};
 use streamgate::timeline::{Blame, Diagnosis, ProblemKind, Timeline};
 
 /// The path the target analyses.
@@ -111,6 +111,14 @@ pub fn check(data: &[u8]) {
         if let (Some(after), Some(seq)) = (stall.after, stall.seq) {
             assert!(after < seq, "{stall:?}");
         }
+        // Attributes come from the records, within their limits.
+        assert!(stall.attrs.len() <= MAX_RECORD_ATTRS, "{stall:?}");
+        for (key, value) in &stall.attrs {
+            assert!(
+                key.len() <= MAX_ATTR_KEY && value.len() <= MAX_ATTR_VALUE,
+                "{stall:?}"
+            );
+        }
     }
 
     // JSON, through serde_json, says the same.
@@ -173,6 +181,7 @@ pub fn reach(data: &[u8]) -> Vec<(&'static str, bool)> {
         ("pushed back", any_hop(|h| h.pushed_back > 0)),
         ("hidden phase", any_hop(|h| h.hidden_phases > 0)),
         ("stall to the end", d.stalls.iter().any(|s| s.seq.is_none())),
+        ("attributes", d.stalls.iter().any(|s| !s.attrs.is_empty())),
         (
             "u64::MAX",
             data.windows(20).any(|w| w == b"18446744073709551615"),

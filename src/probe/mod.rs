@@ -108,7 +108,11 @@ pub use self::histogram::Histogram;
 pub use self::hop::{DEFAULT_STALL, HopProbe, HopSnapshot};
 pub use self::observe::{Observation, Observed, Seen};
 pub use self::probed::Probed;
+#[cfg(feature = "timeline")]
+pub(crate) use self::record::cut;
 pub(crate) use self::record::json_string;
-pub use self::record::{HopRecord, MAX_RECORD_REQUEST, RecordKind};
+pub use self::record::{
+    HopRecord, MAX_ATTR_KEY, MAX_ATTR_VALUE, MAX_RECORD_ATTRS, MAX_RECORD_REQUEST, RecordKind,
+};
 pub use self::recorder::{Recorder, StreamEnd, StreamSummary};
 pub use self::sink::{DEFAULT_RECORD_QUEUE, RecordSink};

@@ -75,6 +75,13 @@ pub const MAX_RECORD_REQUEST: usize = 128;
 /// {"request":"<id>","hop":"<name>","seq":<u64>,"t_ns":<u64>,"bytes":0,"kind":"end","reason":"<end reason>","idle_ns":<u64>}
 /// ```
 ///
+/// and, on the record where a stream's attributes at the hop were set or changed, an
+/// `"attrs":{"<key>":"<value>",...}` object (string values, at most [`MAX_RECORD_ATTRS`] pairs,
+/// keys of at most [`MAX_ATTR_KEY`] bytes and values of at most [`MAX_ATTR_VALUE`]): what the
+/// hop knows of the stream from that record on, until a later record carries others (a proxy
+/// names the `upstream` that serves its events, and names the next one after a failover). They
+/// travel once per change, not on every record.
+///
 /// `t_ns` is on the writing process's monotonic clock: comparable only with other records of
 /// the same hop and process, which is all the timeline analysis ever does.
 ///
@@ -104,6 +111,9 @@ pub struct HopRecord {
     pub bytes: u64,
     /// How it counts for progress, or that (and why) the stream ended here.
     pub kind: RecordKind,
+    /// The stream's attributes at the hop from this record on, when they were set or changed
+    /// with it (empty: as before).
+    pub attrs: Vec<(String, String)>,
 }
 
 impl HopRecord {
@@ -122,6 +132,7 @@ impl HopRecord {
     ///     t_ns: 1_500_000,
     ///     bytes: 12,
     ///     kind: RecordKind::Event(Kind::Visible),
+    ///     attrs: Vec::new(),
     /// };
     /// assert_eq!(
     ///     record.to_json_line(),
@@ -133,18 +144,23 @@ impl HopRecord {
     /// record.kind = RecordKind::End { reason: EndReason::Completed, idle_ns: 20_000 };
     /// let end = r#""seq":8,"t_ns":1500000,"bytes":0,"kind":"end","reason":"completed","idle_ns":20000}"#;
     /// assert!(record.to_json_line().ends_with(end));
+    ///
+    /// record.attrs = vec![("upstream".into(), "http://10.0.0.2:8000".into())];
+    /// assert!(record.to_json_line().ends_with(r#""attrs":{"upstream":"http://10.0.0.2:8000"}}"#));
     /// ```
     pub fn to_json_line(&self) -> String {
         let mut line = String::with_capacity(112 + self.request.len() + self.hop.len());
-        write_line(
-            &mut line,
-            &self.request,
-            &self.hop,
-            self.seq,
-            self.t_ns,
-            self.bytes,
-            self.kind,
-        );
+        let attrs = encode_attrs(self.attrs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let record = Line {
+            request: &self.request,
+            hop: &self.hop,
+            seq: self.seq,
+            t_ns: self.t_ns,
+            bytes: self.bytes,
+            kind: self.kind,
+            attrs: &attrs,
+        };
+        record.write(&mut line);
         line
     }
 }
@@ -156,29 +172,78 @@ pub(crate) fn monotonic_ns(at: Instant) -> u64 {
     u64::try_from(at.saturating_duration_since(epoch).as_nanos()).unwrap_or(u64::MAX)
 }
 
-/// Writes one record's JSON line (without the line break) to `out`.
-pub(super) fn write_line(
-    out: &mut String,
-    request: &str,
-    hop: &str,
-    seq: u64,
-    t_ns: u64,
-    bytes: u64,
-    kind: RecordKind,
-) {
-    out.push_str("{\"request\":");
-    json_string(out, request);
-    out.push_str(",\"hop\":");
-    json_string(out, hop);
-    let _ = write!(
-        out,
-        ",\"seq\":{seq},\"t_ns\":{t_ns},\"bytes\":{bytes},\"kind\":\"{}\"",
-        kind.as_str()
-    );
-    if let Some((reason, idle_ns)) = kind.end() {
-        let _ = write!(out, ",\"reason\":\"{reason}\",\"idle_ns\":{idle_ns}");
+/// The most attribute pairs a hop record carries; more are left out.
+pub const MAX_RECORD_ATTRS: usize = 8;
+/// The longest attribute key a hop record carries, in bytes (a longer one is cut at a
+/// character boundary).
+pub const MAX_ATTR_KEY: usize = 32;
+/// The longest attribute value a hop record carries, in bytes (a longer one is cut at a
+/// character boundary).
+pub const MAX_ATTR_VALUE: usize = 128;
+
+/// `attrs` as a record's `attrs` object text, within the limits (empty when there are none).
+pub(crate) fn encode_attrs<'a>(attrs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::new();
+    for (n, (key, value)) in attrs.into_iter().take(MAX_RECORD_ATTRS).enumerate() {
+        out.push(if n == 0 { '{' } else { ',' });
+        json_string(&mut out, cut(key, MAX_ATTR_KEY));
+        out.push(':');
+        json_string(&mut out, cut(value, MAX_ATTR_VALUE));
     }
-    out.push('}');
+    if !out.is_empty() {
+        out.push('}');
+    }
+    out
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+pub(crate) fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+/// One record's fields, to write as its JSON line; `attrs` is an `attrs` object's text
+/// ([`encode_attrs`]), empty for none.
+pub(super) struct Line<'a> {
+    pub(super) request: &'a str,
+    pub(super) hop: &'a str,
+    pub(super) seq: u64,
+    pub(super) t_ns: u64,
+    pub(super) bytes: u64,
+    pub(super) kind: RecordKind,
+    pub(super) attrs: &'a str,
+}
+
+impl Line<'_> {
+    /// Writes the JSON line (without the line break) to `out`.
+    pub(super) fn write(&self, out: &mut String) {
+        out.push_str("{\"request\":");
+        json_string(out, self.request);
+        out.push_str(",\"hop\":");
+        json_string(out, self.hop);
+        let _ = write!(
+            out,
+            ",\"seq\":{},\"t_ns\":{},\"bytes\":{},\"kind\":\"{}\"",
+            self.seq,
+            self.t_ns,
+            self.bytes,
+            self.kind.as_str()
+        );
+        if let Some((reason, idle_ns)) = self.kind.end() {
+            let _ = write!(out, ",\"reason\":\"{reason}\",\"idle_ns\":{idle_ns}");
+        }
+        if !self.attrs.is_empty() {
+            out.push_str(",\"attrs\":");
+            out.push_str(self.attrs);
+        }
+        out.push('}');
+    }
 }
 
 /// Writes `text` as a JSON string.
@@ -216,10 +281,32 @@ mod tests {
                 reason: EndReason::ConsumerGone,
                 idle_ns: 40_000_000_000,
             },
+            attrs: Vec::new(),
         };
         assert_eq!(
             record.to_json_line(),
             r#"{"request":"req \"1\"\n\u0001é","hop":"gateway.recv","seq":42,"t_ns":18446744073709551615,"bytes":0,"kind":"end","reason":"consumer_gone","idle_ns":40000000000}"#
         );
+    }
+
+    #[test]
+    fn attrs_keep_their_limits() {
+        let long = "é".repeat(200);
+        let many: Vec<(String, String)> = (0..20)
+            .map(|i| (format!("{i}{long}"), format!("\"{long}")))
+            .collect();
+        let text = encode_attrs(many.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        let attrs: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&text).expect("a JSON object");
+        assert_eq!(attrs.len(), MAX_RECORD_ATTRS);
+        for (key, value) in &attrs {
+            let value = value.as_str().expect("a string");
+            assert!(key.len() <= MAX_ATTR_KEY, "{key}");
+            assert!(
+                value.len() <= MAX_ATTR_VALUE && value.starts_with('"'),
+                "{value}"
+            );
+        }
+        assert_eq!(encode_attrs([]), "");
     }
 }

@@ -83,11 +83,7 @@ fn bounded(request: Arc<str>) -> Arc<str> {
     if request.len() <= MAX_RECORD_REQUEST {
         return request;
     }
-    let mut cut = MAX_RECORD_REQUEST;
-    while !request.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    Arc::from(&request[..cut])
+    Arc::from(super::record::cut(&request, MAX_RECORD_REQUEST))
 }
 
 /// Records one stream's events at one hop: gaps, quiet spells and stalls, positions, waits,
@@ -154,6 +150,8 @@ pub struct Recorder {
     batch: Batch,
     sampled: bool,
     ended: bool,
+    /// Attributes set since the last record (its `attrs` text), for the next one.
+    attrs: Option<Arc<str>>,
     #[cfg(feature = "metrics")]
     metrics: Arc<super::export::Handles>,
     #[cfg(feature = "tracing")]
@@ -218,6 +216,7 @@ impl Recorder {
             summary: StreamSummary::default(),
             batch: Batch::new(),
             ended: false,
+            attrs: None,
             #[cfg(feature = "otel")]
             otel: None,
         }
@@ -445,6 +444,51 @@ impl Recorder {
         }
     }
 
+    /// Sets the stream's attributes at this hop (what serves it, where it runs: a proxy's
+    /// `upstream`, `pool` and `model`), from the next record on: the next hop record carries
+    /// them as its `attrs` (within [`MAX_RECORD_ATTRS`](super::MAX_RECORD_ATTRS) pairs and the
+    /// key and value limits), and the diagnosis names them with a stall that began here.
+    /// Set them again when they change (a failover to another upstream): each record stands
+    /// for the attributes last set before it.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::io::{self, Write};
+    /// use std::sync::{Arc, Mutex};
+    /// use streamgate::Kind;
+    /// use streamgate::probe::{HopProbe, Observation, RecordSink};
+    ///
+    /// #[derive(Clone, Default)]
+    /// struct Lines(Arc<Mutex<Vec<u8>>>);
+    ///
+    /// impl Write for Lines {
+    ///     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+    ///         self.0.lock().unwrap().write(bytes)
+    ///     }
+    ///     fn flush(&mut self) -> io::Result<()> {
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let lines = Lines::default();
+    /// let sink = RecordSink::to_writer(lines.clone(), 1024)?;
+    /// let hop = HopProbe::new("proxy.recv").records(sink.clone(), 1.0);
+    /// let mut recorder = hop.recorder("req-1");
+    /// recorder.attrs(&[("upstream", "http://10.0.0.1:8000")]);
+    /// recorder.observe(Observation::new(Some(0), 5, Kind::Visible));
+    /// recorder.observe(Observation::new(Some(1), 5, Kind::Visible));
+    /// sink.sync();
+    /// let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    /// let records: Vec<&str> = text.lines().collect();
+    /// assert!(records[0].ends_with(r#""attrs":{"upstream":"http://10.0.0.1:8000"}}"#));
+    /// assert!(!records[1].contains("attrs"), "once per change");
+    /// # Ok::<(), io::Error>(())
+    /// ```
+    pub fn attrs(&mut self, attrs: &[(&str, &str)]) {
+        self.attrs = Some(super::record::encode_attrs(attrs.iter().copied()).into());
+    }
+
     /// This stream at this hop, so far.
     ///
     /// See [`Recorder`] for an example.
@@ -528,7 +572,7 @@ impl Recorder {
         *max = (*max).max(Duration::from_nanos(ns));
     }
 
-    fn record(&self, seq: u64, t_ns: u64, bytes: u64, kind: RecordKind) {
+    fn record(&mut self, seq: u64, t_ns: u64, bytes: u64, kind: RecordKind) {
         if !self.sampled {
             return;
         }
@@ -540,6 +584,8 @@ impl Recorder {
                 t_ns,
                 bytes,
                 kind,
+                // Once per change: the records after it say nothing, meaning the same.
+                attrs: self.attrs.take(),
             });
         }
     }

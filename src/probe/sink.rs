@@ -5,7 +5,7 @@ use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 
-use super::record::{RecordKind, write_line};
+use super::record::{Line, RecordKind};
 
 /// A record on its way to the writer: shared names, so sending one allocates nothing.
 pub(crate) struct Pending {
@@ -15,6 +15,8 @@ pub(crate) struct Pending {
     pub(crate) t_ns: u64,
     pub(crate) bytes: u64,
     pub(crate) kind: RecordKind,
+    /// The record's `attrs` object text, when the stream's attributes changed with it.
+    pub(crate) attrs: Option<Arc<str>>,
 }
 
 enum Message {
@@ -194,7 +196,16 @@ fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts
             match message {
                 Message::Record(r) => {
                     let text = &mut batch.text;
-                    write_line(text, &r.request, &r.hop, r.seq, r.t_ns, r.bytes, r.kind);
+                    let line = Line {
+                        request: &r.request,
+                        hop: &r.hop,
+                        seq: r.seq,
+                        t_ns: r.t_ns,
+                        bytes: r.bytes,
+                        kind: r.kind,
+                        attrs: r.attrs.as_deref().unwrap_or(""),
+                    };
+                    line.write(text);
                     text.push('\n');
                     batch.records += 1;
                     if batch.text.len() >= WRITE_BATCH {

@@ -123,6 +123,7 @@
 //! assert_eq!(stall.upstream_gap, Some(Duration::from_millis(5)));
 //! ```
 
+mod attrs;
 mod blame;
 mod budget;
 mod lines;
@@ -139,6 +140,7 @@ use std::time::Duration;
 
 use crate::probe::HopRecord;
 
+use self::attrs::Attrs;
 use self::blame::{Judge, Verdict};
 use self::budget::DetailBudget;
 use self::lines::{Line, each_line};
@@ -230,6 +232,7 @@ pub struct Timeline {
     tables: Vec<HopTable>,
     problems: ProblemLog,
     budget: DetailBudget,
+    attrs: Attrs,
     lines: u64,
     records: u64,
     filtered: u64,
@@ -290,6 +293,7 @@ impl Timeline {
             path,
             problems: ProblemLog::new(DEFAULT_MAX_PROBLEMS),
             budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
+            attrs: Attrs::default(),
             lines: 0,
             records: 0,
             filtered: 0,
@@ -657,6 +661,7 @@ impl Timeline {
     ///         t_ns: t_ms * 1_000_000,
     ///         bytes: 5,
     ///         kind: RecordKind::Event(Kind::Visible),
+    ///         attrs: Vec::new(),
     ///     };
     ///     timeline.add_record("client", &record);
     /// }
@@ -670,6 +675,10 @@ impl Timeline {
                 .add(ProblemKind::BadRecord, source, None, || error.to_string());
             return;
         }
+        let attrs = record
+            .attrs
+            .iter()
+            .map(|(key, value)| (key.as_str().into(), value.as_str().into()));
         let parsed = Parsed {
             request: record.request.as_str().into(),
             hop: record.hop.as_str().into(),
@@ -677,6 +686,7 @@ impl Timeline {
             t_ns: record.t_ns,
             bytes: record.bytes,
             kind: record.kind,
+            attrs: (!record.attrs.is_empty()).then(|| attrs.collect()),
         };
         self.take(id, None, &parsed, None);
     }
@@ -760,7 +770,7 @@ impl Timeline {
         }
         let source_name = &self.sources[usize::from(source)];
         let Some(hop) = self.path.iter().position(|h| **h == *record.hop) else {
-            let hop = parse::cut(&record.hop, 64);
+            let hop = crate::probe::cut(&record.hop, 64);
             self.problems
                 .add(ProblemKind::UnknownHop, source_name, line, || {
                     format!("hop `{hop}` is not on the path")
@@ -788,6 +798,7 @@ impl Timeline {
             sources,
             max_requests,
             records,
+            attrs,
             ..
         } = self;
         let source_name = &sources[usize::from(source)];
@@ -835,6 +846,9 @@ impl Timeline {
         if streams[at].add(&rec, &mut cx) {
             cx.table.records = cx.table.records.saturating_add(1);
             *records = records.saturating_add(1);
+            if let Some(set) = &record.attrs {
+                attrs.change((&record.request, hop, record.seq), set, cx.budget);
+            }
         }
     }
 
@@ -926,6 +940,7 @@ impl Timeline {
                         upstream_gap: upstream_gap.map(|(ns, _)| Duration::from_nanos(ns)),
                         upstream_gap_exact: upstream_gap.is_some_and(|(_, exact)| exact),
                         blame,
+                        attrs: self.attrs.at(request, stream.hop, spell.after),
                     });
                     if stalls.len() >= keep.saturating_mul(2) {
                         longest_first(&mut stalls);

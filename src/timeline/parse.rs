@@ -1,6 +1,7 @@
 //! Hop records from their JSON lines, through serde_json.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::error::Error;
 use std::fmt;
 
@@ -8,14 +9,17 @@ use serde::Deserialize;
 
 use crate::chunk::Kind;
 use crate::end::EndReason;
-use crate::probe::{HopRecord, MAX_RECORD_REQUEST, RecordKind};
+use crate::probe::{
+    HopRecord, MAX_ATTR_KEY, MAX_ATTR_VALUE, MAX_RECORD_ATTRS, MAX_RECORD_REQUEST, RecordKind, cut,
+};
 
 /// Why a line is not a hop record.
 ///
 /// Its `Display` says what is wrong: JSON that does not parse (serde_json's message, with the
 /// column), a missing or mistyped field, an unknown `kind`, `reason`/`idle_ns` missing from an
 /// end record or present on another, a `reason` that is no [`EndReason`], a request id longer
-/// than [`MAX_RECORD_REQUEST`](crate::probe::MAX_RECORD_REQUEST).
+/// than [`MAX_RECORD_REQUEST`](crate::probe::MAX_RECORD_REQUEST), `attrs` that is not an object
+/// of strings or is past its limits.
 #[derive(Debug)]
 pub struct RecordError {
     kind: ErrorKind,
@@ -30,6 +34,7 @@ enum ErrorKind {
     OnlyEnd(&'static str),
     RequestTooLong(usize),
     Reason(String),
+    Attrs,
 }
 
 impl RecordError {
@@ -53,6 +58,11 @@ impl fmt::Display for RecordError {
                 "request id of {len} bytes (at most {MAX_RECORD_REQUEST})"
             ),
             ErrorKind::Reason(reason) => write!(f, "unknown end reason `{reason}`"),
+            ErrorKind::Attrs => write!(
+                f,
+                "`attrs` past its limits ({MAX_RECORD_ATTRS} pairs, keys of {MAX_ATTR_KEY} \
+                 bytes, values of {MAX_ATTR_VALUE})"
+            ),
         }
     }
 }
@@ -84,6 +94,8 @@ struct Line<'a> {
     reason: Option<Cow<'a, str>>,
     #[serde(default)]
     idle_ns: Option<u64>,
+    #[serde(default, borrow)]
+    attrs: Option<BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
 }
 
 /// A checked record, its names borrowed from the line where they can be.
@@ -95,6 +107,8 @@ pub(super) struct Parsed<'a> {
     pub(super) t_ns: u64,
     pub(super) bytes: u64,
     pub(super) kind: RecordKind,
+    /// The stream's attributes at the hop from this record on, when it carries them.
+    pub(super) attrs: Option<BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
 }
 
 /// Parses and checks one line (without its line break).
@@ -107,6 +121,14 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
         serde_json::from_slice(line).map_err(|e| RecordError::new(ErrorKind::Json(e)))?;
     check(&raw.request)?;
     let kind = kind(&raw.kind, raw.reason.as_deref(), raw.idle_ns)?;
+    if let Some(attrs) = &raw.attrs {
+        let within = |(key, value): (&Cow<'_, str>, &Cow<'_, str>)| {
+            key.len() <= MAX_ATTR_KEY && value.len() <= MAX_ATTR_VALUE
+        };
+        if attrs.len() > MAX_RECORD_ATTRS || !attrs.iter().all(within) {
+            return Err(RecordError::new(ErrorKind::Attrs));
+        }
+    }
     Ok(Parsed {
         request: raw.request,
         hop: raw.hop,
@@ -114,6 +136,7 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
         t_ns: raw.t_ns,
         bytes: raw.bytes,
         kind,
+        attrs: raw.attrs,
     })
 }
 
@@ -150,18 +173,6 @@ fn kind(name: &str, reason: Option<&str>, idle_ns: Option<u64>) -> Result<Record
         return Err(RecordError::new(ErrorKind::OnlyEnd("idle_ns")));
     }
     Ok(RecordKind::Event(event))
-}
-
-/// `text` cut to at most `max` bytes, at a character boundary.
-pub(super) fn cut(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
 
 impl HopRecord {
@@ -205,6 +216,12 @@ impl HopRecord {
             t_ns: parsed.t_ns,
             bytes: parsed.bytes,
             kind: parsed.kind,
+            attrs: parsed
+                .attrs
+                .into_iter()
+                .flatten()
+                .map(|(key, value)| (key.into_owned(), value.into_owned()))
+                .collect(),
         })
     }
 }
@@ -226,6 +243,10 @@ mod tests {
             t_ns: u64::MAX,
             bytes: u64::MAX,
             kind: RecordKind::Event(Kind::Hidden),
+            attrs: vec![
+                ("pool".into(), "a\"b".into()),
+                ("upstream".into(), "http://[::1]:8000/v1".into()),
+            ],
         };
         assert_eq!(
             HopRecord::parse_line(&record.to_json_line()).unwrap(),
@@ -279,6 +300,23 @@ mod tests {
             error(&base(r#","kind":"hidden","idle_ns":4"#)),
             "`idle_ns` belongs only to end records"
         );
+        assert!(error(&base(r#","kind":"visible","attrs":{"n":1}"#)).contains("invalid type"));
+        assert!(error(&base(r#","kind":"visible","attrs":["a"]"#)).contains("invalid type"));
+        let many: Vec<String> = (0..=MAX_RECORD_ATTRS)
+            .map(|i| format!(r#""k{i}":"v""#))
+            .collect();
+        let long_value = "v".repeat(MAX_ATTR_VALUE + 1);
+        for attrs in [
+            format!("{{{}}}", many.join(",")),
+            format!(r#"{{"{}":"v"}}"#, "k".repeat(MAX_ATTR_KEY + 1)),
+            format!(r#"{{"k":"{long_value}"}}"#),
+        ] {
+            let line = base(&format!(r#","kind":"visible","attrs":{attrs}"#));
+            assert!(
+                error(&line).starts_with("`attrs` past its limits"),
+                "{line}"
+            );
+        }
         assert!(
             error(r#"{"request":"r","hop":"h","seq":-1,"t_ns":2,"bytes":3,"kind":"visible"}"#)
                 .contains("invalid value")

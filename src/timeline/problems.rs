@@ -1,6 +1,6 @@
 //! What was wrong with the input: the first few examples, and a count of every kind.
 
-use super::parse::cut;
+use crate::probe::cut;
 
 /// The longest problem message kept, in bytes (a message may quote the input).
 const MAX_MESSAGE: usize = 240;

@@ -1,5 +1,6 @@
 //! What the analysis found, for people (a text report) and for programs (JSON).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 use std::time::Duration;
@@ -99,6 +100,11 @@ pub struct Stall {
     pub upstream_gap_exact: bool,
     /// Who it is blamed on.
     pub blame: Blame,
+    /// The stream's attributes at the hop when it went quiet (as of the record it followed, or
+    /// as the stream began there), as its hop records set them (`upstream`, `pool`, ...):
+    /// what served it then. Empty when its records carried none, or the analysis did not keep
+    /// them (past the detail budget: never the attributes of another time).
+    pub attrs: Vec<(String, String)>,
 }
 
 /// One hop's gaps and stalls over every request.
@@ -327,6 +333,9 @@ impl Diagnosis {
                     let _ = write!(line, " (upstream quiet {bound}{:.1} ms)", ms(gap));
                 }
             }
+            for (key, value) in &stall.attrs {
+                let _ = write!(line, " {key}={value}");
+            }
             writeln!(out, "{line}")?;
         }
         writeln!(
@@ -485,6 +494,11 @@ impl Diagnosis {
                         Blame::Began => None,
                         Blame::Unknown(why) => Some(why),
                     },
+                    attrs: stall
+                        .attrs
+                        .iter()
+                        .map(|(key, value)| (key.as_str(), value.as_str()))
+                        .collect(),
                 })
                 .collect(),
             hops: self
@@ -556,6 +570,8 @@ struct JsonStall<'a> {
     upstream_gap_exact: bool,
     blame: &'static str,
     why: Option<&'a str>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    attrs: BTreeMap<&'a str, &'a str>,
 }
 
 #[derive(Serialize)]

@@ -181,7 +181,10 @@
 //! `streamgate_proxy_upstream_failures_total{cause}` for requests no attempt got an answer for,
 //! `streamgate_proxy_retries_total`, `streamgate_proxy_fallbacks_total` and the per-upstream
 //! `streamgate_proxy_upstream_{in_flight,picks_total,attempt_failures_total,ejected}`), and
-//! with `--hop-records FILE` in hop records. `/stats` is the proxy's own: streams started,
+//! with `--hop-records FILE` in hop records, whose `proxy.recv` records name the `upstream` and
+//! `model` serving each stream (`attrs`, on its first record and on the first after each
+//! failover), so that a stall the diagnosis finds there names the replica that went quiet.
+//! `/stats` is the proxy's own: streams started,
 //! running, ended by reason, requests no attempt got an answer for (by cause), requests passed
 //! through, retries, fallbacks, invalid events dropped, `upstreams` (each one's figures), and
 //! the resume store's counters.

@@ -361,6 +361,16 @@ struct Upstream {
 }
 
 impl Upstream {
+    /// Names this upstream (its URL, and the model asked of it) in the `proxy.recv` hop
+    /// records from the next event on: a stall the diagnosis finds there names who served the
+    /// stream when it went quiet.
+    fn serves(&self, recv: &mut Recorder) {
+        if let Some(lease) = &self.lease {
+            let url = lease.replica().to_string();
+            recv.attrs(&[("upstream", &url), ("model", lease.model())]);
+        }
+    }
+
     /// None yet (a stream adopted from a proxy instance that died).
     fn none() -> Upstream {
         Upstream {
@@ -441,6 +451,7 @@ impl Pump {
             },
             Answer::Adopted(sent) => (Upstream::none(), None, *sent, true),
         };
+        upstream.serves(&mut recv);
         // The idle deadline: one timer, moved only when it fires (an event only reads the
         // clock), as the heartbeat's. It runs only while the upstream is awaited: a wait for
         // room in the gate (a slow client) is not the upstream's.
@@ -515,6 +526,7 @@ impl Pump {
                 Step::Broke(failure, why) => {
                     match self.carry_on(&mut upstream, failure, why, &mut sent).await {
                         Ok(Some(first)) => {
+                            upstream.serves(&mut recv);
                             pending = Some(Ok(first));
                             waiting_since = Instant::now();
                         }
