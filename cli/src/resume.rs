@@ -30,6 +30,36 @@ impl<S: Send + Sync> FromRequestParts<S> for ResumeAfter {
     }
 }
 
+/// A Responses stream served again, as OpenAI serves a background response: `GET
+/// /v1/responses/{id}?stream=true[&starting_after=N]`. `streamed` says whether the query asked
+/// for the stream; `after` is `starting_after` (or, without it, `Last-Event-ID`); rejected with
+/// 400 when either is given and is no [event id](event_id).
+#[derive(Debug, Clone, Copy)]
+pub struct StartingAfter {
+    pub streamed: bool,
+    pub after: Option<u64>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for StartingAfter {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Response> {
+        let mut after = last_event_id(&parts.headers).map_err(IntoResponse::into_response)?;
+        let mut streamed = false;
+        for pair in parts.uri.query().unwrap_or("").split('&') {
+            match pair.split_once('=') {
+                Some(("stream", value)) => streamed = value == "true",
+                Some(("starting_after", value)) => {
+                    let n = event_id(value).ok_or(NotAnEventId("`starting_after`"));
+                    after = Some(n.map_err(IntoResponse::into_response)?);
+                }
+                _ => {}
+            }
+        }
+        Ok(StartingAfter { streamed, after })
+    }
+}
+
 /// `text` as an event id: decimal digits only (no sign, space or fraction) of a number that
 /// fits in 64 bits.
 pub fn event_id(text: &str) -> Option<u64> {

@@ -487,6 +487,9 @@ async fn the_diagnosis_names_the_replica_a_stream_stalled_on_before_its_failover
     timeline.add_lines(file, &text);
     let diagnosis = timeline.diagnose();
     let _ = std::fs::remove_file(&records);
+    // Every record fits (the continuation's events are recorded under the ids the client
+    // got, not the continuing server's own, which start again at 0).
+    assert_eq!(diagnosis.problems.total, 0, "{}", diagnosis.report());
     // One stall, where the upstream went quiet, naming the replica that served it then (the
     // continuation's events name the other: the records change with the failover).
     assert_eq!(diagnosis.stalls.len(), 1, "{}", diagnosis.report());

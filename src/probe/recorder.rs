@@ -577,16 +577,21 @@ impl Recorder {
             return;
         }
         if let Some((sink, _)) = &self.hop.inner.records {
-            sink.send(Pending {
+            // Once per change: the records after it say nothing, meaning the same. A record
+            // dropped on a full queue leaves them to the next one.
+            let attrs = self.attrs.take();
+            let queued = sink.send(Pending {
                 request: self.request.clone(),
                 hop: self.hop.inner.name.clone(),
                 seq,
                 t_ns,
                 bytes,
                 kind,
-                // Once per change: the records after it say nothing, meaning the same.
-                attrs: self.attrs.take(),
+                attrs: attrs.clone(),
             });
+            if !queued {
+                self.attrs = attrs;
+            }
         }
     }
 

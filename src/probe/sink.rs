@@ -152,11 +152,13 @@ impl RecordSink {
         Ok(RecordSink { queue, counts })
     }
 
-    /// Queues a record, or counts it as dropped when the queue is full.
-    pub(crate) fn send(&self, record: Pending) {
+    /// Queues a record, or counts it as dropped when the queue is full; whether it was queued.
+    pub(crate) fn send(&self, record: Pending) -> bool {
         if self.queue.try_send(Message::Record(record)).is_err() {
             self.counts.dropped.fetch_add(1, Ordering::Relaxed);
+            return false;
         }
+        true
     }
 
     /// Waits until every record queued before this call is written and flushed. It blocks the

@@ -41,31 +41,49 @@ impl Attrs {
         attrs: &BTreeMap<Cow<'_, str>, Cow<'_, str>>,
         budget: &mut DetailBudget,
     ) {
+        let set: Set = attrs
+            .iter()
+            .map(|(key, value)| (Box::from(&**key), Box::from(&**value)))
+            .collect();
+        let known = self.index.get(&set).copied();
         let key = (Box::from(request), hop);
-        let changes = self.changes.entry(key).or_default();
-        if changes.last().is_some_and(|(_, set)| *set == NOT_KEPT) {
+        let last = self
+            .changes
+            .get(&key)
+            .map(|changes| changes.last().copied());
+        match last {
             // Unknown from an earlier change on: later ones cannot make it known again.
-            return;
-        }
-        let set = if budget.take() {
-            let set: Set = attrs
-                .iter()
-                .map(|(key, value)| (Box::from(&**key), Box::from(&**value)))
-                .collect();
-            match self.index.get(&set) {
-                Some(&id) => id,
-                None if self.sets.len() < MAX_SETS => {
-                    let id = self.sets.len() as u32;
-                    self.sets.push(set.clone());
-                    self.index.insert(set, id);
-                    id
-                }
-                None => NOT_KEPT,
+            Some(Some((_, NOT_KEPT))) => return,
+            // The same set again: nothing changed.
+            Some(Some((_, id))) if Some(id) == known => return,
+            // Seqs that go back (a resumed stream numbered anew): which set applied when is
+            // no longer told by the seq, so none is known.
+            Some(Some((last, _))) if seq <= last => {
+                self.changes.insert(key, vec![(0, NOT_KEPT)]);
+                return;
             }
-        } else {
-            NOT_KEPT
+            _ => {}
+        }
+        let id = match known {
+            Some(id) if budget.take() => id,
+            None if budget.take() => self.intern(set),
+            // A stream's first change past the budget leaves nothing behind (no entry says
+            // the same as one not kept: nothing known).
+            _ if last.is_none() => return,
+            _ => NOT_KEPT,
         };
-        changes.push((seq, set));
+        self.changes.entry(key).or_default().push((seq, id));
+    }
+
+    /// Keeps `set`, new: its index, or [`NOT_KEPT`] past [`MAX_SETS`].
+    fn intern(&mut self, set: Set) -> u32 {
+        if self.sets.len() >= MAX_SETS {
+            return NOT_KEPT;
+        }
+        let id = self.sets.len() as u32;
+        self.sets.push(set.clone());
+        self.index.insert(set, id);
+        id
     }
 
     /// The attributes of `request` at `hop` when it recorded `after` (`None`: as its stream
@@ -121,7 +139,13 @@ mod tests {
         );
         assert!(attrs.at("r", 1, Some(5)).is_empty(), "another hop");
         assert!(attrs.at("s", 0, Some(5)).is_empty(), "another request");
-        // The budget is spent: unknown from here on, never the set before.
+        // The same set again costs nothing; the budget is spent: unknown from here on,
+        // never the set before.
+        attrs.change(("r", 0, 7), &set(&[("upstream", "b")]), &mut budget);
+        assert_eq!(
+            attrs.at("r", 0, Some(7)),
+            [("upstream".to_owned(), "b".to_owned())]
+        );
         attrs.change(("r", 0, 9), &set(&[("upstream", "c")]), &mut budget);
         attrs.change(("r", 0, 12), &set(&[("upstream", "d")]), &mut budget);
         assert!(attrs.at("r", 0, Some(9)).is_empty());
@@ -131,5 +155,18 @@ mod tests {
             [("upstream".to_owned(), "b".to_owned())]
         );
         assert_eq!(attrs.sets.len(), 2, "each set kept once");
+        // Seqs that go back (a resumed stream): nothing known for that stream any more.
+        let mut budget = DetailBudget::new(10);
+        attrs.change(("s", 0, 10), &set(&[("upstream", "a")]), &mut budget);
+        attrs.change(("s", 0, 6), &set(&[("upstream", "b")]), &mut budget);
+        assert!(attrs.at("s", 0, Some(12)).is_empty());
+        assert!(attrs.at("s", 0, None).is_empty());
+        // Past the budget, a stream's first change leaves nothing behind.
+        attrs.change(
+            ("t", 0, 0),
+            &set(&[("upstream", "a")]),
+            &mut DetailBudget::new(0),
+        );
+        assert!(!attrs.changes.contains_key(&(Box::from("t"), 0)));
     }
 }

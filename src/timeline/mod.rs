@@ -670,7 +670,12 @@ impl Timeline {
     /// ```
     pub fn add_record(&mut self, source: &str, record: &HopRecord) {
         let id = self.source(source);
-        if let Err(error) = parse::check(&record.request) {
+        let attrs = record
+            .attrs
+            .iter()
+            .map(|(key, value)| (key.as_str(), value.as_str()));
+        let checked = parse::check(&record.request).and_then(|()| parse::check_attrs(attrs));
+        if let Err(error) = checked {
             self.problems
                 .add(ProblemKind::BadRecord, source, None, || error.to_string());
             return;

@@ -122,12 +122,7 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
     check(&raw.request)?;
     let kind = kind(&raw.kind, raw.reason.as_deref(), raw.idle_ns)?;
     if let Some(attrs) = &raw.attrs {
-        let within = |(key, value): (&Cow<'_, str>, &Cow<'_, str>)| {
-            key.len() <= MAX_ATTR_KEY && value.len() <= MAX_ATTR_VALUE
-        };
-        if attrs.len() > MAX_RECORD_ATTRS || !attrs.iter().all(within) {
-            return Err(RecordError::new(ErrorKind::Attrs));
-        }
+        check_attrs(attrs.iter().map(|(key, value)| (&**key, &**value)))?;
     }
     Ok(Parsed {
         request: raw.request,
@@ -136,7 +131,8 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
         t_ns: raw.t_ns,
         bytes: raw.bytes,
         kind,
-        attrs: raw.attrs,
+        // An empty object changes nothing, as a record without one.
+        attrs: raw.attrs.filter(|attrs| !attrs.is_empty()),
     })
 }
 
@@ -145,6 +141,21 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
 pub(super) fn check(request: &str) -> Result<(), RecordError> {
     if request.len() > MAX_RECORD_REQUEST {
         return Err(RecordError::new(ErrorKind::RequestTooLong(request.len())));
+    }
+    Ok(())
+}
+
+/// What a record's attributes must satisfy: at most [`MAX_RECORD_ATTRS`] pairs, keys of at
+/// most [`MAX_ATTR_KEY`] bytes and values of at most [`MAX_ATTR_VALUE`].
+pub(super) fn check_attrs<'a>(
+    attrs: impl ExactSizeIterator<Item = (&'a str, &'a str)>,
+) -> Result<(), RecordError> {
+    let mut attrs = attrs;
+    let too_many = attrs.len() > MAX_RECORD_ATTRS;
+    if too_many
+        || !attrs.all(|(key, value)| key.len() <= MAX_ATTR_KEY && value.len() <= MAX_ATTR_VALUE)
+    {
+        return Err(RecordError::new(ErrorKind::Attrs));
     }
     Ok(())
 }

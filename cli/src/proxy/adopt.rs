@@ -67,8 +67,8 @@ async fn carry_on(proxy: &Arc<Proxy>, mut adoption: Adoption) {
     let next = adoption.next_event();
     let stop = adoption.stop_signal();
     let consumer = match (logged(adoption.frames()).await, kept(adoption.request())) {
-        (Logged::Sent(sent), Some((request, chat))) if adoption.start() == 0 => {
-            stream::adopted(proxy, adoption.id(), chat, Arc::new(request), stop, sent)
+        (Logged::Sent(sent), Some((request, format))) if adoption.start() == 0 => {
+            stream::adopted(proxy, adoption.id(), format, Arc::new(request), stop, sent)
         }
         // Its end was logged, the pump gone before the end marker: its readers get the end.
         (Logged::Ended, _) => stream::ended(proxy, next, None),

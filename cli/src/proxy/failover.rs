@@ -12,6 +12,7 @@ use axum::body::Bytes;
 use clap::ValueEnum;
 use serde_json::{Map, Value, json};
 
+use super::format::Format;
 use super::peek::Peek;
 
 /// What the proxy does when a stream breaks after its first event (`--failover`).
@@ -159,8 +160,10 @@ pub(super) enum NotCarried {
     /// The request asked for log probabilities, which a continuation cannot give for the
     /// delivered tokens.
     Logprobs,
-    /// A text completion (`/v1/completions`): only chat completions are continued.
-    TextCompletion,
+    /// Not a chat completion: a text completion is restarted while nothing was delivered but
+    /// never continued; Messages and Responses streams are not carried on (their events would
+    /// start the answer again).
+    Api(Format),
     /// The answer had grown past [`MAX_DELIVERED`] bytes of text.
     TooLong,
     /// No upstream is left to carry it on: no other replica of its model, and no fallback
@@ -187,7 +190,10 @@ impl fmt::Display for NotCarried {
             }
             NotCarried::SeveralChoices => f.write_str("the request asked for several choices (n)"),
             NotCarried::Logprobs => f.write_str("the request asked for logprobs"),
-            NotCarried::TextCompletion => f.write_str("text completions are not continued"),
+            NotCarried::Api(Format::Text) => f.write_str("text completions are not continued"),
+            NotCarried::Api(format) => {
+                write!(f, "{} is not carried on (only chat completions are)", format.name())
+            }
             NotCarried::TooLong => write!(
                 f,
                 "the answer had passed {MAX_DELIVERED} bytes, more than is kept to continue it"
@@ -199,16 +205,19 @@ impl fmt::Display for NotCarried {
     }
 }
 
-/// The request that carries a stream of the original `body` (a chat completion or not) on,
-/// after `delivered` reached its client, as `mode` allows.
+/// The request that carries a stream of the original `body` (of `format`) on, after
+/// `delivered` reached its client, as `mode` allows.
 pub(super) fn carry_on(
     mode: FailoverMode,
     body: &Bytes,
-    chat: bool,
+    format: Format,
     delivered: &Delivered,
 ) -> Result<CarryOn, NotCarried> {
     if mode == FailoverMode::Off {
         return Err(NotCarried::Off);
+    }
+    if matches!(format, Format::Messages | Format::Responses) {
+        return Err(NotCarried::Api(format));
     }
     if delivered.is_empty() {
         return Ok(CarryOn::Restart(body.clone()));
@@ -218,7 +227,7 @@ pub(super) fn carry_on(
     }
     // The body was a JSON object when the stream started (its `model` was read).
     let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
-        return Err(NotCarried::TextCompletion);
+        return Err(NotCarried::Api(format));
     };
     for key in ["max_tokens", "max_completion_tokens"] {
         if let Some(asked) = request.get(key).and_then(Value::as_u64) {
@@ -241,8 +250,8 @@ pub(super) fn carry_on(
     if delivered.too_long {
         return Err(NotCarried::TooLong);
     }
-    if !chat {
-        return Err(NotCarried::TextCompletion);
+    if format != Format::Chat {
+        return Err(NotCarried::Api(format));
     }
     if request
         .get("n")
@@ -323,7 +332,7 @@ mod tests {
         }) = carry_on(
             FailoverMode::Continue,
             &original,
-            true,
+            Format::Chat,
             &delivered("t0 t1 t2 ", 3),
         )
         else {
@@ -353,7 +362,7 @@ mod tests {
         }) = carry_on(
             FailoverMode::Continue,
             &prefilled,
-            true,
+            Format::Chat,
             &delivered("t0 ", 1),
         )
         else {
@@ -371,7 +380,7 @@ mod tests {
         let original = body(json!({"model": "m", "max_tokens": 3, "messages": []}));
         for mode in [FailoverMode::Restart, FailoverMode::Continue] {
             assert_eq!(
-                carry_on(mode, &original, true, &Delivered::default()),
+                carry_on(mode, &original, Format::Chat, &Delivered::default()),
                 Ok(CarryOn::Restart(original.clone()))
             );
         }
@@ -379,7 +388,7 @@ mod tests {
             carry_on(
                 FailoverMode::Continue,
                 &original,
-                true,
+                Format::Chat,
                 &delivered("a b c", 3)
             ),
             Ok(CarryOn::Whole)
@@ -389,8 +398,8 @@ mod tests {
     #[test]
     fn what_a_continuation_cannot_be_faithful_to_is_refused_saying_which() {
         let text = delivered("t0 ", 1);
-        let refused = |request: Value, chat: bool, delivered: &Delivered| {
-            carry_on(FailoverMode::Continue, &body(request), chat, delivered).unwrap_err()
+        let refused = |request: Value, format: Format, delivered: &Delivered| {
+            carry_on(FailoverMode::Continue, &body(request), format, delivered).unwrap_err()
         };
         let with = |key: &str, value: Value| {
             let mut request = json!({"model": "m", "messages": []});
@@ -398,11 +407,11 @@ mod tests {
             request
         };
         assert_eq!(
-            refused(with("n", json!(2)), true, &text),
+            refused(with("n", json!(2)), Format::Chat, &text),
             NotCarried::SeveralChoices
         );
         assert_eq!(
-            refused(with("logprobs", json!(true)), true, &text),
+            refused(with("logprobs", json!(true)), Format::Chat, &text),
             NotCarried::Logprobs
         );
         assert_eq!(
@@ -411,7 +420,7 @@ mod tests {
                     "response_format",
                     json!({"type": "json_schema", "json_schema": {}})
                 ),
-                true,
+                Format::Chat,
                 &text
             ),
             NotCarried::StructuredOutput
@@ -421,20 +430,32 @@ mod tests {
             ..Delivered::default()
         };
         assert_eq!(
-            refused(with("n", json!(1)), true, &calling),
+            refused(with("n", json!(1)), Format::Chat, &calling),
             NotCarried::ToolCall
         );
         assert_eq!(
-            refused(with("n", json!(1)), false, &text),
-            NotCarried::TextCompletion
+            refused(with("n", json!(1)), Format::Text, &text),
+            NotCarried::Api(Format::Text)
         );
+        // Messages and Responses streams are never carried on, even before any text.
+        for format in [Format::Messages, Format::Responses] {
+            assert_eq!(
+                refused(with("n", json!(1)), format, &Delivered::default()),
+                NotCarried::Api(format)
+            );
+        }
         let original = body(json!({"model": "m"}));
         assert_eq!(
-            carry_on(FailoverMode::Restart, &original, true, &text),
+            carry_on(FailoverMode::Restart, &original, Format::Chat, &text),
             Err(NotCarried::Delivered)
         );
         assert_eq!(
-            carry_on(FailoverMode::Off, &original, true, &Delivered::default()),
+            carry_on(
+                FailoverMode::Off,
+                &original,
+                Format::Chat,
+                &Delivered::default()
+            ),
             Err(NotCarried::Off)
         );
         assert!(NotCarried::ToolCall.to_string().contains("tool call"));
@@ -477,7 +498,7 @@ mod tests {
         assert_eq!(delivered.tokens, 3);
         let original = body(json!({"model": "m", "messages": []}));
         assert_eq!(
-            carry_on(FailoverMode::Continue, &original, true, &delivered),
+            carry_on(FailoverMode::Continue, &original, Format::Chat, &delivered),
             Err(NotCarried::TooLong)
         );
     }

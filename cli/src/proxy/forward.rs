@@ -1,5 +1,5 @@
 //! Every request that is not one of the proxy's own: a completion request (`POST
-//! /v1/chat/completions`, `/v1/completions`) has its body read (bounded in size, time and,
+//! /v1/chat/completions`, `/v1/completions`, `/v1/messages`, `/v1/responses`) has its body read (bounded in size, time and,
 //! across all requests, in buffered bytes) and goes to [`stream::relay`](super::stream::relay),
 //! which gates the answer if it is a stream; anything else passes through (method, path and
 //! query, headers but the hop-by-hop ones, the body streamed both ways). `Upgrade` and
@@ -19,13 +19,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::Proxy;
 use super::body::{Buffered, leased};
+use super::format::Format;
 use super::stream::{self, StreamRequest};
 use super::upstream::{pass_response, set_request_id};
 use crate::serving;
-
-/// The endpoints whose `"stream": true` requests the proxy streams itself, and whether their
-/// chunks are chat completion chunks.
-const STREAMED: [(&str, bool); 2] = [("/v1/chat/completions", true), ("/v1/completions", false)];
 
 /// The fallback handler: every method and path the proxy does not serve itself.
 pub(super) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
@@ -38,13 +35,12 @@ pub(super) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -
         .path_and_query()
         .map_or("/", |path| path.as_str())
         .to_owned();
-    let chat = STREAMED
-        .iter()
-        .find(|(path, _)| parts.method == Method::POST && parts.uri.path() == *path)
-        .map(|(_, chat)| *chat);
-    let mut response = match chat {
+    let format = Some(&parts.method)
+        .filter(|method| **method == Method::POST)
+        .and_then(|_| Format::of(parts.uri.path()));
+    let mut response = match format {
         None => passthrough(&proxy, parts.method, &path_and_query, &headers, body).await,
-        Some(chat) => match read(&proxy, body, &headers).await {
+        Some(format) => match read(&proxy, body, &headers).await {
             Err(response) => response,
             Ok(body) => {
                 // Whatever the body says (`"stream": "true"`, `1`, a key given twice: Python
@@ -59,7 +55,7 @@ pub(super) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -
                     headers,
                     body,
                     id: id.clone(),
-                    chat,
+                    format,
                     asked,
                     model,
                 };

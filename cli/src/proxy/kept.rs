@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::attempt::Attempted;
 use super::body::Buffered;
+use super::format::Format;
 
 /// What a stream keeps in the store for an adopter: the request as it goes upstream (its
 /// headers, credentials among them, are as safe as the Redis), as one JSON line, then the
@@ -14,7 +15,7 @@ use super::body::Buffered;
 #[derive(Serialize, Deserialize)]
 struct Kept {
     path_and_query: String,
-    chat: bool,
+    format: Format,
     asked: bool,
     model: Option<String>,
     headers: Vec<(String, KeptValue)>,
@@ -28,8 +29,8 @@ enum KeptValue {
     Bytes(Vec<u8>),
 }
 
-/// The request `request` (a chat completion's when `chat`) as a stream keeps it.
-pub(super) fn keep(request: &Attempted, chat: bool) -> Bytes {
+/// The request `request` (of `format`) as a stream keeps it.
+pub(super) fn keep(request: &Attempted, format: Format) -> Bytes {
     let headers = request
         .headers
         .iter()
@@ -43,7 +44,7 @@ pub(super) fn keep(request: &Attempted, chat: bool) -> Bytes {
         .collect();
     let kept = Kept {
         path_and_query: request.path_and_query.clone(),
-        chat,
+        format,
         asked: request.asked,
         model: request.model.clone(),
         headers,
@@ -54,9 +55,8 @@ pub(super) fn keep(request: &Attempted, chat: bool) -> Bytes {
     bytes.into()
 }
 
-/// The request a stream kept, and whether it is a chat completion's; `None` when it kept none
-/// this proxy wrote.
-pub(super) fn kept(bytes: &Bytes) -> Option<(Attempted, bool)> {
+/// The request a stream kept, and its format; `None` when it kept none this proxy wrote.
+pub(super) fn kept(bytes: &Bytes) -> Option<(Attempted, Format)> {
     let line = bytes.iter().position(|&byte| byte == b'\n')?;
     let kept: Kept = serde_json::from_slice(&bytes[..line]).ok()?;
     let mut headers = HeaderMap::new();
@@ -74,7 +74,7 @@ pub(super) fn kept(bytes: &Bytes) -> Option<(Attempted, bool)> {
         asked: kept.asked,
         model: kept.model,
     };
-    Some((request, kept.chat))
+    Some((request, kept.format))
 }
 
 #[cfg(test)]
@@ -96,8 +96,8 @@ mod tests {
             asked: true,
             model: Some("m".to_owned()),
         };
-        let (back, chat) = kept(&keep(&request, true)).expect("kept");
-        assert!(chat);
+        let (back, format) = kept(&keep(&request, Format::Chat)).expect("kept");
+        assert_eq!(format, Format::Chat);
         assert_eq!(back.path_and_query, request.path_and_query);
         assert_eq!(back.headers, headers);
         assert_eq!(back.body.bytes, body);

@@ -32,7 +32,8 @@
 //!
 //! # What goes where
 //!
-//! - `POST /v1/chat/completions` and `POST /v1/completions`: the body is read whole (at most
+//! - `POST /v1/chat/completions`, `POST /v1/completions`, `POST /v1/messages` (Anthropic
+//!   Messages) and `POST /v1/responses` (OpenAI Responses): the body is read whole (at most
 //!   `--max-request-bytes`, 413 above; within `--body-timeout-ms`, 408 after; and all bodies
 //!   being read or waiting to go upstream together within `--max-buffered-bytes`, 503 "too many
 //!   large requests in flight" past it, at once, never queued). Whatever the body says, an
@@ -62,9 +63,33 @@
 //!   body. `Upgrade` and `Connection` are hop-by-hop: a WebSocket (or other `Upgrade`)
 //!   handshake reaches the upstream as a plain request, and no upgraded connection is relayed.
 //! - The proxy's own: `GET /metrics`, `GET /stats`, and with `--resume-grace-ms` above 0 `GET
-//!   /v1/chat/completions/{id}/stream` and `POST /v1/chat/completions/{id}/cancel` (as `sim`
-//!   serves them); they shadow the upstream's paths of the same name (other methods on them
-//!   pass through). Without a grace the last two pass through to the upstream.
+//!   /v1/chat/completions/{id}/stream` and `POST /v1/chat/completions/{id}/cancel`, the same
+//!   under `/v1/messages/`, and `GET /v1/responses/{id}?stream=true&starting_after=N` and `POST
+//!   /v1/responses/{id}/cancel` (as `sim` serves them; `{id}` is the request id, which a
+//!   resumed stream of any API is found by); they shadow the upstream's paths of the same name
+//!   (other methods on them, and `GET /v1/responses/{id}` without `stream=true`, pass
+//!   through). Without a grace they all pass through to the upstream.
+//!
+//! # Messages and Responses
+//!
+//! An Anthropic Messages or OpenAI Responses stream is gated, numbered, probed, heartbeaten,
+//! registered and stopped as a chat completion's is, in its own terms: its events pass byte for
+//! byte (each with the proxy's `id: n`); it is complete at its own end event (`message_stop`,
+//! `response.completed` or `.incomplete`; `response.failed` ends it as an upstream error) and
+//! the upstream's clean close after it, with no `[DONE]`; an upstream failure ends it with the
+//! API's own error event (Messages: `{"type":"error","error":{"type":"api_error",..}}`;
+//! Responses: `{"type":"error","code":"upstream_error",..}`); a stop (`/cancel`) ends it with
+//! `message_delta` (`end_turn`) and `message_stop`, or `response.incomplete` (the created
+//! response, `incomplete_details.reason` `stopped`). A Responses event's `sequence_number` is
+//! the proxy's id (what `starting_after` names): written where the upstream sent none or
+//! another, and a text or part event without `output_index`/`content_index` gets those of the
+//! last item and part added (llama.cpp's server sends neither, and the `openai` SDK cannot read
+//! its stream straight: through the proxy it can). An event the crate's `anthropic` or
+//! `responses` module cannot read as its API's is dropped and counted (an unknown type passes).
+//! Not yet: their streams are not carried on after a failure (the error event says so),
+//! `--policy coalesce` merges chat chunks only (their events wait for a slow reader, as under
+//! `backpressure`), and the gate's own ends (a slow reader cut off, shutdown) are written in the
+//! OpenAI error shape.
 //!
 //! # Request ids and traces
 //!
@@ -197,6 +222,7 @@ mod config;
 mod error;
 mod failover;
 mod fleet;
+mod format;
 mod forward;
 mod kept;
 mod pages;
@@ -273,13 +299,24 @@ pub fn app(
         .route("/metrics", get(pages::metrics).fallback(forward::forward))
         .route("/stats", get(pages::stats).fallback(forward::forward));
     if proxy.resumable() {
+        for api in ["/v1/chat/completions", "/v1/messages"] {
+            app = app
+                .route(
+                    &format!("{api}/{{request_id}}/stream"),
+                    get(resume::resume).fallback(forward::forward),
+                )
+                .route(
+                    &format!("{api}/{{request_id}}/cancel"),
+                    post(resume::cancel).fallback(forward::forward),
+                );
+        }
         app = app
             .route(
-                "/v1/chat/completions/{request_id}/stream",
-                get(resume::resume).fallback(forward::forward),
+                "/v1/responses/{request_id}",
+                get(resume::response).fallback(forward::forward),
             )
             .route(
-                "/v1/chat/completions/{request_id}/cancel",
+                "/v1/responses/{request_id}/cancel",
                 post(resume::cancel).fallback(forward::forward),
             );
     }

@@ -1,17 +1,20 @@
 //! The proxy's resume and stop endpoints, for upstreams that have none:
-//! `GET /v1/chat/completions/{request_id}/stream` and `POST .../cancel`.
+//! `GET /v1/chat/completions/{request_id}/stream` and `POST .../cancel` (the same under
+//! `/v1/messages/`), and a Responses stream served again as OpenAI serves a background
+//! response: `GET /v1/responses/{request_id}?stream=true&starting_after=N`, and `POST
+//! /v1/responses/{request_id}/cancel`.
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
 
 use futures_util::StreamExt;
 
-use super::{Proxy, adopt};
-use crate::resume::{self, ResumeAfter};
+use super::{Proxy, adopt, forward};
+use crate::resume::{self, ResumeAfter, StartingAfter};
 use crate::serving;
 
 /// `GET /v1/chat/completions/{request_id}/stream` with `Last-Event-ID: n` (or `?after=n`): the
@@ -37,6 +40,22 @@ pub(super) async fn resume(
         }
         Err(failure) => resume::attach_error(&failure),
     }
+}
+
+/// `GET /v1/responses/{request_id}?stream=true[&starting_after=N]`: the events after sequence
+/// number N (a Responses stream's sequence numbers are the proxy's event ids) of a running or
+/// retained stream, as [`resume`] serves them; without `stream=true` the request is the
+/// upstream's (a stored response, retrieved), and passes through.
+pub(super) async fn response(
+    State(proxy): State<Arc<Proxy>>,
+    Path(id): Path<String>,
+    StartingAfter { streamed, after }: StartingAfter,
+    request: Request,
+) -> Response {
+    if !streamed {
+        return forward::forward(State(proxy), request).await;
+    }
+    resume(State(proxy), Path(id), ResumeAfter(after)).await
 }
 
 /// `POST /v1/chat/completions/{request_id}/cancel`: an explicit stop. The upstream is dropped

@@ -15,10 +15,10 @@ use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
 use streamgate::fleet::{Failure, Lease};
 use streamgate::openai::{ChatCompletionChunk, ChunkChoice, Delta};
-use streamgate::probe::{Observed, Recorder, Seen};
+use streamgate::probe::{Observation, Recorder};
 use streamgate::resume::{Claim, ClaimError};
 use streamgate::sse::{DecodeError, SseEvent};
-use streamgate::{EndReason, GateExt, Sender};
+use streamgate::{Chunk, EndReason, GateExt, Kind, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -27,6 +27,7 @@ use super::body::Buffered;
 use super::chunk::Relayed;
 use super::config::InjectedStall;
 use super::failover::{self, Carried, CarryOn, Delivered, FailoverMode, NotCarried};
+use super::format::{self, Format, Indices};
 use super::kept;
 use super::peek::{self, Peek};
 use super::seam::Seam;
@@ -43,8 +44,9 @@ pub(super) struct StreamRequest {
     pub(super) body: Buffered,
     /// The request id (`x-request-id`), under which the stream is resumable.
     pub(super) id: String,
-    /// A chat completion (`chat.completion.chunk` events, which may coalesce), or a text one.
-    pub(super) chat: bool,
+    /// Its API: chat completion chunks (which may coalesce), text completion chunks, Messages
+    /// or Responses events.
+    pub(super) format: Format,
     /// The body asks for a stream (`"stream": true`): the upstream's headers have a deadline,
     /// and the id is claimed before the upstream is asked.
     pub(super) asked: bool,
@@ -68,7 +70,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         mut headers,
         body,
         id,
-        chat,
+        format,
         asked,
         model,
     } = request;
@@ -99,7 +101,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
     });
     if let Some(claim) = claim.as_mut() {
         // For another instance to carry the stream on, should this one die.
-        claim.keep_request(kept::keep(&request, chat));
+        claim.keep_request(kept::keep(&request, format));
     }
     let mut attempts: Attempting = Box::pin(attempt::run(proxy.clone(), request.clone()));
     let outcome = if asked {
@@ -124,7 +126,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             Some(outcome) => outcome,
             None => {
                 let answer = Answer::Awaited(attempts);
-                return start(proxy, &id, chat, request, claim, answer, recv).await;
+                return start(proxy, &id, format, request, claim, answer, recv).await;
             }
         }
     } else {
@@ -135,14 +137,23 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             if resumable && claim.is_none() {
                 match proxy.store.claim(&id).await {
                     Ok(mut held) => {
-                        held.keep_request(kept::keep(&request, chat));
+                        held.keep_request(kept::keep(&request, format));
                         claim = Some(held);
                     }
                     // The upstream response is dropped: its connection closes, its work stops.
                     Err(refused) => return refused_claim(&id, &refused),
                 }
             }
-            start(proxy, &id, chat, request, claim, Answer::Now(started), recv).await
+            start(
+                proxy,
+                &id,
+                format,
+                request,
+                claim,
+                Answer::Now(started),
+                recv,
+            )
+            .await
         }
         // An answer that is no stream.
         Outcome::Answer(response) => {
@@ -166,7 +177,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
 async fn start(
     proxy: &Arc<Proxy>,
     id: &str,
-    chat: bool,
+    format: Format,
     request: Arc<Attempted>,
     mut claim: Option<Claim>,
     answer: Answer,
@@ -179,7 +190,7 @@ async fn start(
         .map_or_else(CancellationToken::new, Claim::stop_signal);
     let start = Start {
         id,
-        chat,
+        format,
         request,
         stop,
         first_id: 0,
@@ -199,14 +210,14 @@ async fn start(
 pub(super) fn adopted(
     proxy: &Arc<Proxy>,
     id: &str,
-    chat: bool,
+    format: Format,
     request: Arc<Attempted>,
     stop: CancellationToken,
     sent: Box<Sent>,
 ) -> streamgate::Consumer<Relayed> {
     let start = Start {
         id,
-        chat,
+        format,
         request,
         stop,
         first_id: sent.next_id,
@@ -259,7 +270,7 @@ pub(super) enum Answer {
 /// What a stream's gate is started with.
 struct Start<'a> {
     id: &'a str,
-    chat: bool,
+    format: Format,
     /// The request: its `model` names a final chunk made before the upstream sent any, and a
     /// stream that breaks is carried on with it.
     request: Arc<Attempted>,
@@ -292,10 +303,10 @@ impl Start<'_> {
             proxy: proxy.clone(),
             stop,
             verdict,
-            chat: self.chat,
+            format: self.format,
             id: self.id.to_owned(),
             request: self.request,
-            mergeable: self.chat && config.gate.policy == PolicyFlag::Coalesce,
+            mergeable: self.format == Format::Chat && config.gate.policy == PolicyFlag::Coalesce,
             idle: config.upstream_idle,
             stall: config.stall,
         };
@@ -328,7 +339,7 @@ struct Pump {
     /// `/cancel`: stop reading, send a final chunk and `[DONE]`.
     stop: CancellationToken,
     verdict: Arc<AtomicU8>,
-    chat: bool,
+    format: Format,
     /// The request id: a final chunk made before the upstream sent any names it.
     id: String,
     /// The request, to carry the stream on when it breaks (and its `model`, for a final chunk
@@ -402,6 +413,8 @@ pub(super) struct Sent {
     pub(super) delivered: Delivered,
     /// Once the stream was carried on elsewhere: the join of the carried-on chunks.
     seam: Option<Seam>,
+    /// A Responses stream's item and content part, for the events that leave them out.
+    indices: Indices,
     /// How many times the stream was carried on.
     failovers: u32,
     /// When it first broke: every failover's attempts share one deadline from then.
@@ -506,16 +519,24 @@ impl Pump {
                     Failure::Cut,
                     "the upstream closed the stream before data: [DONE]".to_owned(),
                 ),
-                Read::Item(Some(item)) => {
-                    match item.observed() {
-                        Seen::Event(event) | Seen::Last(event, _) => recv.observe(event),
-                        Seen::End(_) | Seen::Nothing => {}
-                    }
-                    match item {
-                        Ok(event) => self.forward(event, &mut sent, &mut tx).await?,
-                        Err(error) => Step::Broke(Failure::Cut, describe(&error)),
-                    }
+                Read::Item(Some(Ok(event))) => {
+                    let (arrived, before) = (std::time::Instant::now(), sent.next_id);
+                    let (bytes, kind) = (event.byte_len() as u64, event.kind());
+                    let step = self.forward(event, &mut sent, &mut tx).await?;
+                    // `proxy.recv` records each event as it arrived, under the id the client
+                    // gets it by (an upstream's own ids start again after a failover); one the
+                    // proxy did not pass on (the seam's echo, an invalid one) or an end frame
+                    // is counted, but no progress and no record.
+                    let passed =
+                        sent.next_id > before && matches!(step, Step::Heard | Step::End(_));
+                    let seen = match passed {
+                        true => Observation::new(Some(before), bytes, kind),
+                        false => Observation::new(None, bytes, Kind::Control),
+                    };
+                    recv.observe_at(seen, arrived);
+                    step
                 }
+                Read::Item(Some(Err(error))) => Step::Broke(Failure::Cut, describe(&error)),
             };
             match step {
                 Step::Heard => waiting_since = Instant::now(),
@@ -555,7 +576,9 @@ impl Pump {
             // A `retry:` alone: the proxy's clients reconnect to the proxy.
             return Ok(Step::Quiet);
         };
-        let carrying = self.proxy.config.failover != FailoverMode::Off;
+        // Messages and Responses streams are not carried on: their own error frames pass.
+        let carrying =
+            self.proxy.config.failover != FailoverMode::Off && self.format.ends_with_done();
         if event.event() == Some("error") {
             let error = serde_json::from_str::<Value>(data).unwrap_or(Value::Null);
             if carrying && peek::another_replica_could_avoid(&error) {
@@ -569,8 +592,11 @@ impl Pump {
             tx.send(Relayed::new(frame, false)).await.map_err(gone)?;
             return Ok(Step::End(End::ErrorFrame));
         }
-        if data.starts_with("[DONE]") {
+        if self.format.ends_with_done() && data.starts_with("[DONE]") {
             return Ok(Step::End(self.done(sent, tx).await?));
+        }
+        if !self.format.ends_with_done() {
+            return self.forward_event(event, sent, tx).await;
         }
         let Some(peeked) = Peek::of(data) else {
             // Not JSON: an SDK would raise on it mid-answer. Dropped and counted; the stream
@@ -622,8 +648,45 @@ impl Pump {
         Ok(Step::Heard)
     }
 
-    /// Sends `[DONE]`: the stream is complete.
+    /// Sends on one event of a format whose events are no chunks (Messages, Responses): as it
+    /// came (a Responses event numbered, see [`format::numbered`]), or dropped and counted
+    /// when it is not one the format's events can be; its end event finishes the answer.
+    async fn forward_event(
+        &self,
+        event: SseEvent,
+        sent: &mut Sent,
+        tx: &mut Sender<Relayed>,
+    ) -> Result<Step, &'static str> {
+        if !self.format.reads(&event) {
+            // An SDK would raise on it mid-answer: dropped and counted, as a chunk that is no
+            // JSON is.
+            self.proxy.stats.invalid_event();
+            return Ok(Step::Heard);
+        }
+        sent.finished |= self.format.ends(&event);
+        let event = match self.format {
+            Format::Responses => format::numbered(event, sent.next_id, &mut sent.indices),
+            _ => event,
+        };
+        if sent.first.is_none() {
+            sent.first = event.data_str().map(str::to_owned);
+        }
+        let event = event
+            .with_id(sent.next_id.to_string())
+            .expect("a number is a valid id");
+        tx.send(Relayed::new(event, false))
+            .await
+            .map_err(|_| "the stream ended")?;
+        sent.next_id += 1;
+        Ok(Step::Heard)
+    }
+
+    /// Sends `[DONE]` where the format ends with it: the stream is complete.
     async fn done(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
+        if !self.format.ends_with_done() {
+            // Its own end event came: nothing follows it.
+            return Ok(End::Done);
+        }
         let done = SseEvent::data("[DONE]").with_id(sent.next_id.to_string());
         let done = done.expect("a number is a valid id");
         tx.send(Relayed::new(done, false))
@@ -637,7 +700,13 @@ impl Pump {
     /// (`finish_reason: length`) and `[DONE]`.
     async fn whole(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
         let model = self.request.model.as_deref();
-        let last = final_chunk(sent.first.as_deref(), &self.id, model, self.chat, "length");
+        let last = final_chunk(
+            sent.first.as_deref(),
+            &self.id,
+            model,
+            self.format == Format::Chat,
+            "length",
+        );
         let event = SseEvent::data(last).with_id(sent.next_id.to_string());
         tx.send(Relayed::new(event.expect("a number is a valid id"), false))
             .await
@@ -679,7 +748,7 @@ impl Pump {
         };
         let original = &self.request.body.bytes;
         let (bytes, carried, message) =
-            match failover::carry_on(config.failover, original, self.chat, &sent.delivered) {
+            match failover::carry_on(config.failover, original, self.format, &sent.delivered) {
                 Ok(CarryOn::Whole) => {
                     stats.failed_over(Carried::Whole);
                     return Ok(None);
@@ -812,17 +881,28 @@ impl Pump {
                 self.verdict
                     .store(Verdict::UpstreamError as u8, Ordering::SeqCst);
                 recv.end(EndReason::UpstreamError);
-                tx.send(Relayed::new(error::upstream_frame(&message), false))
+                tx.send(Relayed::new(self.format.error_frame(&message), false))
                     .await
                     .map_err(gone)?;
             }
             End::Stopped => {
                 self.verdict.store(Verdict::Stopped as u8, Ordering::SeqCst);
                 recv.end(EndReason::Cancelled);
-                let model = self.request.model.as_deref();
-                let finish = final_chunk(first.as_deref(), &self.id, model, self.chat, "stop");
-                for data in [finish, "[DONE]".to_owned()] {
-                    let event = SseEvent::data(data).with_id(next_id.to_string());
+                let events = if self.format.ends_with_done() {
+                    let model = self.request.model.as_deref();
+                    let chat = self.format == Format::Chat;
+                    let finish = final_chunk(first.as_deref(), &self.id, model, chat, "stop");
+                    vec![SseEvent::data(finish), SseEvent::data("[DONE]")]
+                } else {
+                    self.format.stop_events(first.as_deref())
+                };
+                let mut indices = Indices::default();
+                for event in events {
+                    let event = match self.format {
+                        Format::Responses => format::numbered(event, next_id, &mut indices),
+                        _ => event,
+                    };
+                    let event = event.with_id(next_id.to_string());
                     let event = event.expect("a number is a valid id");
                     tx.send(Relayed::new(event, false)).await.map_err(gone)?;
                     next_id += 1;

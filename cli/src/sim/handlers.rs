@@ -16,7 +16,7 @@ use super::generation::Output;
 use super::request::{self, BadRequest, Request, Start};
 use super::state::Sim;
 use super::stream;
-use crate::resume::{self, NotAnEventId, ResumeAfter};
+use crate::resume::{self, ResumeAfter, StartingAfter};
 use crate::{request_id, serving};
 
 /// `POST /v1/chat/completions`: a new answer, or the continuation of a final assistant
@@ -175,25 +175,9 @@ pub(super) async fn cancel(State(sim): State<Arc<Sim>>, Path(id): Path<String>) 
 pub(super) async fn response_get(
     State(sim): State<Arc<Sim>>,
     Path(id): Path<String>,
-    RawQuery(query): RawQuery,
-    headers: HeaderMap,
+    StartingAfter { streamed, after }: StartingAfter,
     connection: Connection,
 ) -> Response {
-    let mut after = match resume::last_event_id(&headers) {
-        Ok(last) => last,
-        Err(refused) => return refused.into_response(),
-    };
-    let mut streamed = false;
-    for pair in query.as_deref().unwrap_or("").split('&') {
-        match pair.split_once('=') {
-            Some(("stream", value)) => streamed = value == "true",
-            Some(("starting_after", value)) => match resume::event_id(value) {
-                Some(n) => after = Some(n),
-                None => return NotAnEventId("`starting_after`").into_response(),
-            },
-            _ => {}
-        }
-    }
     if !streamed {
         let bad = "the reference server serves a response again only as a stream: ?stream=true";
         return BadRequest::from(bad).response(Format::Responses);

@@ -10,6 +10,7 @@
 
 pub mod formats;
 pub mod provider;
+pub mod python;
 pub mod reference;
 pub mod replica;
 pub mod resume_client;

@@ -1,0 +1,47 @@
+//! The real Python SDKs as the tests run them: a script of `tests/clients/`, off the runtime's
+//! threads, skipped (loudly) when its package is not installed.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// Runs `python3 tests/clients/SCRIPT ARGS` off the runtime's threads (the server runs on
+/// them), if the Python `module` is installed; `None` (the test says SKIPPED) when it is not.
+pub async fn python(test: &str, module: &str, script: &str, args: Vec<String>) -> Option<Output> {
+    let run = |args: Vec<String>| {
+        tokio::task::spawn_blocking(move || Command::new("python3").args(args).output())
+    };
+    let import = vec!["-c".to_owned(), format!("import {module}")];
+    let installed = run(import).await.unwrap();
+    if !installed.is_ok_and(|output| output.status.success()) {
+        eprintln!(
+            "\n*** SKIPPED {test}: the {module} Python package is not installed \
+             (`python3 -m pip install {module}`) ***\n"
+        );
+        return None;
+    }
+    let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
+    let mut command = vec![path];
+    command.extend(args);
+    let output = tokio::time::timeout(Duration::from_secs(60), run(command))
+        .await
+        .expect("the SDK finished in time")
+        .unwrap()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "the SDK failed: {}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Some(output)
+}
+
+/// The JSON lines a script printed.
+pub fn lines(output: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON line"))
+        .collect()
+}

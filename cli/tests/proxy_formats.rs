@@ -1,0 +1,258 @@
+//! `streamgate proxy` in front of Anthropic Messages (`POST /v1/messages`) and OpenAI
+//! Responses (`POST /v1/responses`) streams, over real sockets, each frame read by the
+//! library's typed events: one gated stream numbered by the proxy (a Responses event's
+//! `sequence_number` is its id, filled where the upstream sent none, as llama.cpp's server does),
+//! heartbeats through a stall, a failure ending with the API's own error event, a stop ending
+//! with its own end events, and a resume by each API's path with nothing lost or repeated.
+
+mod common;
+#[path = "common/proxy_setup.rs"]
+mod setup;
+
+// `setup` names the raw client `crate::client`.
+use common as client;
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use axum::response::IntoResponse;
+use axum::routing::post;
+use common::formats::{Api, Read, read_all, text, tokens};
+use common::python::{lines, python};
+use common::replica::Replica;
+use common::{LONG, RawResponse, assert_sse_headers, stats, wait_for};
+use serde_json::Value;
+use setup::{start_proxy, start_sim};
+
+/// A streamed request of `api` through `addr` for `max_tokens`, with extra header lines.
+async fn post_api(addr: SocketAddr, api: Api, headers: &str, max_tokens: u64) -> RawResponse {
+    RawResponse::post(addr, api.path(), headers, &api.body(max_tokens, true, None)).await
+}
+
+/// The types of `events`.
+fn kinds(events: &[Read]) -> Vec<&str> {
+    events.iter().map(|event| event.kind.as_str()).collect()
+}
+
+/// Every event numbered by its position.
+fn assert_numbered(events: &[Read]) {
+    let ids: Vec<Option<u64>> = events.iter().map(|event| event.id).collect();
+    let expected: Vec<Option<u64>> = (0..events.len() as u64).map(Some).collect();
+    assert_eq!(ids, expected, "{events:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_api_through_the_proxy_is_one_gated_stream() {
+    let (sim, _) = start_sim(&["--step-ms", "1"]);
+    let proxy = start_proxy(&format!("http://{sim}"), &[]);
+    for api in Api::ALL {
+        let name = format!("through-{api:?}");
+        let mut response = post_api(proxy, api, &format!("x-request-id: {name}\r\n"), 5).await;
+        assert_eq!(response.status(), 200);
+        assert_sse_headers(&response);
+        assert_eq!(response.header("x-request-id"), Some(name));
+        let events = read_all(api, &response.rest().await);
+        assert_eq!(kinds(&events), api.stream_types(5), "{api:?}");
+        assert_numbered(&events);
+        assert_eq!(text(&events), tokens(0..5));
+    }
+    let stats = stats(proxy).await;
+    assert_eq!(stats["streams_completed"], 2, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_bridge_a_stall_in_each_api() {
+    let (sim, _) = start_sim(&["--step-ms", "1", "--stall-at", "2", "--stall-ms", "400"]);
+    let proxy = start_proxy(&format!("http://{sim}"), &["--heartbeat-ms", "50"]);
+    for api in Api::ALL {
+        let frames = post_api(proxy, api, "", 4).await.rest().await;
+        let at = |token: &str| {
+            frames
+                .iter()
+                .position(|frame| frame.contains(&format!("\"{token} \"")))
+                .unwrap()
+        };
+        let beats = frames[at("t1") + 1..at("t2")]
+            .iter()
+            .filter(|frame| common::is_heartbeat(frame))
+            .count();
+        assert!(beats >= 2, "heartbeats in the 400 ms stall: {frames:?}");
+        assert_eq!(text(&read_all(api, &frames)), tokens(0..4));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_dies_mid_stream_ends_each_api_with_its_own_error_event() {
+    for api in Api::ALL {
+        let dying = Replica::start(&["--step-ms", "1", "--die-after", "3"]).await;
+        let proxy = start_proxy(&dying.url(), &[]);
+        let events = read_all(api, &post_api(proxy, api, "", 20).await.rest().await);
+        let last = events.last().unwrap();
+        assert_eq!(last.kind, "error", "{events:?}");
+        assert_eq!(last.data["type"], "error", "{events:?}");
+        let message = match api {
+            Api::Messages => {
+                assert_eq!(last.data["error"]["type"], "api_error");
+                last.data["error"]["message"].as_str().unwrap()
+            }
+            Api::Responses => {
+                assert_eq!(last.data["code"], "upstream_error");
+                last.data["message"].as_str().unwrap()
+            }
+        };
+        assert!(message.contains("not carried on"), "{message}");
+        // Nothing after the error event, and every event before it numbered.
+        assert_numbered(&events[..events.len() - 1]);
+        assert!(text(&events).starts_with("t0 t1 t2 "), "{events:?}");
+        let stats = stats(proxy).await;
+        assert_eq!(stats["failovers"]["refused"], 1, "{stats}");
+        assert_eq!(stats["streams_upstream_error"], 1, "{stats}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_each_api_with_its_own_end_events() {
+    let (sim, _) = start_sim(&["--step-ms", "2"]);
+    let proxy = start_proxy(&format!("http://{sim}"), &["--resume-grace-ms", "10000"]);
+    for api in Api::ALL {
+        let name = format!("stopped-{api:?}");
+        let mut response = post_api(proxy, api, &format!("x-request-id: {name}\r\n"), LONG).await;
+        let mut seen = Vec::new();
+        while seen.len() < api.opening().len() + 3 {
+            seen.extend(read_all(api, &[response.expect_frame().await]));
+        }
+        let path = format!("{}/{name}/cancel", api.path());
+        let mut stopped = RawResponse::post(proxy, &path, "", "").await;
+        assert_eq!(stopped.status(), 200);
+        let answer: Value = serde_json::from_str(&stopped.text().await).unwrap();
+        assert_eq!(answer["cancelled"], true);
+        seen.extend(read_all(api, &response.rest().await));
+        assert_numbered(&seen);
+        let ends: Vec<&str> = kinds(&seen).into_iter().rev().take(2).collect();
+        match api {
+            Api::Messages => {
+                assert_eq!(ends, ["message_stop", "message_delta"]);
+                let delta = &seen[seen.len() - 2].data;
+                assert_eq!(delta["delta"]["stop_reason"], "end_turn");
+            }
+            Api::Responses => {
+                assert_eq!(ends[0], "response.incomplete");
+                let last = &seen[seen.len() - 1].data;
+                assert_eq!(last["response"]["status"], "incomplete");
+                assert_eq!(last["response"]["id"], name, "the created response's");
+            }
+        }
+        wait_for(sim, "the upstream's generator stops", |s| {
+            s["generators_running"] == 0
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_disconnected_stream_resumes_by_each_apis_path_through_the_proxy() {
+    let (sim, _) = start_sim(&["--step-ms", "5", "--token-salt"]);
+    let proxy = start_proxy(&format!("http://{sim}"), &["--resume-grace-ms", "10000"]);
+    for api in Api::ALL {
+        let name = format!("resumed-{api:?}");
+        let mut first = post_api(proxy, api, &format!("x-request-id: {name}\r\n"), 200).await;
+        let mut seen = Vec::new();
+        while seen.len() < api.opening().len() + 5 {
+            seen.extend(read_all(api, &[first.expect_frame().await]));
+        }
+        drop(first);
+        let last = seen.last().unwrap().id.unwrap();
+        let mut resumed = match api {
+            Api::Messages => {
+                let path = format!("/v1/messages/{name}/stream");
+                RawResponse::get(proxy, &path, &format!("Last-Event-ID: {last}\r\n")).await
+            }
+            Api::Responses => {
+                let path = format!("/v1/responses/{name}?stream=true&starting_after={last}");
+                RawResponse::get(proxy, &path, "").await
+            }
+        };
+        assert_eq!(resumed.status(), 200);
+        let rest = read_all(api, &resumed.rest().await);
+        assert_eq!(rest[0].id, Some(last + 1), "the next event");
+        seen.extend(rest);
+        assert_eq!(kinds(&seen), api.stream_types(200), "{api:?}");
+        assert_numbered(&seen);
+        let text = text(&seen);
+        let salt = text.split(' ').next().unwrap().strip_prefix("t0.").unwrap();
+        let expected: String = (0..200).map(|i| format!("t{i}.{salt} ")).collect();
+        assert_eq!(text, expected, "one generation");
+    }
+    assert_eq!(stats(sim).await["streams_started"], 2);
+}
+
+/// A Responses stream as llama.cpp's server sends it: no `sequence_number`, and text deltas
+/// without `output_index` or `content_index`.
+const UNNUMBERED: &str = concat!(
+    "event: response.created\ndata: {\"type\":\"response.created\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"in_progress\",\"output\":[]}}\n\n",
+    "event: response.output_item.added\ndata: {\"type\":\"response.output_item.added\",\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"status\":\"in_progress\",\"content\":[]}}\n\n",
+    "event: response.content_part.added\ndata: {\"type\":\"response.content_part.added\",\"item_id\":\"msg_1\",\"part\":{\"type\":\"output_text\",\"text\":\"\",\"annotations\":[]}}\n\n",
+    "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"delta\":\"Hello\"}\n\n",
+    "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"delta\":\" there\"}\n\n",
+    "event: response.output_text.done\ndata: {\"type\":\"response.output_text.done\",\"item_id\":\"msg_1\",\"text\":\"Hello there\"}\n\n",
+    "event: response.content_part.done\ndata: {\"type\":\"response.content_part.done\",\"item_id\":\"msg_1\",\"part\":{\"type\":\"output_text\",\"text\":\"Hello there\",\"annotations\":[]}}\n\n",
+    "event: response.output_item.done\ndata: {\"type\":\"response.output_item.done\",\"item\":{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello there\",\"annotations\":[]}]}}\n\n",
+    "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello there\",\"annotations\":[]}]}]}}\n\n",
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_upstream_that_numbers_nothing_is_numbered_by_the_proxy() {
+    let app = Router::new().route(
+        "/v1/responses",
+        post(|| async { ([("content-type", "text/event-stream")], UNNUMBERED).into_response() }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let proxy = start_proxy(&format!("http://{upstream}"), &[]);
+    let frames = post_api(proxy, Api::Responses, "", 2).await.rest().await;
+    // `read` checks each event's sequence_number against its id.
+    let events = read_all(Api::Responses, &frames);
+    assert_numbered(&events);
+    assert_eq!(text(&events), "Hello there");
+    for delta in events
+        .iter()
+        .filter(|e| e.kind == "response.output_text.delta")
+    {
+        assert_eq!(
+            (&delta.data["output_index"], &delta.data["content_index"]),
+            (&Value::from(0), &Value::from(0))
+        );
+    }
+    assert_eq!(kinds(&events).last(), Some(&"response.completed"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_sdk_fails_on_such_an_upstream_straight_and_streams_it_through_the_proxy() {
+    let app = Router::new().route(
+        "/v1/responses",
+        post(|| async { ([("content-type", "text/event-stream")], UNNUMBERED).into_response() }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let proxy = start_proxy(&format!("http://{upstream}"), &[]);
+    let test = "the_openai_sdk_fails_on_such_an_upstream_straight_and_streams_it_through_the_proxy";
+    let mut got = Vec::new();
+    for base in [upstream, proxy] {
+        let args = vec![format!("http://{base}/v1")];
+        let Some(output) = python(test, "openai", "openai_responses_text.py", args).await else {
+            return;
+        };
+        got.push(lines(&output).remove(0));
+    }
+    let error = got[0]["error"].as_str().unwrap_or_default();
+    assert!(error.starts_with("TypeError"), "straight: {}", got[0]);
+    assert_eq!(
+        got[1]["error"],
+        Value::Null,
+        "through the proxy: {}",
+        got[1]
+    );
+    assert_eq!(got[1]["text"], "Hello there");
+}
