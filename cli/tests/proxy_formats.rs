@@ -256,3 +256,44 @@ async fn the_openai_sdk_fails_on_such_an_upstream_straight_and_streams_it_throug
     );
     assert_eq!(got[1]["text"], "Hello there");
 }
+
+/// A reader that stops while the stream runs gets, when it reads again, fewer and larger text
+/// deltas that carry every token once, in order, each numbered by its last event (a Responses
+/// delta's `sequence_number` too: `read` checks it), merged by the proxy's gate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_readers_events_are_coalesced_losslessly_in_each_api() {
+    let (sim, _) = start_sim(&["--step-ms", "0"]);
+    let flags = [
+        "--sndbuf",
+        "16384",
+        "--policy",
+        "coalesce",
+        "--buffer-events",
+        "8",
+    ];
+    let proxy = start_proxy(&format!("http://{sim}"), &flags);
+    const TOKENS: u64 = 4000;
+    for api in Api::ALL {
+        let before = stats(sim).await["tokens_generated"].as_u64().unwrap();
+        let request = common::post_request(proxy, api.path(), "", &api.body(TOKENS, true, None));
+        // A small receive buffer: the kernel holds little, the proxy's gate merges the rest.
+        let mut response = RawResponse::send_small(proxy, &request, 4096).await;
+        response.expect_frame().await;
+        wait_for(sim, "every token made while the reader waits", |s| {
+            s["tokens_generated"].as_u64() == Some(before + TOKENS)
+        })
+        .await;
+        let events = read_all(api, &response.rest().await);
+        let deltas = events.iter().filter(|e| e.kind == api.delta()).count() as u64;
+        assert!(deltas < TOKENS, "merged: {deltas} deltas");
+        assert_eq!(
+            text(&events),
+            tokens(0..TOKENS),
+            "every token once, in order"
+        );
+        let ids: Vec<u64> = events.iter().map(|event| event.id.unwrap()).collect();
+        assert!(ids.windows(2).all(|pair| pair[0] < pair[1]), "{ids:?}");
+        let events_in_stream = api.stream_types(TOKENS as usize).len() as u64;
+        assert_eq!(ids.last(), Some(&(events_in_stream - 1)));
+    }
+}

@@ -1,45 +1,103 @@
 //! What the proxy gates: one upstream SSE event, passed on as it came unless a slow client
 //! made it merge with the next.
 
+use streamgate::anthropic::MessagesEvent;
 use streamgate::openai::{ChatData, ChatEvent};
+use streamgate::responses::ResponsesEvent;
 use streamgate::sse::SseEvent;
 use streamgate::{Chunk, Kind};
+
+use super::format::Format;
 
 /// One upstream event on its way to the client, with the proxy's event id.
 ///
 /// It is sent on byte for byte (only its `id:` is the proxy's) unless `--policy coalesce` merges
-/// it: chunks of a chat completion stream (`chat.completion.chunk`) then merge under the
-/// crate's lossless OpenAI rules ([`ChatEvent`]'s `merge`: what an SDK accumulates from the
-/// merged chunk equals what it accumulates from the parts), and the merged chunk is encoded
-/// anew. Anything else (a `text_completion` chunk, `[DONE]`, an error, a document the rules
-/// do not know) never merges. The JSON is parsed only when a merge is tried, that is only
-/// when the client is behind.
+/// it: events of a chat completion (`chat.completion.chunk`), Messages or Responses stream then
+/// merge under the crate's lossless rules for their API (what an SDK accumulates from the
+/// merged event equals what it accumulates from the parts; a merged event keeps the later
+/// one's id, and a Responses event its `sequence_number`), and the merged event is encoded
+/// anew. Anything else (a `text_completion` chunk, `[DONE]`, an error, an event the rules do
+/// not merge) never merges. The JSON is parsed only when a merge is tried, that is only when
+/// the client is behind.
 #[derive(Debug, Clone)]
 pub(super) struct Relayed {
     event: SseEvent,
     kind: Kind,
-    /// Chunks of a chat completion stream, gated under `Coalesce`: may merge.
-    mergeable: bool,
-    /// The merged chunk, once this event absorbed a later one: encoded instead of `event`.
-    merged: Option<ChatEvent>,
+    /// The API whose rules it merges by, gated under `Coalesce` (`None`: it never merges).
+    merges: Option<Format>,
+    /// The merged event, once this event absorbed a later one: encoded instead of `event`.
+    merged: Option<Typed>,
 }
 
-impl Relayed {
-    /// An event as the upstream sent it (`mergeable`: a chat completion chunk that may merge).
-    pub(super) fn new(event: SseEvent, mergeable: bool) -> Self {
-        Relayed {
-            kind: event.kind(),
-            event,
-            mergeable,
-            merged: None,
+/// An event read by its API's typed events, to merge.
+#[derive(Debug, Clone)]
+enum Typed {
+    Chat(ChatEvent),
+    Messages(MessagesEvent),
+    Responses(ResponsesEvent),
+}
+
+impl Typed {
+    /// `event` read as an event of `format` that may merge (a chat chunk; any Messages or
+    /// Responses event, whose rules say which merge).
+    fn of(format: Format, event: &SseEvent) -> Option<Typed> {
+        match format {
+            Format::Chat => ChatEvent::from_sse(event)
+                .ok()
+                .filter(|chat| matches!(chat.data(), ChatData::Chunk(_)))
+                .map(Typed::Chat),
+            Format::Messages => MessagesEvent::from_sse(event).ok().map(Typed::Messages),
+            Format::Responses => ResponsesEvent::from_sse(event).ok().map(Typed::Responses),
+            Format::Text => None,
         }
     }
 
-    /// The event's chunk, parsed, if it is a chat completion chunk.
-    fn chat(event: &SseEvent) -> Option<ChatEvent> {
-        ChatEvent::from_sse(event)
-            .ok()
-            .filter(|chat| matches!(chat.data(), ChatData::Chunk(_)))
+    fn merge(&mut self, next: Typed) -> Result<(), Typed> {
+        match (self, next) {
+            (Typed::Chat(mine), Typed::Chat(theirs)) => mine.merge(theirs).map_err(Typed::Chat),
+            (Typed::Messages(mine), Typed::Messages(theirs)) => {
+                mine.merge(theirs).map_err(Typed::Messages)
+            }
+            (Typed::Responses(mine), Typed::Responses(theirs)) => {
+                mine.merge(theirs).map_err(Typed::Responses)
+            }
+            (_, theirs) => Err(theirs),
+        }
+    }
+
+    fn byte_len(&self) -> usize {
+        match self {
+            Typed::Chat(event) => event.byte_len(),
+            Typed::Messages(event) => event.byte_len(),
+            Typed::Responses(event) => event.byte_len(),
+        }
+    }
+}
+
+impl From<Typed> for SseEvent {
+    fn from(typed: Typed) -> SseEvent {
+        match typed {
+            Typed::Chat(event) => event.into(),
+            Typed::Messages(event) => event.into(),
+            Typed::Responses(event) => event.into(),
+        }
+    }
+}
+
+impl Relayed {
+    /// An event that never merges (one the proxy made, an end, a text completion's chunk).
+    pub(super) fn new(event: SseEvent) -> Self {
+        Relayed::merging(event, None)
+    }
+
+    /// An event as the upstream sent it, which may merge by the rules of `merges`.
+    pub(super) fn merging(event: SseEvent, merges: Option<Format>) -> Self {
+        Relayed {
+            kind: event.kind(),
+            event,
+            merges,
+            merged: None,
+        }
     }
 }
 
@@ -58,20 +116,20 @@ impl Chunk for Relayed {
     }
 
     fn merge(&mut self, next: Self) -> Result<(), Self> {
-        if !(self.mergeable && next.mergeable) {
+        let Some(format) = self.merges.filter(|format| next.merges == Some(*format)) else {
             return Err(next);
-        }
-        let Some(theirs) = Relayed::chat(&next.event) else {
+        };
+        let Some(theirs) = Typed::of(format, &next.event) else {
             return Err(next);
         };
         let merged_before = self.merged.is_some();
         let mut mine = match self.merged.take() {
             Some(merged) => merged,
-            None => match Relayed::chat(&self.event) {
-                Some(chat) => chat,
+            None => match Typed::of(format, &self.event) {
+                Some(typed) => typed,
                 None => {
-                    // Not a chunk: it never will be.
-                    self.mergeable = false;
+                    // Not one that merges: it never will be.
+                    self.merges = None;
                     return Err(next);
                 }
             },
@@ -111,7 +169,10 @@ mod tests {
         let json = format!(
             r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{{"content":"{content}"}},"finish_reason":null}}]}}"#
         );
-        Relayed::new(SseEvent::data(json).with_id(id.to_string()).unwrap(), true)
+        Relayed::merging(
+            SseEvent::data(json).with_id(id.to_string()).unwrap(),
+            Some(Format::Chat),
+        )
     }
 
     #[test]
@@ -128,7 +189,7 @@ mod tests {
     fn an_unmerged_event_passes_byte_for_byte() {
         let raw = r#"{"object":"chat.completion.chunk",  "odd":1}"#;
         let event = SseEvent::data(raw).with_id("4").unwrap();
-        let relayed = Relayed::new(event.clone(), true);
+        let relayed = Relayed::merging(event.clone(), Some(Format::Chat));
         assert_eq!(SseEvent::from(relayed), event);
     }
 
@@ -136,24 +197,36 @@ mod tests {
     fn done_errors_and_unmergeable_streams_never_merge() {
         let mut a = chunk("a", 0);
         assert!(
-            a.merge(Relayed::new(SseEvent::data("[DONE]"), true))
-                .is_err()
+            a.merge(Relayed::merging(
+                SseEvent::data("[DONE]"),
+                Some(Format::Chat)
+            ))
+            .is_err()
         );
         let mut b = chunk("a", 0);
-        b.mergeable = false;
+        b.merges = None;
         assert!(b.merge(chunk("b", 1)).is_err());
-        let mut text = Relayed::new(SseEvent::data(r#"{"object":"text_completion"}"#), true);
+        let mut text = Relayed::merging(
+            SseEvent::data(r#"{"object":"text_completion"}"#),
+            Some(Format::Chat),
+        );
         assert!(text.merge(chunk("b", 1)).is_err());
-        assert!(!text.mergeable);
+        assert!(text.merges.is_none());
         // A failed merge after a successful one keeps what was merged.
         let mut c = chunk("x", 0);
         c.merge(chunk("y", 1)).unwrap();
         assert!(
-            c.merge(Relayed::new(SseEvent::data("[DONE]"), true))
-                .is_err()
+            c.merge(Relayed::merging(
+                SseEvent::data("[DONE]"),
+                Some(Format::Chat)
+            ))
+            .is_err()
         );
         let finish = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#;
-        assert!(c.merge(Relayed::new(SseEvent::data(finish), true)).is_err());
+        assert!(
+            c.merge(Relayed::merging(SseEvent::data(finish), Some(Format::Chat)))
+                .is_err()
+        );
         assert!(
             SseEvent::from(c)
                 .data_str()

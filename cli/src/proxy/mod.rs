@@ -45,9 +45,11 @@
 //!   no-cache`, `X-Accel-Buffering: no` and heartbeats (`--heartbeat-ms`) before the first
 //!   token and through stalls. Every event carries the proxy's `id: n` (its position in the
 //!   stream: upstream ids are replaced). Events pass byte for byte, unless `--policy coalesce`
-//!   merges chat chunks a slow client has not read yet (the crate's lossless OpenAI merge;
-//!   `text_completion` chunks never merge), or they come from a stream carried on after a
-//!   failover (joined at the seam, and encoded anew). The response's headers are the proxy's (the
+//!   merges events a slow client has not read yet (the crate's lossless merge for the API:
+//!   OpenAI's chat chunks, Messages' and Responses' events; `text_completion` chunks never
+//!   merge), a Responses event is numbered (see below), or they come from a stream carried on
+//!   after a failover (joined at the seam, and encoded anew). The response's headers are the
+//!   proxy's (the
 //!   upstream's other headers are not copied), and the upstream is asked without
 //!   `Accept-Encoding`, since the proxy reads its events. Only a body with `"stream": true`
 //!   gets the `--upstream-headers-ms` deadline, per attempt (a non-streamed completion has its
@@ -86,10 +88,11 @@
 //! last item and part added (llama.cpp's server sends neither, and the `openai` SDK cannot read
 //! its stream straight: through the proxy it can). An event the crate's `anthropic` or
 //! `responses` module cannot read as its API's is dropped and counted (an unknown type passes).
-//! Not yet: their streams are not carried on after a failure (the error event says so),
-//! `--policy coalesce` merges chat chunks only (their events wait for a slow reader, as under
-//! `backpressure`), and the gate's own ends (a slow reader cut off, shutdown) are written in the
-//! OpenAI error shape.
+//! `--policy coalesce` merges a slow reader's events by the crate's lossless rules for the API
+//! (`streamgate::anthropic`, `streamgate::responses`: same-block text deltas concatenate, a
+//! merged Responses delta keeps the last `sequence_number`). Not yet: their streams are not
+//! carried on after a failure (the error event says so), and the gate's own ends (a slow reader
+//! cut off, shutdown) are written in the OpenAI error shape.
 //!
 //! # Request ids and traces
 //!

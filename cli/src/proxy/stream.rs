@@ -240,8 +240,7 @@ pub(super) fn ended(
         .first_id(next)
         .spawn(move |_, mut tx| async move {
             if let Some(why) = why {
-                tx.send(Relayed::new(error::upstream_frame(&why), false))
-                    .await?;
+                tx.send(Relayed::new(error::upstream_frame(&why))).await?;
             }
             Ok::<_, streamgate::SendError<Relayed>>(())
         })
@@ -306,7 +305,8 @@ impl Start<'_> {
             format: self.format,
             id: self.id.to_owned(),
             request: self.request,
-            mergeable: self.format == Format::Chat && config.gate.policy == PolicyFlag::Coalesce,
+            merges: (config.gate.policy == PolicyFlag::Coalesce && self.format != Format::Text)
+                .then_some(self.format),
             idle: config.upstream_idle,
             stall: config.stall,
         };
@@ -345,7 +345,9 @@ struct Pump {
     /// The request, to carry the stream on when it breaks (and its `model`, for a final chunk
     /// made before the upstream sent any).
     request: Arc<Attempted>,
-    mergeable: bool,
+    /// Under `--policy coalesce`, the API whose rules its events merge by (text completions'
+    /// never merge).
+    merges: Option<Format>,
     /// `--upstream-idle-ms` (zero: none): the longest wait for the upstream's next event.
     idle: Duration,
     /// For tests and the demo: a stall before forwarding one event (`Config::stall`).
@@ -589,7 +591,7 @@ impl Pump {
             let frame = SseEvent::data(data)
                 .with_event("error")
                 .expect("a constant type");
-            tx.send(Relayed::new(frame, false)).await.map_err(gone)?;
+            tx.send(Relayed::new(frame)).await.map_err(gone)?;
             return Ok(Step::End(End::ErrorFrame));
         }
         if self.format.ends_with_done() && data.starts_with("[DONE]") {
@@ -641,7 +643,7 @@ impl Pump {
         let event = event
             .with_id(sent.next_id.to_string())
             .expect("a number is a valid id");
-        tx.send(Relayed::new(event, self.mergeable))
+        tx.send(Relayed::merging(event, self.merges))
             .await
             .map_err(gone)?;
         sent.next_id += 1;
@@ -674,7 +676,7 @@ impl Pump {
         let event = event
             .with_id(sent.next_id.to_string())
             .expect("a number is a valid id");
-        tx.send(Relayed::new(event, false))
+        tx.send(Relayed::merging(event, self.merges))
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
@@ -689,7 +691,7 @@ impl Pump {
         }
         let done = SseEvent::data("[DONE]").with_id(sent.next_id.to_string());
         let done = done.expect("a number is a valid id");
-        tx.send(Relayed::new(done, false))
+        tx.send(Relayed::new(done))
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
@@ -708,7 +710,7 @@ impl Pump {
             "length",
         );
         let event = SseEvent::data(last).with_id(sent.next_id.to_string());
-        tx.send(Relayed::new(event.expect("a number is a valid id"), false))
+        tx.send(Relayed::new(event.expect("a number is a valid id")))
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
@@ -881,7 +883,7 @@ impl Pump {
                 self.verdict
                     .store(Verdict::UpstreamError as u8, Ordering::SeqCst);
                 recv.end(EndReason::UpstreamError);
-                tx.send(Relayed::new(self.format.error_frame(&message), false))
+                tx.send(Relayed::new(self.format.error_frame(&message)))
                     .await
                     .map_err(gone)?;
             }
@@ -904,7 +906,7 @@ impl Pump {
                     };
                     let event = event.with_id(next_id.to_string());
                     let event = event.expect("a number is a valid id");
-                    tx.send(Relayed::new(event, false)).await.map_err(gone)?;
+                    tx.send(Relayed::new(event)).await.map_err(gone)?;
                     next_id += 1;
                 }
             }
