@@ -52,16 +52,14 @@ impl Typed {
         }
     }
 
-    fn merge(&mut self, next: Typed) -> Result<(), Typed> {
+    /// Merges `next` into this event; whether the API's rules let it (the caller keeps the
+    /// unmerged event it came from).
+    fn merge(&mut self, next: Typed) -> bool {
         match (self, next) {
-            (Typed::Chat(mine), Typed::Chat(theirs)) => mine.merge(theirs).map_err(Typed::Chat),
-            (Typed::Messages(mine), Typed::Messages(theirs)) => {
-                mine.merge(theirs).map_err(Typed::Messages)
-            }
-            (Typed::Responses(mine), Typed::Responses(theirs)) => {
-                mine.merge(theirs).map_err(Typed::Responses)
-            }
-            (_, theirs) => Err(theirs),
+            (Typed::Chat(mine), Typed::Chat(theirs)) => mine.merge(theirs).is_ok(),
+            (Typed::Messages(mine), Typed::Messages(theirs)) => mine.merge(theirs).is_ok(),
+            (Typed::Responses(mine), Typed::Responses(theirs)) => mine.merge(theirs).is_ok(),
+            _ => false,
         }
     }
 
@@ -134,21 +132,17 @@ impl Chunk for Relayed {
                 }
             },
         };
-        match mine.merge(theirs) {
-            Ok(()) => {
-                self.merged = Some(mine);
-                if self.kind != next.kind {
-                    self.kind = Kind::Visible;
-                }
-                Ok(())
+        if mine.merge(theirs) {
+            self.merged = Some(mine);
+            if self.kind != next.kind {
+                self.kind = Kind::Visible;
             }
-            Err(_) => {
-                if merged_before {
-                    self.merged = Some(mine);
-                }
-                Err(next)
-            }
+            return Ok(());
         }
+        if merged_before {
+            self.merged = Some(mine);
+        }
+        Err(next)
     }
 }
 
