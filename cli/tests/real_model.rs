@@ -16,6 +16,9 @@
 //! delivered text not repeated (the test prints how often the answer equals the uninterrupted
 //! one, and the seam when it does not).
 
+#[path = "common/python.rs"]
+mod python;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::pin::pin;
@@ -479,4 +482,165 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
         llamas[serving] = start_llama(&server, &model, ports[serving]).await;
     }
     eprintln!("real model failover: {equal} of {runs} answers equal the uninterrupted one");
+}
+
+/// One event of a Messages or Responses stream as the client saw it: its type, id and data.
+struct Typed {
+    kind: String,
+    id: Option<u64>,
+    data: Value,
+}
+
+/// Every event of a streamed response, to its end (or the first `limit`, when given: the
+/// connection closes when this returns).
+async fn read_typed(
+    response: hyper::Response<hyper::body::Incoming>,
+    limit: Option<usize>,
+) -> Vec<Typed> {
+    let mut events = pin!(client::body_stream(response).sse_events());
+    let mut seen = Vec::new();
+    while let Some(event) = events.next().await {
+        let event = event.expect("a well-formed event");
+        let Some(data) = event.data_str() else {
+            continue;
+        };
+        seen.push(Typed {
+            kind: event.event_type().to_owned(),
+            id: event.id().and_then(|id| id.parse().ok()),
+            data: serde_json::from_str(data).expect("JSON data"),
+        });
+        if limit.is_some_and(|limit| seen.len() >= limit) {
+            break;
+        }
+    }
+    seen
+}
+
+/// The text a Messages or Responses stream's text deltas carry.
+fn typed_text(events: &[Typed]) -> String {
+    events
+        .iter()
+        .filter_map(|event| match event.kind.as_str() {
+            "content_block_delta" => event.data["delta"]["text"].as_str(),
+            "response.output_text.delta" => event.data["delta"].as_str(),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_and_responses_from_llama_cpp_through_the_proxy() {
+    let test = "messages_and_responses_from_llama_cpp_through_the_proxy";
+    let Some((server, model)) = real_model_or_skip(test) else {
+        return;
+    };
+    let port = free_port();
+    let llama: SocketAddr = ([127, 0, 0, 1], port).into();
+    let _llama = start_llama(&server, &model, port).await;
+    let proxy = start_proxy(&["--upstream", &format!("http://{llama}")]);
+    let prompt = "Write a long story about a lighthouse keeper.";
+    let apis = [
+        (
+            "/v1/messages",
+            json!({"model": "smollm2", "max_tokens": 48, "stream": true, "temperature": 0,
+                "messages": [{"role": "user", "content": prompt}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "smollm2", "max_output_tokens": 48, "stream": true,
+                "temperature": 0, "input": prompt}),
+        ),
+    ];
+    for (path, body) in &apis {
+        let send = |addr: SocketAddr| async move {
+            let response = client::request(addr, "POST", path, &[], body.to_string())
+                .await
+                .expect("the request");
+            assert!(
+                response.status().is_success(),
+                "{path}: {}",
+                response.status()
+            );
+            response
+        };
+        // The same greedy request, straight and through the proxy: the same text.
+        let started = Instant::now();
+        let straight = read_typed(send(llama).await, None).await;
+        let straight_time = started.elapsed();
+        let proxied = read_typed(send(proxy).await, None).await;
+        let text = typed_text(&straight);
+        assert!(!text.is_empty(), "{path}: the model said nothing");
+        assert_eq!(
+            typed_text(&proxied),
+            text,
+            "{path}: the proxy changed the tokens"
+        );
+        let kinds = |events: &[Typed]| events.iter().map(|e| e.kind.clone()).collect::<Vec<_>>();
+        assert_eq!(kinds(&proxied), kinds(&straight), "{path}: the same events");
+        let ids: Vec<Option<u64>> = proxied.iter().map(|e| e.id).collect();
+        let expected: Vec<Option<u64>> = (0..proxied.len() as u64).map(Some).collect();
+        assert_eq!(ids, expected, "{path}: numbered by the proxy");
+        if *path == "/v1/responses" {
+            // What llama.cpp leaves out, and the proxy fills in.
+            let unnumbered = straight
+                .iter()
+                .all(|e| e.data.get("sequence_number").is_none());
+            for event in &proxied {
+                assert_eq!(
+                    event.data["sequence_number"].as_u64(),
+                    event.id,
+                    "{}",
+                    event.data
+                );
+                if event.kind == "response.output_text.delta" {
+                    assert!(event.data["output_index"].is_u64(), "{}", event.data);
+                    assert!(event.data["content_index"].is_u64(), "{}", event.data);
+                }
+            }
+            eprintln!("{path}: llama.cpp sent sequence numbers: {}", !unnumbered);
+        }
+        eprintln!(
+            "{path}: {} events, {} characters in {:.0} ms straight",
+            straight.len(),
+            text.len(),
+            straight_time.as_secs_f64() * 1e3
+        );
+        // A client that leaves frees the slot.
+        let partial = read_typed(send(proxy).await, Some(5)).await;
+        assert_eq!(partial.len(), 5);
+        let left = Instant::now();
+        while busy_slots(llama).await != 0 {
+            assert!(
+                left.elapsed() < Duration::from_secs(5),
+                "{path}: the slot stays busy"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        eprintln!(
+            "{path}: slot free {:.0} ms after the client left",
+            left.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    // The openai SDK cannot read llama.cpp's Responses stream straight; through the proxy it can.
+    let mut got = Vec::new();
+    for base in [llama, proxy] {
+        let args = vec![format!("http://{base}/v1")];
+        let Some(output) = python::python(test, "openai", "openai_responses_text.py", args).await
+        else {
+            return;
+        };
+        got.push(python::lines(&output).remove(0));
+    }
+    eprintln!("the openai SDK straight: {}", got[0]);
+    assert_eq!(
+        got[1]["error"],
+        Value::Null,
+        "through the proxy: {}",
+        got[1]
+    );
+    assert!(
+        !got[1]["text"].as_str().unwrap_or_default().is_empty(),
+        "{}",
+        got[1]
+    );
 }
