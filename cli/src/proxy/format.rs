@@ -78,14 +78,24 @@ impl Format {
         }
     }
 
-    /// Whether `data` (of an event of SSE type `kind`) is one of the format's events, as the
-    /// crate reads them (an unknown type counts: it passes on). Chat and text chunks are read
-    /// elsewhere.
-    pub(super) fn reads(self, event: &SseEvent) -> bool {
+    /// The name of the event that ends its answer, for messages.
+    pub(super) fn end_name(self) -> &'static str {
         match self {
-            Format::Chat | Format::Text => true,
-            Format::Messages => MessagesEvent::from_sse(event).is_ok(),
-            Format::Responses => ResponsesEvent::from_sse(event).is_ok(),
+            Format::Chat | Format::Text => "data: [DONE]",
+            Format::Messages => "message_stop",
+            Format::Responses => "response.completed",
+        }
+    }
+
+    /// `event` as the client gets it as the `id`-th event of a Messages or Responses stream
+    /// (numbered, for Responses: see [`numbered`]); `None` when it is not one of the format's
+    /// events as the crate reads them (an unknown type is: it passes on). Chat and text chunks
+    /// are read elsewhere, and pass.
+    pub(super) fn pass(self, event: SseEvent, id: u64, indices: &mut Indices) -> Option<SseEvent> {
+        match self {
+            Format::Chat | Format::Text => Some(event),
+            Format::Messages => MessagesEvent::from_sse(&event).is_ok().then_some(event),
+            Format::Responses => numbered(event, id, indices).ok(),
         }
     }
 
@@ -148,10 +158,14 @@ pub(super) struct Indices {
 /// `event` of a Responses stream as the client gets it, as its `id`-th event: its
 /// `sequence_number` the proxy's id, and a text event's missing `output_index` and
 /// `content_index` filled from `indices`, which the event moves on. The event as it came when
-/// nothing needs filling (or it is not one the crate reads).
-pub(super) fn numbered(event: SseEvent, id: u64, indices: &mut Indices) -> SseEvent {
+/// nothing needs filling; `Err` with it when it is not one the crate reads.
+pub(super) fn numbered(
+    event: SseEvent,
+    id: u64,
+    indices: &mut Indices,
+) -> Result<SseEvent, SseEvent> {
     let Ok(parsed) = ResponsesEvent::from_sse(&event) else {
-        return event;
+        return Err(event);
     };
     let mut data = parsed.into_data();
     let mut changed = false;
@@ -203,9 +217,9 @@ pub(super) fn numbered(event: SseEvent, id: u64, indices: &mut Indices) -> SseEv
         }
     }
     if !changed {
-        return event;
+        return Ok(event);
     }
-    SseEvent::from(ResponsesEvent::new(data))
+    Ok(SseEvent::from(ResponsesEvent::new(data)))
 }
 
 /// Sets `field` to `value` when the upstream left it out.
@@ -232,7 +246,7 @@ mod tests {
             "response.output_item.added",
             r#"{"type":"response.output_item.added","item":{"type":"message","id":"m1","role":"assistant","content":[],"status":"in_progress"}}"#,
         );
-        let added = numbered(added, 1, &mut indices);
+        let added = numbered(added, 1, &mut indices).unwrap();
         let added: Value = serde_json::from_str(added.data_str().unwrap()).unwrap();
         assert_eq!(
             (
@@ -245,7 +259,7 @@ mod tests {
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","item_id":"m1","delta":"Hi"}"#,
         );
-        let delta = numbered(delta, 3, &mut indices);
+        let delta = numbered(delta, 3, &mut indices).unwrap();
         let delta: Value = serde_json::from_str(delta.data_str().unwrap()).unwrap();
         assert_eq!(delta["sequence_number"], 3);
         assert_eq!(
@@ -261,7 +275,12 @@ mod tests {
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"content_index":0,"delta":"a","sequence_number":4}"#,
         );
-        assert_eq!(numbered(whole.clone(), 4, &mut indices), whole);
+        assert_eq!(numbered(whole.clone(), 4, &mut indices), Ok(whole));
+        let broken = event(
+            "response.output_text.delta",
+            "{\"type\":\"response.output_text.delta\",\"delta\":7}",
+        );
+        assert!(numbered(broken, 5, &mut indices).is_err());
     }
 
     #[test]

@@ -519,7 +519,10 @@ impl Pump {
                 }
                 Read::Item(None) => Step::Broke(
                     Failure::Cut,
-                    "the upstream closed the stream before data: [DONE]".to_owned(),
+                    format!(
+                        "the upstream closed the stream before {}",
+                        self.format.end_name()
+                    ),
                 ),
                 Read::Item(Some(Ok(event))) => {
                     let (arrived, before) = (std::time::Instant::now(), sent.next_id);
@@ -659,17 +662,15 @@ impl Pump {
         sent: &mut Sent,
         tx: &mut Sender<Relayed>,
     ) -> Result<Step, &'static str> {
-        if !self.format.reads(&event) {
+        let ends = self.format.ends(&event);
+        let failed = event.event() == Some("response.failed");
+        let Some(event) = self.format.pass(event, sent.next_id, &mut sent.indices) else {
             // An SDK would raise on it mid-answer: dropped and counted, as a chunk that is no
             // JSON is.
             self.proxy.stats.invalid_event();
             return Ok(Step::Heard);
-        }
-        sent.finished |= self.format.ends(&event);
-        let event = match self.format {
-            Format::Responses => format::numbered(event, sent.next_id, &mut sent.indices),
-            _ => event,
         };
+        sent.finished |= ends;
         if sent.first.is_none() {
             sent.first = event.data_str().map(str::to_owned);
         }
@@ -680,6 +681,10 @@ impl Pump {
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
+        if failed {
+            // The upstream's own end of a response that failed: the stream ends there.
+            return Ok(Step::End(End::ErrorFrame));
+        }
         Ok(Step::Heard)
     }
 
@@ -901,7 +906,8 @@ impl Pump {
                 let mut indices = Indices::default();
                 for event in events {
                     let event = match self.format {
-                        Format::Responses => format::numbered(event, next_id, &mut indices),
+                        Format::Responses => format::numbered(event, next_id, &mut indices)
+                            .unwrap_or_else(|event| event),
                         _ => event,
                     };
                     let event = event.with_id(next_id.to_string());
