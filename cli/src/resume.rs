@@ -134,8 +134,8 @@ pub fn claim_error(name: &str, id: &str, error: &ClaimError) -> Response {
     serving::json_error(
         StatusCode::CONFLICT,
         &format!(
-            "a stream with {name} {why}: resume it at /v1/chat/completions/{id}/stream, or \
-             send another id"
+            "a stream with {name} {why}: resume it at /v1/chat/completions/{id}/stream (or \
+             /v1/messages/{id}/stream, /v1/responses/{id}?stream=true), or send another id"
         ),
         "conflict_error",
     )

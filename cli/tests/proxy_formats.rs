@@ -297,3 +297,34 @@ async fn a_stopped_readers_events_are_coalesced_losslessly_in_each_api() {
         assert_eq!(ids.last(), Some(&(events_in_stream - 1)));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_writes_no_event_lines_ends_on_its_end_type() {
+    // Some servers send only `data:` lines, the type in the data alone.
+    let data_only: String = UNNUMBERED
+        .lines()
+        .filter(|line| !line.starts_with("event:"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let app = Router::new().route(
+        "/v1/responses",
+        post(move || async move {
+            ([("content-type", "text/event-stream")], data_only).into_response()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let proxy = start_proxy(&format!("http://{upstream}"), &[]);
+    let frames = post_api(proxy, Api::Responses, "", 2).await.rest().await;
+    assert!(
+        !frames.iter().any(|frame| frame.contains("error")),
+        "{frames:?}"
+    );
+    let events = read_all(Api::Responses, &frames);
+    assert_numbered(&events);
+    assert_eq!(events.last().unwrap().data["type"], "response.completed");
+    let stats = stats(proxy).await;
+    assert_eq!(stats["streams_completed"], 1, "{stats}");
+    assert_eq!(stats["events_dropped_invalid"], 0, "{stats}");
+}

@@ -20,6 +20,7 @@ use streamgate::sse::SseFrame;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::Proxy;
+use super::format::Format;
 use super::kept::kept;
 use super::peek::Peek;
 use super::stream::{self, Sent};
@@ -66,7 +67,9 @@ async fn adopt_when_orphaned(proxy: &Arc<Proxy>, id: &str) {
 async fn carry_on(proxy: &Arc<Proxy>, mut adoption: Adoption) {
     let next = adoption.next_event();
     let stop = adoption.stop_signal();
-    let consumer = match (logged(adoption.frames()).await, kept(adoption.request())) {
+    let kept = kept(adoption.request());
+    let format = kept.as_ref().map(|(_, format)| *format);
+    let consumer = match (logged(adoption.frames(), format).await, kept) {
         (Logged::Sent(sent), Some((request, format))) if adoption.start() == 0 => {
             stream::adopted(proxy, adoption.id(), format, Arc::new(request), stop, sent)
         }
@@ -99,9 +102,9 @@ enum Logged {
     Ended,
 }
 
-/// What the stream sent, rebuilt from its logged frames (the proxy's own encoding of each
-/// event it sent).
-async fn logged(frames: &[SseFrame]) -> Logged {
+/// What the stream (of `format`, when it kept its request) sent, rebuilt from its logged frames
+/// (the proxy's own encoding of each event it sent).
+async fn logged(frames: &[SseFrame], format: Option<Format>) -> Logged {
     let bytes = frames
         .iter()
         .map(|frame| Ok::<_, Infallible>(frame.bytes().clone()));
@@ -111,7 +114,8 @@ async fn logged(frames: &[SseFrame]) -> Logged {
         let Some(data) = event.data_str() else {
             continue;
         };
-        if event.event() == Some("error") || data.starts_with("[DONE]") {
+        let own_end = format.is_some_and(|format| format.ends(&event));
+        if own_end || event.event() == Some("error") || data.starts_with("[DONE]") {
             return Logged::Ended;
         }
         if let Some(peek) = Peek::of(data) {

@@ -88,6 +88,13 @@ impl Relayed {
         Relayed::merging(event, None)
     }
 
+    /// This event, counted for progress as `kind` (what its API's type says: an Anthropic
+    /// `ping` is control, though its SSE frame carries no mark).
+    pub(super) fn counted_as(mut self, kind: Kind) -> Self {
+        self.kind = kind;
+        self
+    }
+
     /// An event as the upstream sent it, which may merge by the rules of `merges`.
     pub(super) fn merging(event: SseEvent, merges: Option<Format>) -> Self {
         Relayed {

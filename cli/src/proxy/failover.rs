@@ -166,6 +166,8 @@ pub(super) enum NotCarried {
     Api(Format),
     /// The answer had grown past [`MAX_DELIVERED`] bytes of text.
     TooLong,
+    /// The request's body is no JSON object, to add an assistant message to.
+    NotJson,
     /// No upstream is left to carry it on: no other replica of its model, and no fallback
     /// (that accepts an assistant prefix, for a continuation).
     NoUpstream,
@@ -198,6 +200,7 @@ impl fmt::Display for NotCarried {
                 f,
                 "the answer had passed {MAX_DELIVERED} bytes, more than is kept to continue it"
             ),
+            NotCarried::NotJson => f.write_str("the request's body is no JSON object"),
             NotCarried::NoUpstream => f.write_str(
                 "no other upstream is left to carry it on (another replica, or a fallback that accepts an assistant prefix)",
             ),
@@ -227,7 +230,7 @@ pub(super) fn carry_on(
     }
     // The body was a JSON object when the stream started (its `model` was read).
     let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
-        return Err(NotCarried::Api(format));
+        return Err(NotCarried::NotJson);
     };
     for key in ["max_tokens", "max_completion_tokens"] {
         if let Some(asked) = request.get(key).and_then(Value::as_u64) {

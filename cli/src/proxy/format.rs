@@ -17,6 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use streamgate::Chunk;
 use streamgate::anthropic::{MessagesData, MessagesEvent};
 use streamgate::responses::{ResponsesData, ResponsesEvent};
 use streamgate::sse::SseEvent;
@@ -65,36 +66,46 @@ impl Format {
         matches!(self, Format::Chat | Format::Text)
     }
 
-    /// Whether `event` ends the answer in a format whose end is an event of its own.
+    /// Whether `event` ends the answer in a format whose end is an event of its own, by its
+    /// type as the crate reads it (the data's `type` when the upstream wrote no `event:`).
     pub(super) fn ends(self, event: &SseEvent) -> bool {
-        let kind = event.event().unwrap_or("");
         match self {
             Format::Chat | Format::Text => false,
-            Format::Messages => kind == "message_stop",
-            Format::Responses => matches!(
-                kind,
-                "response.completed" | "response.incomplete" | "response.failed"
-            ),
+            Format::Messages => MessagesEvent::from_sse(event).is_ok_and(|e| e.data().is_end()),
+            Format::Responses => ResponsesEvent::from_sse(event).is_ok_and(|e| e.data().is_end()),
         }
     }
 
-    /// The name of the event that ends its answer, for messages.
+    /// The name of the events that end its answer, for messages.
     pub(super) fn end_name(self) -> &'static str {
         match self {
             Format::Chat | Format::Text => "data: [DONE]",
             Format::Messages => "message_stop",
-            Format::Responses => "response.completed",
+            Format::Responses => "response.completed (or .incomplete)",
         }
     }
 
     /// `event` as the client gets it as the `id`-th event of a Messages or Responses stream
-    /// (numbered, for Responses: see [`numbered`]); `None` when it is not one of the format's
-    /// events as the crate reads them (an unknown type is: it passes on). Chat and text chunks
-    /// are read elsewhere, and pass.
-    pub(super) fn pass(self, event: SseEvent, id: u64, indices: &mut Indices) -> Option<SseEvent> {
+    /// (numbered, for Responses: see [`numbered`]), with its kind and whether it ends the
+    /// answer, as the crate reads it; `None` when it is not one of the format's events (an
+    /// unknown type is: it passes on). Chat and text chunks are read elsewhere.
+    pub(super) fn pass(self, event: SseEvent, id: u64, indices: &mut Indices) -> Option<Passed> {
         match self {
-            Format::Chat | Format::Text => Some(event),
-            Format::Messages => MessagesEvent::from_sse(&event).is_ok().then_some(event),
+            Format::Chat | Format::Text => None,
+            Format::Messages => {
+                let parsed = MessagesEvent::from_sse(&event).ok()?;
+                let ending = match parsed.data() {
+                    MessagesData::MessageStop(_) => Some(Ending::Complete),
+                    MessagesData::Error(_) => Some(Ending::Failed),
+                    _ => None,
+                };
+                let kind = parsed.kind();
+                Some(Passed {
+                    event,
+                    kind,
+                    ending,
+                })
+            }
             Format::Responses => numbered(event, id, indices).ok(),
         }
     }
@@ -109,106 +120,212 @@ impl Format {
     }
 
     /// The events that end a stream stopped on purpose, for the formats whose stop is not a
-    /// final chunk: a Messages answer's `message_delta` (`end_turn`) and `message_stop`; a
-    /// Responses answer's `response.incomplete`, with the `response` its `first` event
-    /// (`response.created`) carried (status `incomplete`, `incomplete_details.reason`
-    /// `stopped`).
-    pub(super) fn stop_events(self, first: Option<&str>) -> Vec<SseEvent> {
+    /// final chunk: a Messages answer's `message_delta` (`end_turn`, `visible` output tokens)
+    /// and `message_stop`; a Responses answer's `response.incomplete`, with the `response` its
+    /// `first` event (`response.created`) carried (status `incomplete`,
+    /// `incomplete_details.reason` `stopped`). Stopped before any event came (`first` is
+    /// `None`), the opening the SDKs need comes first: a `message_start` or `response.created`
+    /// of the proxy's own, named by the request `id` and its `model`.
+    pub(super) fn stop_events(
+        self,
+        first: Option<&str>,
+        (id, model): (&str, &str),
+        visible: u64,
+    ) -> Vec<SseEvent> {
         let typed = |kind: &str, data: Value| {
             SseEvent::data(data.to_string())
                 .with_event(kind)
                 .expect("a constant type")
         };
+        let mut events = Vec::new();
         match self {
-            Format::Chat | Format::Text => Vec::new(),
-            Format::Messages => vec![
-                typed(
+            Format::Chat | Format::Text => {}
+            Format::Messages => {
+                if first.is_none() {
+                    let message = json!({
+                        "id": id, "type": "message", "role": "assistant", "content": [],
+                        "model": model, "stop_reason": null, "stop_sequence": null,
+                        "usage": {"input_tokens": 0, "output_tokens": 0},
+                    });
+                    let start = json!({"type": "message_start", "message": message});
+                    events.push(typed("message_start", start));
+                }
+                events.push(typed(
                     "message_delta",
                     json!({
                         "type": "message_delta",
                         "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                        "usage": {"output_tokens": 0},
+                        "usage": {"output_tokens": visible},
                     }),
-                ),
-                MessagesEvent::new(MessagesData::message_stop()).into(),
-            ],
+                ));
+                events.push(MessagesEvent::new(MessagesData::message_stop()).into());
+            }
             Format::Responses => {
-                let mut response = first
+                let created = first
                     .and_then(|first| serde_json::from_str::<Value>(first).ok())
-                    .and_then(|first| first.get("response").cloned())
-                    .unwrap_or_else(|| json!({"object": "response", "output": []}));
+                    .and_then(|first| first.get("response").cloned());
+                let mut response = match created {
+                    Some(response) => response,
+                    None => {
+                        let response = json!({"id": id, "object": "response",
+                            "status": "in_progress", "model": model, "output": []});
+                        let created = json!({"type": "response.created", "response": response});
+                        events.push(typed("response.created", created));
+                        response
+                    }
+                };
                 response["status"] = json!("incomplete");
                 response["incomplete_details"] = json!({"reason": "stopped"});
-                vec![typed(
+                events.push(typed(
                     "response.incomplete",
                     json!({"type": "response.incomplete", "response": response}),
-                )]
+                ));
             }
         }
+        events
     }
 }
 
-/// Where a Responses stream is: the item and content part its text events belong to.
+/// How an event ends its answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// The answer is whole (`message_stop`, `response.completed`, `response.incomplete`).
+    Complete,
+    /// The upstream failed it (an `error` event, `response.failed`).
+    Failed,
+}
+
+/// A Messages or Responses event as the proxy passes it on.
+#[derive(Debug)]
+pub(super) struct Passed {
+    pub(super) event: SseEvent,
+    /// How it counts for progress, by its type (a `ping`, `message_start` or
+    /// `response.created` is control).
+    pub(super) kind: streamgate::Kind,
+    pub(super) ending: Option<Ending>,
+}
+
+/// Where a Responses stream is: the item and part its events belong to, and how many items
+/// and parts of the current item were added, to number the next one the upstream leaves
+/// unnumbered.
 #[derive(Debug, Default)]
 pub(super) struct Indices {
-    output_index: u64,
-    content_index: u64,
+    output: u64,
+    items: u64,
+    part: u64,
+    parts: u64,
+}
+
+impl Indices {
+    /// An item added at `index` (or, unnumbered, after the others): it is the current one.
+    fn item(&mut self, index: &mut Option<u64>, changed: &mut bool) {
+        fill(index, self.items, changed);
+        self.output = index.unwrap_or(self.items);
+        self.items = self.items.max(self.output.saturating_add(1));
+        (self.part, self.parts) = (0, 0);
+    }
+
+    /// A part of the current item added at `index` (or after the others).
+    fn part(&mut self, index: &mut Option<u64>, changed: &mut bool) {
+        fill(index, self.parts, changed);
+        self.part = index.unwrap_or(self.parts);
+        self.parts = self.parts.max(self.part.saturating_add(1));
+    }
 }
 
 /// `event` of a Responses stream as the client gets it, as its `id`-th event: its
-/// `sequence_number` the proxy's id, and a text event's missing `output_index` and
-/// `content_index` filled from `indices`, which the event moves on. The event as it came when
-/// nothing needs filling; `Err` with it when it is not one the crate reads.
+/// `sequence_number` the proxy's id, and missing `output_index`, `content_index` and
+/// `summary_index` filled from `indices` (an added item or part without one numbered after the
+/// others), which the event moves on. The event as it came when nothing needs filling; `Err`
+/// with it when it is not one the crate reads.
 pub(super) fn numbered(
     event: SseEvent,
     id: u64,
     indices: &mut Indices,
-) -> Result<SseEvent, SseEvent> {
+) -> Result<Passed, SseEvent> {
     let Ok(parsed) = ResponsesEvent::from_sse(&event) else {
         return Err(event);
     };
+    let kind = parsed.kind();
     let mut data = parsed.into_data();
+    let ending = match &data {
+        ResponsesData::Completed(_) | ResponsesData::Incomplete(_) => Some(Ending::Complete),
+        ResponsesData::Failed(_) | ResponsesData::Error(_) => Some(Ending::Failed),
+        _ => None,
+    };
     let mut changed = false;
+    let (output, part) = (indices.output, indices.part);
     match &mut data {
         ResponsesData::OutputItemAdded(added) => {
-            if let Some(index) = added.output_index {
-                indices.output_index = index;
-            } else {
-                added.output_index = Some(indices.output_index);
-                changed = true;
-            }
-            indices.content_index = 0;
+            indices.item(&mut added.output_index, &mut changed)
         }
-        ResponsesData::ContentPartAdded(part) => {
-            fill(&mut part.output_index, indices.output_index, &mut changed);
-            match part.content_index {
-                Some(index) => indices.content_index = index,
-                None => {
-                    part.content_index = Some(indices.content_index);
-                    changed = true;
-                }
-            }
+        ResponsesData::OutputItemDone(done) => fill(&mut done.output_index, output, &mut changed),
+        ResponsesData::ContentPartAdded(added) => {
+            fill(&mut added.output_index, output, &mut changed);
+            indices.part(&mut added.content_index, &mut changed);
         }
-        ResponsesData::OutputItemDone(done) => {
-            fill(&mut done.output_index, indices.output_index, &mut changed);
+        ResponsesData::ReasoningSummaryPartAdded(added) => {
+            fill(&mut added.output_index, output, &mut changed);
+            indices.part(&mut added.summary_index, &mut changed);
         }
-        ResponsesData::ContentPartDone(part) => {
-            fill(&mut part.output_index, indices.output_index, &mut changed);
-            fill(&mut part.content_index, indices.content_index, &mut changed);
+        ResponsesData::ContentPartDone(done) => {
+            fill(&mut done.output_index, output, &mut changed);
+            fill(&mut done.content_index, part, &mut changed);
         }
-        ResponsesData::OutputTextDelta(delta) | ResponsesData::RefusalDelta(delta) => {
-            fill(&mut delta.output_index, indices.output_index, &mut changed);
-            fill(
-                &mut delta.content_index,
-                indices.content_index,
-                &mut changed,
-            );
+        ResponsesData::ReasoningSummaryPartDone(done) => {
+            fill(&mut done.output_index, output, &mut changed);
+            fill(&mut done.summary_index, part, &mut changed);
         }
-        ResponsesData::OutputTextDone(done) => {
-            fill(&mut done.output_index, indices.output_index, &mut changed);
-            fill(&mut done.content_index, indices.content_index, &mut changed);
+        ResponsesData::OutputTextDelta(delta)
+        | ResponsesData::RefusalDelta(delta)
+        | ResponsesData::ReasoningTextDelta(delta) => {
+            fill(&mut delta.output_index, output, &mut changed);
+            fill(&mut delta.content_index, part, &mut changed);
+        }
+        ResponsesData::ReasoningSummaryTextDelta(delta) => {
+            fill(&mut delta.output_index, output, &mut changed);
+            fill(&mut delta.summary_index, part, &mut changed);
+        }
+        ResponsesData::FunctionCallArgumentsDelta(delta) => {
+            fill(&mut delta.output_index, output, &mut changed);
+        }
+        ResponsesData::OutputTextDone(done)
+        | ResponsesData::RefusalDone(done)
+        | ResponsesData::ReasoningTextDone(done) => {
+            fill(&mut done.output_index, output, &mut changed);
+            fill(&mut done.content_index, part, &mut changed);
+        }
+        ResponsesData::ReasoningSummaryTextDone(done) => {
+            fill(&mut done.output_index, output, &mut changed);
+            fill(&mut done.summary_index, part, &mut changed);
+        }
+        ResponsesData::FunctionCallArgumentsDone(done) => {
+            fill(&mut done.output_index, output, &mut changed);
         }
         _ => {}
+    }
+    if let ResponsesData::Unknown(unknown) = &data {
+        // A type the crate does not know: numbered too, its other fields as they came.
+        let renumbered = serde_json::from_str::<serde_json::Map<String, Value>>(unknown.data())
+            .ok()
+            .filter(|fields| fields.get("sequence_number") != Some(&json!(id)));
+        let Some(mut fields) = renumbered else {
+            return Ok(Passed {
+                event,
+                kind,
+                ending,
+            });
+        };
+        fields.insert("sequence_number".to_owned(), json!(id));
+        let mut renumbered = SseEvent::data(Value::Object(fields).to_string());
+        if let Some(name) = event.event() {
+            renumbered = renumbered.with_event(name).expect("a decoded type");
+        }
+        return Ok(Passed {
+            event: renumbered,
+            kind,
+            ending,
+        });
     }
     if data.sequence_number() != Some(id) {
         if let Some(sequence_number) = data.sequence_number_mut() {
@@ -216,10 +333,15 @@ pub(super) fn numbered(
             changed = true;
         }
     }
-    if !changed {
-        return Ok(event);
-    }
-    Ok(SseEvent::from(ResponsesEvent::new(data)))
+    let event = match changed {
+        true => SseEvent::from(ResponsesEvent::new(data)),
+        false => event,
+    };
+    Ok(Passed {
+        event,
+        kind,
+        ending,
+    })
 }
 
 /// Sets `field` to `value` when the upstream left it out.
@@ -246,7 +368,7 @@ mod tests {
             "response.output_item.added",
             r#"{"type":"response.output_item.added","item":{"type":"message","id":"m1","role":"assistant","content":[],"status":"in_progress"}}"#,
         );
-        let added = numbered(added, 1, &mut indices).unwrap();
+        let added = numbered(added, 1, &mut indices).unwrap().event;
         let added: Value = serde_json::from_str(added.data_str().unwrap()).unwrap();
         assert_eq!(
             (
@@ -259,7 +381,7 @@ mod tests {
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","item_id":"m1","delta":"Hi"}"#,
         );
-        let delta = numbered(delta, 3, &mut indices).unwrap();
+        let delta = numbered(delta, 3, &mut indices).unwrap().event;
         let delta: Value = serde_json::from_str(delta.data_str().unwrap()).unwrap();
         assert_eq!(delta["sequence_number"], 3);
         assert_eq!(
@@ -275,12 +397,54 @@ mod tests {
             "response.output_text.delta",
             r#"{"type":"response.output_text.delta","item_id":"m1","output_index":0,"content_index":0,"delta":"a","sequence_number":4}"#,
         );
-        assert_eq!(numbered(whole.clone(), 4, &mut indices), Ok(whole));
+        assert_eq!(
+            numbered(whole.clone(), 4, &mut indices).unwrap().event,
+            whole
+        );
         let broken = event(
             "response.output_text.delta",
             "{\"type\":\"response.output_text.delta\",\"delta\":7}",
         );
         assert!(numbered(broken, 5, &mut indices).is_err());
+    }
+
+    #[test]
+    fn unnumbered_items_and_parts_are_numbered_after_the_others() {
+        let mut indices = Indices::default();
+        let mut pass = |kind: &str, data: &str, id| {
+            let passed = numbered(event(kind, data), id, &mut indices).unwrap();
+            serde_json::from_str::<Value>(passed.event.data_str().unwrap()).unwrap()
+        };
+        let item = r#"{"type":"response.output_item.added","item":{"type":"reasoning","id":"r1"}}"#;
+        assert_eq!(
+            pass("response.output_item.added", item, 0)["output_index"],
+            0
+        );
+        let item = r#"{"type":"response.output_item.added","item":{"type":"message","id":"m1"}}"#;
+        assert_eq!(
+            pass("response.output_item.added", item, 1)["output_index"],
+            1
+        );
+        let part = r#"{"type":"response.content_part.added","item_id":"m1","part":{"type":"output_text"}}"#;
+        let part = pass("response.content_part.added", part, 2);
+        assert_eq!(
+            (&part["output_index"], &part["content_index"]),
+            (&json!(1), &json!(0))
+        );
+        let delta = r#"{"type":"response.output_text.delta","item_id":"m1","delta":"a"}"#;
+        let delta = pass("response.output_text.delta", delta, 3);
+        assert_eq!(
+            (&delta["output_index"], &delta["content_index"]),
+            (&json!(1), &json!(0))
+        );
+        // A type the crate does not know is numbered too, its fields kept.
+        let unknown =
+            r#"{"type":"response.web_search_call.searching","item_id":"w1","sequence_number":9}"#;
+        let unknown = pass("response.web_search_call.searching", unknown, 4);
+        assert_eq!(
+            (&unknown["sequence_number"], &unknown["item_id"]),
+            (&json!(4), &json!("w1"))
+        );
     }
 
     #[test]
@@ -307,16 +471,20 @@ mod tests {
             (Some("error"), Some("upstream_error"))
         );
         let created = r#"{"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","output":[]}}"#;
-        let stopped = Format::Responses.stop_events(Some(created));
+        let stopped = Format::Responses.stop_events(Some(created), ("r1", "m"), 0);
         let data: Value = serde_json::from_str(stopped[0].data_str().unwrap()).unwrap();
         assert_eq!(data["response"]["id"], "resp_1");
         assert_eq!(data["response"]["status"], "incomplete");
         let kinds: Vec<_> = Format::Messages
-            .stop_events(None)
+            .stop_events(None, ("r1", "m"), 0)
             .iter()
             .map(|e| e.event().unwrap().to_owned())
             .collect();
-        assert_eq!(kinds, ["message_delta", "message_stop"]);
+        assert_eq!(
+            kinds,
+            ["message_start", "message_delta", "message_stop"],
+            "an opening first"
+        );
         assert_eq!(Format::of("/v1/messages"), Some(Format::Messages));
         assert_eq!(Format::of("/v1/models"), None);
     }

@@ -69,24 +69,31 @@
 //!   under `/v1/messages/`, and `GET /v1/responses/{id}?stream=true&starting_after=N` and `POST
 //!   /v1/responses/{id}/cancel` (as `sim` serves them; `{id}` is the request id, which a
 //!   resumed stream of any API is found by); they shadow the upstream's paths of the same name
-//!   (other methods on them, and `GET /v1/responses/{id}` without `stream=true`, pass
-//!   through). Without a grace they all pass through to the upstream.
+//!   (other methods on them, `GET /v1/responses/{id}` without `stream=true`, and the two
+//!   Responses paths for an id the proxy holds no stream of, an upstream's own response id,
+//!   pass through). Without a grace they all pass through to the upstream.
 //!
 //! # Messages and Responses
 //!
 //! An Anthropic Messages or OpenAI Responses stream is gated, numbered, probed, heartbeaten,
 //! registered and stopped as a chat completion's is, in its own terms: its events pass byte for
-//! byte (each with the proxy's `id: n`); it is complete at its own end event (`message_stop`,
-//! `response.completed` or `.incomplete`; `response.failed` ends it as an upstream error) and
-//! the upstream's clean close after it, with no `[DONE]`; an upstream failure ends it with the
+//! byte (each with the proxy's `id: n`), each counted for progress by its type (a `ping` or a
+//! `message_start` is control); it is complete at its own end event (`message_stop`,
+//! `response.completed` or `.incomplete`, read from the data's `type`, so an upstream that
+//! writes no `event:` lines ends too; `response.failed` or an `error` ends it as an upstream
+//! error) and the upstream's clean close after it, with no `[DONE]`; an upstream failure ends it with the
 //! API's own error event (Messages: `{"type":"error","error":{"type":"api_error",..}}`;
 //! Responses: `{"type":"error","code":"upstream_error",..}`); a stop (`/cancel`) ends it with
-//! `message_delta` (`end_turn`) and `message_stop`, or `response.incomplete` (the created
-//! response, `incomplete_details.reason` `stopped`). A Responses event's `sequence_number` is
-//! the proxy's id (what `starting_after` names): written where the upstream sent none or
-//! another, and a text or part event without `output_index`/`content_index` gets those of the
-//! last item and part added (llama.cpp's server sends neither, and the `openai` SDK cannot read
-//! its stream straight: through the proxy it can). An event the crate's `anthropic` or
+//! `message_delta` (`end_turn`, the visible events' count as output tokens) and
+//! `message_stop`, or `response.incomplete` (the created response, `incomplete_details.reason`
+//! `stopped`); stopped before the upstream's first event, an opening of the proxy's own comes
+//! first (`message_start`, `response.created`, named by the request id), and after the
+//! answer's own end nothing is added. A Responses event's `sequence_number` is the proxy's id
+//! (what `starting_after` names), an unknown type's too: written where the upstream sent none
+//! or another; an item or part added without its `output_index`, `content_index` or
+//! `summary_index` is numbered after the others, and the events in it get the current ones
+//! (llama.cpp's server sends neither, and the `openai` SDK cannot read its stream straight:
+//! through the proxy it can). An event the crate's `anthropic` or
 //! `responses` module cannot read as its API's is dropped and counted (an unknown type passes).
 //! `--policy coalesce` merges a slow reader's events by the crate's lossless rules for the API
 //! (`streamgate::anthropic`, `streamgate::responses`: same-block text deltas concatenate, a
@@ -320,7 +327,7 @@ pub fn app(
             )
             .route(
                 "/v1/responses/{request_id}/cancel",
-                post(resume::cancel).fallback(forward::forward),
+                post(resume::response_cancel).fallback(forward::forward),
             );
     }
     let app = app.fallback(forward::forward).with_state(proxy.clone());

@@ -10,6 +10,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
 use serde_json::json;
+use streamgate::resume::{AttachError, Subscriber};
 
 use futures_util::StreamExt;
 
@@ -28,24 +29,27 @@ pub(super) async fn resume(
     ResumeAfter(after): ResumeAfter,
 ) -> Response {
     match proxy.store.attach(&id, after).await {
-        Ok(frames) => {
-            // Should the instance that runs the stream die, this one carries it on while the
-            // client reads here.
-            let watching = adopt::watch(&proxy, &id);
-            let frames = frames.map(move |frame| {
-                let _watching = &watching;
-                frame
-            });
-            proxy.sse_response(frames, &id)
-        }
+        Ok(frames) => attached(&proxy, frames, &id),
         Err(failure) => resume::attach_error(&failure),
     }
 }
 
+/// The client's response of a stream attached to: its frames, watched for the instance that
+/// runs it dying (this one then carries it on while the client reads here).
+fn attached(proxy: &Arc<Proxy>, frames: Subscriber, id: &str) -> Response {
+    let watching = adopt::watch(proxy, id);
+    let frames = frames.map(move |frame| {
+        let _watching = &watching;
+        frame
+    });
+    proxy.sse_response(frames, id)
+}
+
 /// `GET /v1/responses/{request_id}?stream=true[&starting_after=N]`: the events after sequence
 /// number N (a Responses stream's sequence numbers are the proxy's event ids) of a running or
-/// retained stream, as [`resume`] serves them; without `stream=true` the request is the
-/// upstream's (a stored response, retrieved), and passes through.
+/// retained stream, as [`resume`] serves them. An id the proxy holds no stream of (an
+/// upstream's own response id, a background response it stores) is the upstream's: the
+/// request passes through, as it does without `stream=true` (a stored response, retrieved).
 pub(super) async fn response(
     State(proxy): State<Arc<Proxy>>,
     Path(id): Path<String>,
@@ -55,7 +59,24 @@ pub(super) async fn response(
     if !streamed {
         return forward::forward(State(proxy), request).await;
     }
-    resume(State(proxy), Path(id), ResumeAfter(after)).await
+    match proxy.store.attach(&id, after).await {
+        Ok(frames) => attached(&proxy, frames, &id),
+        Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
+        Err(failure) => resume::attach_error(&failure),
+    }
+}
+
+/// `POST /v1/responses/{request_id}/cancel`: as [`cancel`] for a stream the proxy holds; the
+/// upstream's for any other id (a background response it runs).
+pub(super) async fn response_cancel(
+    State(proxy): State<Arc<Proxy>>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    match proxy.store.stop(&id).await {
+        Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
+        stopped => stopped_answer(&id, stopped),
+    }
 }
 
 /// `POST /v1/chat/completions/{request_id}/cancel`: an explicit stop. The upstream is dropped
@@ -63,7 +84,12 @@ pub(super) async fn response(
 /// `[DONE]`; 200 (`{"id":..,"cancelled":true}`; `false` when the stream had already ended), or
 /// 404.
 pub(super) async fn cancel(State(proxy): State<Arc<Proxy>>, Path(id): Path<String>) -> Response {
-    match proxy.store.stop(&id).await {
+    stopped_answer(&id, proxy.store.stop(&id).await)
+}
+
+/// The answer to a stop of the stream `id`.
+fn stopped_answer(id: &str, stopped: Result<bool, AttachError>) -> Response {
+    match stopped {
         Ok(cancelled) => {
             serving::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
         }

@@ -27,7 +27,7 @@ use super::body::Buffered;
 use super::chunk::Relayed;
 use super::config::InjectedStall;
 use super::failover::{self, Carried, CarryOn, Delivered, FailoverMode, NotCarried};
-use super::format::{self, Format, Indices};
+use super::format::{self, Ending, Format, Indices, Passed};
 use super::kept;
 use super::peek::{self, Peek};
 use super::seam::Seam;
@@ -417,6 +417,11 @@ pub(super) struct Sent {
     seam: Option<Seam>,
     /// A Responses stream's item and content part, for the events that leave them out.
     indices: Indices,
+    /// The kind of the last Messages or Responses event passed on, as its type says (what
+    /// `proxy.recv` records it as).
+    passed_kind: Option<Kind>,
+    /// The visible events passed on (a stopped Messages answer's output tokens).
+    visible: u64,
     /// How many times the stream was carried on.
     failovers: u32,
     /// When it first broke: every failover's attempts share one deadline from then.
@@ -462,7 +467,7 @@ impl Pump {
             Answer::Now(started) => begun(started),
             Answer::Awaited(attempts) => match self.awaited(attempts).await {
                 Ok(started) => begun(started),
-                Err(end) => return self.finish(end, recv, tx, None, 0).await,
+                Err(end) => return self.finish(end, recv, tx, (None, 0, 0)).await,
             },
             Answer::Adopted(sent) => (Upstream::none(), None, *sent, true),
         };
@@ -488,7 +493,11 @@ impl Pump {
                 Some(item) => Read::Item(Some(item)),
                 None => tokio::select! {
                     biased;
-                    () = self.stop.cancelled() => break End::Stopped,
+                    // A stop after the answer's own end event: nothing to add to it.
+                    () = self.stop.cancelled() => break match sent.finished && !self.format.ends_with_done() {
+                        true => End::Done,
+                        false => End::Stopped,
+                    },
                     () = &mut idle, if !self.idle.is_zero() => {
                         let due = waiting_since + self.idle;
                         if Instant::now() < due {
@@ -534,6 +543,7 @@ impl Pump {
                     // is counted, but no progress and no record.
                     let passed =
                         sent.next_id > before && matches!(step, Step::Heard | Step::End(_));
+                    let kind = sent.passed_kind.take().unwrap_or(kind);
                     let seen = match passed {
                         true => Observation::new(Some(before), bytes, kind),
                         false => Observation::new(None, bytes, Kind::Control),
@@ -565,7 +575,8 @@ impl Pump {
         // Whatever the end, the upstream connection goes now (an unfinished body closes it),
         // and with it the stream's count on its replica.
         drop(upstream);
-        self.finish(end, recv, tx, sent.first, sent.next_id).await
+        self.finish(end, recv, tx, (sent.first, sent.next_id, sent.visible))
+            .await
     }
 
     /// Sends one upstream event on (its data, joined at the seam once carried on), or says
@@ -662,27 +673,34 @@ impl Pump {
         sent: &mut Sent,
         tx: &mut Sender<Relayed>,
     ) -> Result<Step, &'static str> {
-        let ends = self.format.ends(&event);
-        let failed = event.event() == Some("response.failed");
-        let Some(event) = self.format.pass(event, sent.next_id, &mut sent.indices) else {
+        let Some(passed) = self.format.pass(event, sent.next_id, &mut sent.indices) else {
             // An SDK would raise on it mid-answer: dropped and counted, as a chunk that is no
             // JSON is.
             self.proxy.stats.invalid_event();
             return Ok(Step::Heard);
         };
-        sent.finished |= ends;
+        let Passed {
+            event,
+            kind,
+            ending,
+        } = passed;
+        sent.finished |= ending.is_some();
+        sent.passed_kind = Some(kind);
+        if kind == Kind::Visible {
+            sent.visible += 1;
+        }
         if sent.first.is_none() {
             sent.first = event.data_str().map(str::to_owned);
         }
         let event = event
             .with_id(sent.next_id.to_string())
             .expect("a number is a valid id");
-        tx.send(Relayed::merging(event, self.merges))
+        tx.send(Relayed::merging(event, self.merges).counted_as(kind))
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
-        if failed {
-            // The upstream's own end of a response that failed: the stream ends there.
+        if ending == Some(Ending::Failed) {
+            // The upstream's own end of an answer that failed: the stream ends there.
             return Ok(Step::End(End::ErrorFrame));
         }
         Ok(Step::Heard)
@@ -867,14 +885,14 @@ impl Pump {
         )))
     }
 
-    /// Ends the stream as `end` says, after `next_id` events (the first of them `first`).
+    /// Ends the stream as `end` says, after `next_id` events (the first of them `first`,
+    /// `visible` of them visible).
     async fn finish(
         &self,
         end: End,
         mut recv: Recorder,
         mut tx: Sender<Relayed>,
-        first: Option<String>,
-        mut next_id: u64,
+        (first, mut next_id, visible): (Option<String>, u64, u64),
     ) -> Result<(), &'static str> {
         let gone = |_| "the stream ended";
         match end {
@@ -901,13 +919,17 @@ impl Pump {
                     let finish = final_chunk(first.as_deref(), &self.id, model, chat, "stop");
                     vec![SseEvent::data(finish), SseEvent::data("[DONE]")]
                 } else {
-                    self.format.stop_events(first.as_deref())
+                    let model = self.request.model.as_deref().unwrap_or("");
+                    self.format
+                        .stop_events(first.as_deref(), (&self.id, model), visible)
                 };
                 let mut indices = Indices::default();
                 for event in events {
                     let event = match self.format {
-                        Format::Responses => format::numbered(event, next_id, &mut indices)
-                            .unwrap_or_else(|event| event),
+                        Format::Responses => match format::numbered(event, next_id, &mut indices) {
+                            Ok(passed) => passed.event,
+                            Err(event) => event,
+                        },
                         _ => event,
                     };
                     let event = event.with_id(next_id.to_string());
