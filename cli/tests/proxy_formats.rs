@@ -200,15 +200,24 @@ const UNNUMBERED: &str = concat!(
     "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello there\",\"annotations\":[]}]}]}}\n\n",
 );
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_responses_upstream_that_numbers_nothing_is_numbered_by_the_proxy() {
+/// A Responses upstream on 127.0.0.1 that answers every `POST /v1/responses` with `body` as
+/// its event stream; its address.
+async fn answering(body: String) -> SocketAddr {
     let app = Router::new().route(
         "/v1/responses",
-        post(|| async { ([("content-type", "text/event-stream")], UNNUMBERED).into_response() }),
+        post(
+            move || async move { ([("content-type", "text/event-stream")], body).into_response() },
+        ),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
+    upstream
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_upstream_that_numbers_nothing_is_numbered_by_the_proxy() {
+    let upstream = answering(UNNUMBERED.to_owned()).await;
     let proxy = start_proxy(&format!("http://{upstream}"), &[]);
     let frames = post_api(proxy, Api::Responses, "", 2).await.rest().await;
     // `read` checks each event's sequence_number against its id.
@@ -229,13 +238,7 @@ async fn a_responses_upstream_that_numbers_nothing_is_numbered_by_the_proxy() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_sdk_fails_on_such_an_upstream_straight_and_streams_it_through_the_proxy() {
-    let app = Router::new().route(
-        "/v1/responses",
-        post(|| async { ([("content-type", "text/event-stream")], UNNUMBERED).into_response() }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let upstream = answering(UNNUMBERED.to_owned()).await;
     let proxy = start_proxy(&format!("http://{upstream}"), &[]);
     let test = "the_openai_sdk_fails_on_such_an_upstream_straight_and_streams_it_through_the_proxy";
     let mut got = Vec::new();
@@ -306,15 +309,7 @@ async fn an_upstream_that_writes_no_event_lines_ends_on_its_end_type() {
         .filter(|line| !line.starts_with("event:"))
         .map(|line| format!("{line}\n"))
         .collect();
-    let app = Router::new().route(
-        "/v1/responses",
-        post(move || async move {
-            ([("content-type", "text/event-stream")], data_only).into_response()
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let upstream = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let upstream = answering(data_only).await;
     let proxy = start_proxy(&format!("http://{upstream}"), &[]);
     let frames = post_api(proxy, Api::Responses, "", 2).await.rest().await;
     assert!(

@@ -179,10 +179,22 @@ fn greedy(max_tokens: u64) -> String {
     .to_string()
 }
 
-/// One event as the client saw it.
+/// One event as the client saw it: its type (`event:`), id and data.
 struct Seen {
+    kind: String,
     id: Option<u64>,
     data: String,
+}
+
+impl Seen {
+    /// `event`, if it carries data (a `retry:` alone does not).
+    fn of(event: &streamgate::sse::SseEvent) -> Option<Seen> {
+        Some(Seen {
+            kind: event.event_type().to_owned(),
+            id: event.id().and_then(|id| id.parse().ok()),
+            data: event.data_str()?.to_owned(),
+        })
+    }
 }
 
 /// Reads `limit` data events (all, if `None`) of a streamed response; the connection closes
@@ -195,14 +207,11 @@ async fn read_events(
     let mut seen = Vec::new();
     while let Some(event) = events.next().await {
         let event = event.expect("a well-formed event");
-        let Some(data) = event.data_str() else {
+        let Some(one) = Seen::of(&event) else {
             continue;
         };
-        let done = data == "[DONE]";
-        seen.push(Seen {
-            id: event.id().and_then(|id| id.parse().ok()),
-            data: data.to_owned(),
-        });
+        let done = one.data == "[DONE]";
+        seen.push(one);
         if done || limit.is_some_and(|limit| seen.len() >= limit) {
             break;
         }
@@ -416,12 +425,7 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
         let mut seen = Vec::new();
         while seen.len() < at {
             let event = events.next().await.expect("an event").expect("well formed");
-            if let Some(data) = event.data_str() {
-                seen.push(Seen {
-                    id: event.id().and_then(|id| id.parse().ok()),
-                    data: data.to_owned(),
-                });
-            }
+            seen.extend(Seen::of(&event));
         }
         // The server serving it is the one with a slot busy.
         let mut serving = None;
@@ -437,12 +441,7 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
         while let Some(event) = events.next().await {
             let event = event.expect("well formed");
             assert_ne!(event.event(), Some("error"), "{:?}", event.data_str());
-            if let Some(data) = event.data_str() {
-                seen.push(Seen {
-                    id: event.id().and_then(|id| id.parse().ok()),
-                    data: data.to_owned(),
-                });
-            }
+            seen.extend(Seen::of(&event));
         }
         assert_eq!(seen.last().map(|e| e.data.as_str()), Some("[DONE]"));
         let ids: Vec<_> = seen.iter().map(|e| e.id).collect();
@@ -484,46 +483,18 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
     eprintln!("real model failover: {equal} of {runs} answers equal the uninterrupted one");
 }
 
-/// One event of a Messages or Responses stream as the client saw it: its type, id and data.
-struct Typed {
-    kind: String,
-    id: Option<u64>,
-    data: Value,
-}
-
-/// Every event of a streamed response, to its end (or the first `limit`, when given: the
-/// connection closes when this returns).
-async fn read_typed(
-    response: hyper::Response<hyper::body::Incoming>,
-    limit: Option<usize>,
-) -> Vec<Typed> {
-    let mut events = pin!(client::body_stream(response).sse_events());
-    let mut seen = Vec::new();
-    while let Some(event) = events.next().await {
-        let event = event.expect("a well-formed event");
-        let Some(data) = event.data_str() else {
-            continue;
-        };
-        seen.push(Typed {
-            kind: event.event_type().to_owned(),
-            id: event.id().and_then(|id| id.parse().ok()),
-            data: serde_json::from_str(data).expect("JSON data"),
-        });
-        if limit.is_some_and(|limit| seen.len() >= limit) {
-            break;
-        }
-    }
-    seen
-}
-
 /// The text a Messages or Responses stream's text deltas carry.
-fn typed_text(events: &[Typed]) -> String {
+fn typed_text(events: &[Seen]) -> String {
     events
         .iter()
-        .filter_map(|event| match event.kind.as_str() {
-            "content_block_delta" => event.data["delta"]["text"].as_str(),
-            "response.output_text.delta" => event.data["delta"].as_str(),
-            _ => None,
+        .filter_map(|event| {
+            let data: Value = serde_json::from_str(&event.data).ok()?;
+            let text = match event.kind.as_str() {
+                "content_block_delta" => data["delta"]["text"].as_str(),
+                "response.output_text.delta" => data["delta"].as_str(),
+                _ => None,
+            };
+            text.map(str::to_owned)
         })
         .collect()
 }
@@ -565,9 +536,9 @@ async fn messages_and_responses_from_llama_cpp_through_the_proxy() {
         };
         // The same greedy request, straight and through the proxy: the same text.
         let started = Instant::now();
-        let straight = read_typed(send(llama).await, None).await;
+        let straight = read_events(send(llama).await, None).await;
         let straight_time = started.elapsed();
-        let proxied = read_typed(send(proxy).await, None).await;
+        let proxied = read_events(send(proxy).await, None).await;
         let text = typed_text(&straight);
         assert!(!text.is_empty(), "{path}: the model said nothing");
         assert_eq!(
@@ -575,26 +546,23 @@ async fn messages_and_responses_from_llama_cpp_through_the_proxy() {
             text,
             "{path}: the proxy changed the tokens"
         );
-        let kinds = |events: &[Typed]| events.iter().map(|e| e.kind.clone()).collect::<Vec<_>>();
+        let kinds = |events: &[Seen]| events.iter().map(|e| e.kind.clone()).collect::<Vec<_>>();
         assert_eq!(kinds(&proxied), kinds(&straight), "{path}: the same events");
         let ids: Vec<Option<u64>> = proxied.iter().map(|e| e.id).collect();
         let expected: Vec<Option<u64>> = (0..proxied.len() as u64).map(Some).collect();
         assert_eq!(ids, expected, "{path}: numbered by the proxy");
         if *path == "/v1/responses" {
             // What llama.cpp leaves out, and the proxy fills in.
+            let json = |event: &Seen| serde_json::from_str::<Value>(&event.data).unwrap();
             let unnumbered = straight
                 .iter()
-                .all(|e| e.data.get("sequence_number").is_none());
+                .all(|e| json(e).get("sequence_number").is_none());
             for event in &proxied {
-                assert_eq!(
-                    event.data["sequence_number"].as_u64(),
-                    event.id,
-                    "{}",
-                    event.data
-                );
+                let data = json(event);
+                assert_eq!(data["sequence_number"].as_u64(), event.id, "{data}");
                 if event.kind == "response.output_text.delta" {
-                    assert!(event.data["output_index"].is_u64(), "{}", event.data);
-                    assert!(event.data["content_index"].is_u64(), "{}", event.data);
+                    assert!(data["output_index"].is_u64(), "{data}");
+                    assert!(data["content_index"].is_u64(), "{data}");
                 }
             }
             eprintln!("{path}: llama.cpp sent sequence numbers: {}", !unnumbered);
@@ -606,7 +574,7 @@ async fn messages_and_responses_from_llama_cpp_through_the_proxy() {
             straight_time.as_secs_f64() * 1e3
         );
         // A client that leaves frees the slot.
-        let partial = read_typed(send(proxy).await, Some(5)).await;
+        let partial = read_events(send(proxy).await, Some(5)).await;
         assert_eq!(partial.len(), 5);
         let left = Instant::now();
         while busy_slots(llama).await != 0 {
