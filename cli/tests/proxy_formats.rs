@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use axum::Router;
 use axum::response::IntoResponse;
 use axum::routing::post;
-use common::formats::{Api, Read, read_all, text, tokens};
+use common::formats::{Api, Read, heartbeats_between, read_all, text, tokens};
 use common::python::{lines, python};
 use common::replica::Replica;
 use common::{LONG, RawResponse, assert_sse_headers, stats, wait_for};
@@ -66,16 +66,7 @@ async fn heartbeats_bridge_a_stall_in_each_api() {
     let proxy = start_proxy(&format!("http://{sim}"), &["--heartbeat-ms", "50"]);
     for api in Api::ALL {
         let frames = post_api(proxy, api, "", 4).await.rest().await;
-        let at = |token: &str| {
-            frames
-                .iter()
-                .position(|frame| frame.contains(&format!("\"{token} \"")))
-                .unwrap()
-        };
-        let beats = frames[at("t1") + 1..at("t2")]
-            .iter()
-            .filter(|frame| common::is_heartbeat(frame))
-            .count();
+        let beats = heartbeats_between(&frames, "t1", "t2");
         assert!(beats >= 2, "heartbeats in the 400 ms stall: {frames:?}");
         assert_eq!(text(&read_all(api, &frames)), tokens(0..4));
     }

@@ -244,6 +244,20 @@ async fn busy_slots(llama: SocketAddr) -> usize {
         .unwrap_or(usize::MAX)
 }
 
+/// How long, from now, until no slot of the server at `llama` decodes (a client just left);
+/// fails the test past 5 s.
+async fn slot_freed(llama: SocketAddr) -> Duration {
+    let left = Instant::now();
+    while busy_slots(llama).await != 0 {
+        assert!(
+            left.elapsed() < Duration::from_secs(5),
+            "the slot is still decoding 5 s after the client left"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    left.elapsed()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_proxy_in_front_of_llama_cpp() {
     let Some((server, model)) = real_model_or_skip("the_proxy_in_front_of_llama_cpp") else {
@@ -281,18 +295,8 @@ async fn the_proxy_in_front_of_llama_cpp() {
     let response = post(proxy_addr, Some("leaves"), greedy(1500)).await;
     let read = read_events(response, Some(5)).await;
     assert_eq!(read.len(), 5);
-    let left = Instant::now();
-    while busy_slots(llama_addr).await != 0 {
-        assert!(
-            left.elapsed() < Duration::from_secs(5),
-            "the slot is still decoding 5 s after the client left"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    eprintln!(
-        "real model: slot free {:?} after the client left the proxy",
-        left.elapsed()
-    );
+    let freed = slot_freed(llama_addr).await;
+    eprintln!("real model: slot free {freed:?} after the client left the proxy");
 
     // Gaps and time to first token per hop, from the real stream.
     let metrics = get_text(proxy_addr, "/metrics").await;
@@ -576,18 +580,8 @@ async fn messages_and_responses_from_llama_cpp_through_the_proxy() {
         // A client that leaves frees the slot.
         let partial = read_events(send(proxy).await, Some(5)).await;
         assert_eq!(partial.len(), 5);
-        let left = Instant::now();
-        while busy_slots(llama).await != 0 {
-            assert!(
-                left.elapsed() < Duration::from_secs(5),
-                "{path}: the slot stays busy"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        eprintln!(
-            "{path}: slot free {:.0} ms after the client left",
-            left.elapsed().as_secs_f64() * 1e3
-        );
+        let freed = slot_freed(llama).await;
+        eprintln!("{path}: slot free {freed:?} after the client left");
     }
     // The openai SDK cannot read llama.cpp's Responses stream straight; through the proxy it can.
     let mut got = Vec::new();

@@ -12,7 +12,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::formats::{Api, Read, read_all, text, tokens};
+use common::formats::{Api, Read, heartbeats_between, read_all, text, tokens};
 use common::python::{lines, python};
 use common::reference::start;
 use common::resume_client::chat;
@@ -301,16 +301,7 @@ async fn heartbeats_flow_during_a_decode_stall_in_each_api() {
     for api in Api::ALL {
         let mut response = post(addr, api, "", 4).await;
         let frames = response.rest().await;
-        let at = |token: &str| {
-            frames
-                .iter()
-                .position(|frame| frame.contains(&format!("\"{token} \"")))
-                .unwrap()
-        };
-        let beats = frames[at("t1") + 1..at("t2")]
-            .iter()
-            .filter(|frame| common::is_heartbeat(frame))
-            .count();
+        let beats = heartbeats_between(&frames, "t1", "t2");
         assert!(beats >= 2, "heartbeats in the 400 ms stall: {frames:?}");
         assert_eq!(text(&read_all(api, &frames)), tokens(0..4));
     }

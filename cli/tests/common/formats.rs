@@ -176,3 +176,18 @@ pub fn text(events: &[Read]) -> String {
 pub fn tokens(tokens: std::ops::Range<u64>) -> String {
     tokens.map(|i| format!("t{i} ")).collect()
 }
+
+/// The heartbeats among `frames` between the frames that carry the tokens `from` and `to`
+/// (`"t1"`, `"t2"`): what bridged a stall between them.
+pub fn heartbeats_between(frames: &[String], from: &str, to: &str) -> usize {
+    let at = |token: &str| {
+        frames
+            .iter()
+            .position(|frame| frame.contains(&format!("\"{token} \"")))
+            .unwrap_or_else(|| panic!("no frame with {token}: {frames:?}"))
+    };
+    frames[at(from) + 1..at(to)]
+        .iter()
+        .filter(|frame| is_heartbeat(frame))
+        .count()
+}
