@@ -16,10 +16,11 @@ use std::time::Duration;
 
 use common::gate::Releases;
 use common::redis_server::RedisServer;
-use common::subscriber::{expected, register, rest, take, tokens};
+use common::subscriber::{expected, register, register_as, rest, take, tokens};
 use futures_util::StreamExt;
 use streamgate::probe::HopProbe;
 use streamgate::resume::{AdoptError, AttachError, ClaimError, Registry, ResumeOptions};
+use streamgate::sse::ErrorShape;
 use streamgate::{EndReason, Gate, GateExt, Policy};
 use tokio::time::sleep;
 
@@ -150,10 +151,15 @@ async fn a_reader_past_its_lag_limit_is_cut_off_and_holds_nobody_back_on_either_
         .read_ahead(4)
         .max_lag(Duration::from_millis(300));
     let (here, there) = instances(&redis, options);
-    for (id, stalled_on) in [("local", &here), ("remote", &there)] {
+    // Each reader's end in the stream's error shape, on either instance.
+    let shapes = [
+        ("local", &here, ErrorShape::OpenAi),
+        ("remote", &there, ErrorShape::Anthropic),
+    ];
+    for (id, stalled_on, shape) in shapes {
         let releases = Releases::default();
         let consumer = tokens(&releases, 200, Duration::ZERO, Arc::default());
-        let mut fast = register(&here, id, consumer).await;
+        let mut fast = register_as(&here, id, consumer, shape).await;
         let mut stalled = stalled_on.attach(id, None).await.unwrap();
         take(&mut stalled, 1).await;
         let (events, end) = rest(&mut fast).await;
@@ -168,6 +174,9 @@ async fn a_reader_past_its_lag_limit_is_cut_off_and_holds_nobody_back_on_either_
             end.unwrap_or_else(|| panic!("{id}: the stalled reader ends, read {}", got.len()));
         assert_eq!(end.reason, EndReason::SlowConsumer, "{id}");
         assert!(end.message.contains("behind"), "{id}: {end:?}");
+        let typed = (shape == ErrorShape::Anthropic).then_some("error");
+        assert_eq!(end.data["type"].as_str(), typed, "{id}: {:?}", end.data);
+        assert_eq!(end.data["error"]["type"], "slow_consumer", "{id}");
         releases.wait_for(1).await;
         assert_eq!(releases.once().0, EndReason::Completed, "{id}");
     }

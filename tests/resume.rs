@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use common::Rng;
 use common::gate::Releases;
-use common::subscriber::{expected, read, register, rest, take, tokens};
+use common::subscriber::{expected, read, register, register_as, rest, take, tokens};
 use futures_util::{FutureExt, StreamExt};
 use streamgate::resume::{AttachError, ClaimError, Registry, ResumeOptions, Subscriber};
+use streamgate::sse::ErrorShape;
 use streamgate::{EndReason, Policy};
 use tokio::time::{sleep, timeout};
 
@@ -515,6 +516,41 @@ async fn a_reader_cut_off_ends_behind_at_its_next_read() {
     assert!(end.message.contains("behind"), "{end:?}");
     // Nobody reads: the stream waits for a resume through its grace.
     assert_eq!(registry.stats().detached, 1);
+}
+
+/// A stream registered for another API ends every reader in that API's error shape: the first
+/// subscriber's and a resumed one's, numbered after the last event each read.
+#[tokio::test(start_paused = true)]
+async fn every_readers_end_is_in_the_streams_error_shape() {
+    let options = ResumeOptions::default()
+        .grace(Duration::from_secs(60))
+        .read_ahead(2)
+        .max_lag(Duration::from_millis(100));
+    let registry = Registry::memory(options);
+    let releases = Releases::default();
+    let consumer = tokens(
+        &releases,
+        1_000_000,
+        Duration::from_millis(1),
+        Arc::default(),
+    );
+    let mut first = register_as(&registry, "r", consumer, ErrorShape::Responses).await;
+    take(&mut first, 1).await;
+    let mut resumed = registry.attach("r", Some(0)).await.unwrap();
+    take(&mut resumed, 2).await;
+    sleep(Duration::from_secs(1)).await;
+    for (reader, read) in [(&mut first, 1), (&mut resumed, 3)] {
+        let end = rest(reader).await.1.expect("cut off");
+        assert_eq!(end.reason, EndReason::SlowConsumer);
+        let data = &end.data;
+        assert_eq!(
+            (&data["type"], &data["code"]),
+            (&"error".into(), &"slow_consumer".into()),
+            "{data}"
+        );
+        assert!(end.message.contains("behind"), "{end:?}");
+        assert_eq!(data["sequence_number"], read, "{data}");
+    }
 }
 
 /// A re-attach racing the grace's expiry on a multi-threaded runtime: either it comes first and

@@ -101,6 +101,59 @@ async fn a_replica_that_dies_mid_stream_ends_each_api_with_its_own_error_event()
     }
 }
 
+/// The gate's own end, not an upstream's: a reader that stopped reading is cut off after the
+/// slow deadline, and the last event it gets is its API's error event, typed `slow_consumer`
+/// (each SDK raises or yields it as that API's error).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_cut_off_ends_each_api_with_its_own_error_event() {
+    let (sim, _) = start_sim(&["--step-ms", "0"]);
+    let flags = [
+        "--sndbuf",
+        "16384",
+        "--policy",
+        "disconnect",
+        "--slow-deadline-ms",
+        "200",
+        "--buffer-events",
+        "8",
+    ];
+    let proxy = start_proxy(&format!("http://{sim}"), &flags);
+    for (n, api) in Api::ALL.into_iter().enumerate() {
+        let request = common::post_request(proxy, api.path(), "", &api.body(LONG, true, None));
+        let mut response = RawResponse::send_small(proxy, &request, 4096).await;
+        response.expect_frame().await;
+        wait_for(proxy, "the reader cut off", |s| {
+            s["streams_ended_slow_consumer"] == n as u64 + 1
+        })
+        .await;
+        let events = read_all(api, &response.rest().await);
+        let last = events.last().unwrap();
+        assert_eq!(
+            (last.kind.as_str(), &last.data["type"]),
+            ("error", &"error".into())
+        );
+        let (reason, message) = match api {
+            Api::Messages => (&last.data["error"]["type"], &last.data["error"]["message"]),
+            Api::Responses => (&last.data["code"], &last.data["message"]),
+        };
+        assert_eq!(reason, "slow_consumer", "{api:?}: {:?}", last.data);
+        assert!(message.as_str().is_some_and(|m| !m.is_empty()), "{api:?}");
+        // Every event after the one read first numbered by its position (none lost silently).
+        let ids: Vec<u64> = events[..events.len() - 1]
+            .iter()
+            .map(|e| e.id.unwrap())
+            .collect();
+        assert!(
+            ids.iter().zip(1..).all(|(id, at)| *id == at),
+            "{api:?}: ids {ids:?}"
+        );
+        if api == Api::Responses {
+            // Numbered after the last event the reader got.
+            assert_eq!(last.data["sequence_number"], ids.len() as u64 + 1);
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_ends_each_api_with_its_own_end_events() {
     let (sim, _) = start_sim(&["--step-ms", "2"]);

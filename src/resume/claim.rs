@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
+use crate::sse::ErrorShape;
+
 /// A new stream's hold on its id, from [`Registry::claim`](super::Registry::claim): no other
 /// stream can take the id (here or, in Redis, on any instance) while it is held, and
 /// [`Registry::register`](super::Registry::register) registers the stream under it.
@@ -44,6 +46,8 @@ pub struct Claim {
     /// What another instance needs to carry the stream on ([`Claim::keep_request`]).
     #[cfg_attr(not(feature = "redis"), allow(dead_code))]
     pub(crate) request: Option<bytes::Bytes>,
+    /// The error shape of every early end of the stream ([`Claim::error_shape`]).
+    pub(crate) shape: ErrorShape,
 }
 
 /// What a store keeps of a claim besides this process's table: a Redis claim, renewed while it
@@ -115,6 +119,26 @@ impl Claim {
     /// ```
     pub fn keep_request(&mut self, request: impl Into<bytes::Bytes>) {
         self.request = Some(request.into());
+    }
+
+    /// Writes every early end of the stream in `shape`, the error shape of the API it speaks:
+    /// the stream's own terminal frame, and each subscriber's (one cut off for holding the log
+    /// back, or whose store failed), on every instance sharing a Redis store. OpenAI's shape
+    /// by default.
+    ///
+    /// ```
+    /// use streamgate::resume::{Registry, ResumeOptions};
+    /// use streamgate::sse::ErrorShape;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let registry = Registry::<String>::memory(ResumeOptions::default());
+    /// let mut claim = registry.claim("msg-1").await.unwrap();
+    /// claim.error_shape(ErrorShape::Anthropic);
+    /// # }
+    /// ```
+    pub fn error_shape(&mut self, shape: ErrorShape) {
+        self.shape = shape;
     }
 
     /// The table this claim is held in.
@@ -217,6 +241,7 @@ impl Claims {
             claims: self.clone(),
             reserved,
             request: None,
+            shape: ErrorShape::OpenAi,
         })
     }
 

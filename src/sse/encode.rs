@@ -3,16 +3,15 @@
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use bytes::Bytes;
 use futures_core::{FusedStream, Stream};
 use pin_project_lite::pin_project;
 
+use super::error_shape::ErrorShape;
 use super::event::SseEvent;
 use super::frame::SseFrame;
-use crate::chunk::{Chunk, Kind};
+use crate::chunk::Chunk;
 use crate::end::EndReason;
 use crate::gate::{Event, GateError};
-use crate::probe::json_string;
 
 /// A gate's item as [`GateExt::sse`](crate::GateExt::sse) encodes it:
 /// `Result<Event<T>, GateError>` whose chunk `T` converts into an [`SseEvent`].
@@ -54,7 +53,8 @@ pin_project! {
     ///
     /// The terminal frame is `event: error` with data
     /// `{"error":{"type":"<end reason>","message":"<why>"}}` (the shape OpenAI-compatible
-    /// clients read), so a client can tell a cut-off stream from a finished one. An event of
+    /// clients read; [`error_shape`](EncodeSse::error_shape) writes another API's), so a
+    /// client can tell a cut-off stream from a finished one. An event of
     /// type `error` among the events (a gateway passing an upstream's end frame on) is taken
     /// the same way: probes end the stream there, as `upstream_error`, and record nothing
     /// after it. Send notifications that do not end the stream under another type.
@@ -63,6 +63,9 @@ pin_project! {
         #[pin]
         events: S,
         ids: bool,
+        shape: ErrorShape,
+        // The id after the last event's, for a Responses error's `sequence_number`.
+        next: Option<u64>,
         done: bool,
     }
 }
@@ -76,8 +79,40 @@ where
         EncodeSse {
             events,
             ids: true,
+            shape: ErrorShape::OpenAi,
+            next: None,
             done: false,
         }
+    }
+
+    /// Writes an early end's terminal frame in `shape`, the error shape of the API the stream
+    /// speaks (an Anthropic Messages or OpenAI Responses stream's clients read their own).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures_util::StreamExt;
+    /// use streamgate::sse::{ErrorShape, SseEvent};
+    /// use streamgate::{Gate, GateExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     tx.send(SseEvent::data("{}")).await.ok();
+    ///     Err(std::io::Error::other("boom"))
+    /// });
+    /// let frames: Vec<_> = consumer.sse().error_shape(ErrorShape::Responses).collect().await;
+    /// let end = std::str::from_utf8(frames[1].bytes()).unwrap();
+    /// assert!(end.starts_with(r#"event: error
+    /// data: {"type":"error","code":"generator_error","#));
+    /// assert!(end.ends_with(r#""param":null,"sequence_number":1}
+    ///
+    /// "#));
+    /// # }
+    /// ```
+    pub fn error_shape(mut self, shape: ErrorShape) -> Self {
+        self.shape = shape;
+        self
     }
 
     /// Writes no `id:` for the events that have none of their own. The frames still carry
@@ -126,6 +161,7 @@ where
                 // The gated chunk's kind stands: a control chunk stays control once encoded,
                 // and says so on the wire (see `SseEvent::encode`).
                 let (gate_id, kind) = (event.id(), event.chunk().kind());
+                *this.next = Some(gate_id.saturating_add(1));
                 let mut sse: SseEvent = event.into_chunk().into();
                 if sse.kind() != kind {
                     sse = sse.marked(kind);
@@ -147,7 +183,7 @@ where
             }
             Some(Err(error)) => {
                 *this.done = true;
-                end_frame(&error)
+                end_frame(&error, *this.shape, *this.next)
             }
             None => {
                 *this.done = true;
@@ -177,32 +213,21 @@ where
     }
 }
 
-/// The terminal frame of a stream that did not complete. A slow consumer's end says why when
-/// the crate knows more (a subscriber that fell behind a replay log: "behind: ..."); a
-/// generator's own error text never reaches the client.
-pub(crate) fn end_frame(error: &GateError) -> SseFrame {
+/// The terminal frame, in `shape`, of a stream that did not complete, coming at the id
+/// `next` when known. A slow consumer's end says why when the crate knows more (a subscriber
+/// that fell behind a replay log: "behind: ..."); a generator's own error text never reaches
+/// the client.
+pub(crate) fn end_frame(error: &GateError, shape: ErrorShape, next: Option<u64>) -> SseFrame {
     let reason = error.reason();
     debug_assert_ne!(reason, EndReason::Completed);
     let detail = std::error::Error::source(error)
         .filter(|_| reason == EndReason::SlowConsumer)
         .map(ToString::to_string);
     let frame = match detail {
-        Some(detail) => error_frame(reason.as_str(), &format!("{error}: {detail}")),
-        None => error_frame(reason.as_str(), &error.to_string()),
+        Some(detail) => shape.frame(reason.as_str(), &format!("{error}: {detail}"), next),
+        None => shape.frame(reason.as_str(), &error.to_string(), next),
     };
     frame.ending(reason)
-}
-
-/// A terminal `event: error` frame of type `kind` saying `message`, both written as JSON
-/// strings.
-pub(crate) fn error_frame(kind: &str, message: &str) -> SseFrame {
-    let mut frame = String::with_capacity(64 + kind.len() + message.len());
-    frame.push_str("event: error\ndata: {\"error\":{\"type\":");
-    json_string(&mut frame, kind);
-    frame.push_str(",\"message\":");
-    json_string(&mut frame, message);
-    frame.push_str("}}\n\n");
-    SseFrame::new(Bytes::from(frame), Kind::Control, None)
 }
 
 #[cfg(test)]
@@ -210,7 +235,7 @@ mod tests {
     use futures_util::StreamExt;
 
     use super::*;
-    use crate::{Gate, GateExt};
+    use crate::{Gate, GateExt, Kind};
 
     #[tokio::test]
     async fn events_then_a_terminal_error_frame() {

@@ -9,7 +9,8 @@
 //!   would inject lines is a [`FieldError`].
 //! - [`EncodeSse`] ([`GateExt::sse`](crate::GateExt::sse)) encodes a gate's events as
 //!   [`SseFrame`]s, one per event, and an early end as a terminal `event: error` frame that
-//!   carries the [end reason](crate::EndReason); each event's id
+//!   carries the [end reason](crate::EndReason), in the [`ErrorShape`] of the API the stream
+//!   speaks (OpenAI's by default); each event's id
 //!   ([`Event::id`](crate::Event::id)) is its `id:` (unless the event has one of its own, or
 //!   [`without_ids`](EncodeSse::without_ids) leaves them out).
 //! - [`Heartbeat`] ([`GateExt::heartbeat`](crate::GateExt::heartbeat)) fills silences with a
@@ -57,15 +58,17 @@
 mod decode;
 mod decoder;
 mod encode;
+mod error_shape;
 mod event;
 mod frame;
 mod heartbeat;
 
 pub use self::decode::DecodeSse;
 pub use self::decoder::{DEFAULT_MAX_EVENT, DEFAULT_MAX_LINE, DecodeError, SseDecoder};
-pub use self::encode::{EncodeSse, GateItem};
 #[cfg(feature = "redis")]
-pub(crate) use self::encode::{end_frame, error_frame};
+pub(crate) use self::encode::end_frame;
+pub use self::encode::{EncodeSse, GateItem};
+pub use self::error_shape::ErrorShape;
 pub use self::event::{FieldError, SseEvent};
 pub use self::frame::SseFrame;
 pub use self::heartbeat::Heartbeat;

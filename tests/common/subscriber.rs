@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use streamgate::resume::{Registry, Subscriber};
-use streamgate::sse::SseFrame;
+use streamgate::sse::{ErrorShape, SseFrame};
 use streamgate::{Consumer, EndReason};
 
 use streamgate::Policy;
@@ -21,18 +21,31 @@ pub async fn register(
     id: &str,
     consumer: Consumer<String>,
 ) -> Subscriber {
-    let claim = registry.claim(id).await.expect("a new id");
+    register_as(registry, id, consumer, ErrorShape::default()).await
+}
+
+/// Claims `id` and registers `consumer` under it, its early ends in `shape`.
+pub async fn register_as(
+    registry: &Registry<String>,
+    id: &str,
+    consumer: Consumer<String>,
+    shape: ErrorShape,
+) -> Subscriber {
+    let mut claim = registry.claim(id).await.expect("a new id");
+    claim.error_shape(shape);
     registry
         .register(claim, consumer)
         .await
         .expect("registered")
 }
 
-/// How a subscriber's stream ended early: the reason and the message of its terminal frame.
+/// How a subscriber's stream ended early: the reason and the message of its terminal frame,
+/// and its data (in the stream's error shape).
 #[derive(Debug)]
 pub struct End {
     pub reason: EndReason,
     pub message: String,
+    pub data: serde_json::Value,
 }
 
 /// A subscriber's frame: an event as (id, token), or the terminal frame of an early end.
@@ -44,11 +57,15 @@ pub fn read(frame: SseFrame) -> Result<(u64, String), End> {
         .expect("a data line");
     match frame.end_reason() {
         Some(reason) => {
-            let error: serde_json::Value = serde_json::from_str(data).expect("JSON");
-            let message = error["error"]["message"].as_str().expect("a message");
+            let data: serde_json::Value = serde_json::from_str(data).expect("JSON");
+            // `{"error":{"message":..}}`, or a Responses error's own `message`.
+            let message = data["error"]["message"]
+                .as_str()
+                .or(data["message"].as_str());
             Err(End {
                 reason,
-                message: message.to_owned(),
+                message: message.expect("a message").to_owned(),
+                data,
             })
         }
         None => Ok((frame.id().expect("an event id"), data.to_owned())),

@@ -74,7 +74,7 @@ async fn carry_on(proxy: &Arc<Proxy>, mut adoption: Adoption) {
             stream::adopted(proxy, adoption.id(), format, Arc::new(request), stop, sent)
         }
         // Its end was logged, the pump gone before the end marker: its readers get the end.
-        (Logged::Ended, _) => stream::ended(proxy, next, None),
+        (Logged::Ended, _) => stream::ended(proxy, (next, Format::Chat), None),
         (Logged::Sent(_), kept) => {
             let why = match kept {
                 Some(_) => format!(
@@ -86,7 +86,8 @@ async fn carry_on(proxy: &Arc<Proxy>, mut adoption: Adoption) {
                          kept no request to carry it on with"
                     .to_owned(),
             };
-            stream::ended(proxy, next, Some(why))
+            // A stream that kept no request is a chat completion's as far as anyone knows.
+            stream::ended(proxy, (next, format.unwrap_or(Format::Chat)), Some(why))
         }
     };
     if let Err(failure) = proxy.store.carry_on(adoption, consumer).await {

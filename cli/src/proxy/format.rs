@@ -9,6 +9,10 @@
 //! | `/v1/messages` | [`Format::Messages`] | `message_stop` | `event: error`, `{"type":"error","error":{"type":"api_error",..}}` | `message_delta` (`end_turn`), `message_stop` |
 //! | `/v1/responses` | [`Format::Responses`] | `response.completed`, `.incomplete`, `.failed` | `event: error`, `{"type":"error","code":"upstream_error",..}` | `response.incomplete` |
 //!
+//! The gate's own ends (a slow reader cut off, a shutdown, a reader behind the replay log) are
+//! in the same shape ([`Format::error_shape`]), typed by their end reason (`slow_consumer`,
+//! `shutdown`, ..) where an upstream's failure is `upstream_error` (`api_error` in Messages).
+//!
 //! A Responses event's `sequence_number` is its position in the stream, which a resume's
 //! `starting_after` names: the proxy writes its own event id there when the upstream sent none
 //! or another (llama.cpp's server sends none), and a text event without `output_index` or
@@ -20,7 +24,7 @@ use serde_json::{Value, json};
 use streamgate::Chunk;
 use streamgate::anthropic::{MessagesData, MessagesEvent};
 use streamgate::responses::{ResponsesData, ResponsesEvent};
-use streamgate::sse::SseEvent;
+use streamgate::sse::{ErrorShape, SseEvent};
 
 use super::error;
 
@@ -107,6 +111,16 @@ impl Format {
                 })
             }
             Format::Responses => numbered(event, id, indices).ok(),
+        }
+    }
+
+    /// The error shape of the gate's own ends (a slow reader cut off, a shutdown), typed by
+    /// their end reason.
+    pub(super) fn error_shape(self) -> ErrorShape {
+        match self {
+            Format::Chat | Format::Text => ErrorShape::OpenAi,
+            Format::Messages => ErrorShape::Anthropic,
+            Format::Responses => ErrorShape::Responses,
         }
     }
 

@@ -22,6 +22,7 @@ use streamgate::{Chunk, EndReason, GateExt, Kind, Sender};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::Proxy;
 use super::attempt::{self, Attempted, Events, Outcome, Refused, Started};
 use super::body::Buffered;
 use super::chunk::Relayed;
@@ -33,7 +34,6 @@ use super::peek::{self, Peek};
 use super::seam::Seam;
 use super::stats::Verdict;
 use super::url::UpstreamUrl;
-use super::{Proxy, error};
 use crate::flags::PolicyFlag;
 use crate::{resume, serving};
 
@@ -196,9 +196,12 @@ async fn start(
         first_id: 0,
     };
     let consumer = start.spawn(proxy, answer, recv);
-    let Some(claim) = claim else {
-        return proxy.sse_response(consumer.sse(), id);
+    // The gate's own ends (a slow reader cut off, a shutdown) in the API's error shape.
+    let shape = format.error_shape();
+    let Some(mut claim) = claim else {
+        return proxy.sse_response(consumer.sse().error_shape(shape), id);
     };
+    claim.error_shape(shape);
     match proxy.store.register(claim, consumer).await {
         Ok(frames) => proxy.sse_response(frames, id),
         Err(failure) => resume::register_error(&failure),
@@ -227,10 +230,10 @@ pub(super) fn adopted(
 }
 
 /// An adopted stream that is only ended, its events going on from `next`: with the terminal
-/// frame saying `why`, or (its end was logged) nothing more.
+/// frame of `format` saying `why`, or (its end was logged) nothing more.
 pub(super) fn ended(
     proxy: &Arc<Proxy>,
-    next: u64,
+    (next, format): (u64, Format),
     why: Option<String>,
 ) -> streamgate::Consumer<Relayed> {
     let config = &proxy.config;
@@ -240,7 +243,7 @@ pub(super) fn ended(
         .first_id(next)
         .spawn(move |_, mut tx| async move {
             if let Some(why) = why {
-                tx.send(Relayed::new(error::upstream_frame(&why))).await?;
+                tx.send(Relayed::new(format.error_frame(&why))).await?;
             }
             Ok::<_, streamgate::SendError<Relayed>>(())
         })

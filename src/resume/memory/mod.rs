@@ -65,13 +65,15 @@ where
         let id: Arc<str> = claim.id().into();
         let entry = Arc::new(Registered::new(
             id.clone(),
-            consumer.handle(),
+            (consumer.handle(), claim.shape),
             &self.options,
             self.counters.clone(),
         ));
         lock(&self.streams).insert(id.clone(), entry.clone());
         let first = Reader::attached(entry.clone(), 0, self.options.max_lag, false)
-            .expect("an unchecked attach succeeds");
+            .expect("an unchecked attach succeeds")
+            .sse()
+            .error_shape(entry.shape);
         claim.registered(consumer.handle());
         tokio::spawn(pump(
             entry,
@@ -80,7 +82,7 @@ where
             self.options.retain,
             claim,
         ));
-        Subscriber::new(id, first.sse())
+        Subscriber::new(id, first)
     }
 
     /// A subscriber of the stream `id` after the event `after`.
@@ -92,7 +94,10 @@ where
         let next = after.map_or(0, |after| after.saturating_add(1));
         let reader = Reader::attached(entry.clone(), next, self.options.max_lag, true)?;
         self.counters.resumed();
-        Ok(Subscriber::new(entry.id.clone(), reader.sse()))
+        Ok(Subscriber::new(
+            entry.id.clone(),
+            reader.sse().error_shape(entry.shape),
+        ))
     }
 
     /// From now on the log of `id` takes every event at once (a stopped stream's last events

@@ -14,6 +14,7 @@ use crate::end::EndReason;
 use crate::gate::{Event, GateError, GateHandle};
 use crate::resume::error::AttachError;
 use crate::resume::stats::Counters;
+use crate::sse::ErrorShape;
 use crate::sync::{Arc, Mutex, lock};
 
 /// Every stream of a memory registry, by id.
@@ -36,6 +37,8 @@ pub(crate) struct Registered<C> {
     pub(crate) id: Arc<str>,
     pub(crate) state: Mutex<State<C>>,
     pub(crate) handle: GateHandle,
+    /// The error shape of its readers' ends (`Claim::error_shape`).
+    pub(crate) shape: ErrorShape,
     /// How long it goes on with nobody attached.
     grace: Duration,
     /// The registry's: an expiry is counted there.
@@ -93,13 +96,14 @@ impl<C: Chunk + Clone> Registered<C> {
     /// The stream `id` of the gate `handle`, kept as `options` says.
     pub(crate) fn new(
         id: Arc<str>,
-        handle: GateHandle,
+        (handle, shape): (GateHandle, ErrorShape),
         options: &crate::resume::ResumeOptions,
         counters: Arc<Counters>,
     ) -> Self {
         Registered {
             id,
             handle,
+            shape,
             grace: options.grace,
             counters,
             state: Mutex::new(State {

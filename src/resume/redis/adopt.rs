@@ -8,13 +8,14 @@ use super::keys::{Entries, EntryId, Keys, LogEntry, millis, parse_entry, parse_i
 use super::shared::Shared;
 use super::timing::{PUMP_LEASE, RUNNING_TTL};
 use crate::resume::error::{AdoptError, StoreError};
-use crate::sse::SseFrame;
+use crate::sse::{ErrorShape, SseFrame};
 use crate::sync::Arc;
 
 /// Takes a running stream over for the claim `ARGV[1]` when its pump's lease (`pump`, Unix ms
 /// on Redis's clock) has lapsed: the new lease lasts `ARGV[2]` ms, and every key (`KEYS`, the
 /// meta key first) `ARGV[3]` ms more, so that the log read next is still there. Answers the
-/// outcome, then (adopted) the request kept with the stream and the log's start.
+/// outcome, then (adopted) the request kept with the stream, the log's start and the stream's
+/// error shape.
 const ADOPT: &str = r"
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'unknown'} end
@@ -26,14 +27,16 @@ if tonumber(redis.call('HGET', KEYS[1], 'pump') or '0') > now then return {'pump
 local lease = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'pump', lease)
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end
-return {'adopted', redis.call('HGET', KEYS[1], 'request') or '', redis.call('HGET', KEYS[1], 'start') or '0'}";
+local kept = redis.call('HMGET', KEYS[1], 'request', 'start', 'shape')
+return {'adopted', kept[1] or '', kept[2] or '0', kept[3] or ''}";
 
 /// A stream this instance adopted: its hold, the request kept with it, where its log starts,
-/// and what it holds (each frame with its entry id).
+/// its error shape, and what its log holds (each frame with its entry id).
 pub(crate) struct Adopted {
     pub(crate) reservation: Reservation,
     pub(crate) request: Bytes,
     pub(crate) start: u64,
+    pub(crate) shape: ErrorShape,
     pub(crate) frames: Vec<(EntryId, SseFrame)>,
 }
 
@@ -83,10 +86,15 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, id: &str) -> Result<Adopted, Ado
             }
         }
     }
+    let shape = text(3);
+    let shape = shape
+        .as_deref()
+        .and_then(|name| std::str::from_utf8(name).ok());
     Ok(Adopted {
         reservation,
         request: text(1).unwrap_or_default(),
         start,
+        shape: ErrorShape::from_name(shape),
         frames,
     })
 }

@@ -18,7 +18,7 @@ use crate::resume::error::{AdoptError, AttachError, ClaimError, StoreError};
 use crate::resume::options::ResumeOptions;
 use crate::resume::stats::RegistryStats;
 use crate::resume::subscriber::Subscriber;
-use crate::sse::SseEvent;
+use crate::sse::{ErrorShape, SseEvent};
 use crate::sync::{Arc, lock};
 
 /// Sets the `stop` flag of a stream that has not ended, in one atomic step (the key keeps its
@@ -90,6 +90,12 @@ impl RedisLogs {
         if let Some(request) = claim.request.take() {
             register.hset(&keys.meta, "request", &request[..]).ignore();
         }
+        if claim.shape != ErrorShape::default() {
+            // For every reader's own ends, on any instance.
+            register
+                .hset(&keys.meta, "shape", claim.shape.as_str())
+                .ignore();
+        }
         self.shared
             .query::<()>(
                 register
@@ -104,7 +110,7 @@ impl RedisLogs {
         let pumped = Arc::new(Pumped::new(consumer.handle()));
         lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
         // Attached before the pump looks, so a zero grace does not expire it at once.
-        let first = match RedisReader::attach(self.shared.clone(), &id, None).await {
+        let first = match RedisReader::attach(self.shared.clone(), &id, None, claim.shape).await {
             Ok(first) => first,
             Err(error) => {
                 lock(&self.shared.pumped).remove(&id);
@@ -138,12 +144,14 @@ impl RedisLogs {
             reservation,
             request,
             start,
+            shape,
             frames,
         } = adopt(&self.shared, id).await?;
         // Its pump here stopped just now, and its claim has not been given back yet.
-        let claim = claims
+        let mut claim = claims
             .try_claim(id, Some(Box::new(reservation)))
             .ok_or(AdoptError::Pumped)?;
+        claim.error_shape(shape);
         let next = frames
             .iter()
             .rev()
@@ -209,7 +217,7 @@ impl RedisLogs {
             self.shared.clone(),
             pumping,
             pumped,
-            consumer.sse(),
+            consumer.sse().error_shape(claim.shape),
             claim,
         ));
     }
@@ -223,9 +231,10 @@ impl RedisLogs {
     ) -> Result<Subscriber, AttachError> {
         let keys = Keys::new(id);
         let unavailable = |error| AttachError::Unavailable(unavailable(error));
-        let ((state, start, end),): ((Option<String>, Option<u64>, Option<u64>),) = self
+        type Meta = (Option<String>, Option<u64>, Option<u64>, Option<String>);
+        let ((state, start, end, shape),): (Meta,) = self
             .shared
-            .query(redis::pipe().hmget(&keys.meta, &["state", "start", "end"]))
+            .query(redis::pipe().hmget(&keys.meta, &["state", "start", "end", "shape"]))
             .await
             .map_err(unavailable)?;
         // A claimed stream has nothing to read yet.
@@ -239,7 +248,8 @@ impl RedisLogs {
         if state == "ended" && end.is_some_and(|end| next >= end) {
             return Err(AttachError::Finished);
         }
-        let reader = RedisReader::attach(self.shared.clone(), id, after).await?;
+        let shape = ErrorShape::from_name(shape.as_deref());
+        let reader = RedisReader::attach(self.shared.clone(), id, after, shape).await?;
         self.shared.counters.resumed();
         Ok(Subscriber::new(id.into(), reader))
     }

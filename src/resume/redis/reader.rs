@@ -18,7 +18,7 @@ use super::timing::{BATCH, BLOCK, LEASE, LEASE_RENEWAL, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::gate::GateError;
 use crate::resume::error::{AttachError, StoreError};
-use crate::sse::{SseFrame, end_frame, error_frame};
+use crate::sse::{ErrorShape, SseFrame, end_frame};
 use crate::sync::Arc;
 
 /// One reader of a stream kept in Redis: the frames after its position, from the log then
@@ -40,11 +40,12 @@ impl RedisReader {
     /// instance than the pump's, it returns once the pump has looked at the readers since the
     /// lease was taken, so that from then on it holds this reader to the read-ahead as it holds
     /// one of its own instance; a position the log gave up meanwhile is
-    /// [`AttachError::Gone`].
+    /// [`AttachError::Gone`]. Its own ends (cut off, the store failing) are in `shape`.
     pub(crate) async fn attach(
         shared: Arc<Shared>,
         id: &str,
         after: Option<u64>,
+        shape: ErrorShape,
     ) -> Result<Self, AttachError> {
         let unavailable = |error| AttachError::Unavailable(StoreError::new(error));
         let keys = Keys::new(id);
@@ -70,7 +71,7 @@ impl RedisReader {
             position.clone(),
             remote,
             connection,
-            last,
+            (last, shape),
             tx,
         ));
         let reader = RedisReader {
@@ -151,7 +152,7 @@ async fn run(
     position: Arc<Position>,
     remote: bool,
     mut connection: MultiplexedConnection,
-    last: Option<EntryId>,
+    (last, shape): (Option<EntryId>, ErrorShape),
     tx: mpsc::Sender<SseFrame>,
 ) {
     let keep = async {
@@ -187,8 +188,8 @@ async fn run(
     let end = tokio::select! {
         () = tx.closed() => None,
         () = keep => None,
-        () = cut => Some(behind(&position, shared.options.max_lag)),
-        end = read(&mut connection, &keys, &position, shared.options.max_lag, last, &tx) => end,
+        () = cut => Some(behind(&position, shared.options.max_lag, shape)),
+        end = read(&mut connection, &keys, (&position, shape), shared.options.max_lag, last, &tx) => end,
     };
     if let Some(frame) = end {
         // Nobody may read it any more: then there is nothing to say.
@@ -207,29 +208,32 @@ async fn run(
         .await;
 }
 
-/// The terminal frame of a reader cut off for holding the log back.
-fn behind(position: &Position, max_lag: std::time::Duration) -> SseFrame {
+/// The terminal frame, in `shape`, of a reader cut off for holding the log back.
+fn behind(position: &Position, max_lag: std::time::Duration, shape: ErrorShape) -> SseFrame {
     let next = position.next.load(Ordering::Relaxed);
     let why = format!(
         "behind: cut off at event {next} after holding the replay log back for {max_lag:?}"
     );
-    end_frame(&GateError::new(EndReason::SlowConsumer, Some(why.into())))
+    let error = GateError::new(EndReason::SlowConsumer, Some(why.into()));
+    end_frame(&error, shape, Some(next))
 }
 
 /// Sends the frames of the entries after `last` until the end marker (`None`), or returns the
-/// terminal frame of a read that cannot go on.
+/// terminal frame, in `shape`, of a read that cannot go on.
 async fn read(
     connection: &mut MultiplexedConnection,
     keys: &Keys,
-    reader: &Position,
+    (reader, shape): (&Position, ErrorShape),
     max_lag: std::time::Duration,
     mut last: Option<EntryId>,
     tx: &mpsc::Sender<SseFrame>,
 ) -> Option<SseFrame> {
-    let failed = || {
-        let frame = error_frame("resume_store_error", "the resume store failed");
+    let store_error = |message: &str, last: Option<EntryId>| {
+        let next = last.map_or(0, |(event, _)| event.saturating_add(1));
+        let frame = shape.frame("resume_store_error", message, Some(next));
         Some(frame.ending(EndReason::UpstreamError))
     };
+    let failed = |last| store_error("the resume store failed", last);
     loop {
         let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
         // The log's start, whether the pump cut this reader off, and the next entries, at one
@@ -247,27 +251,21 @@ async fn read(
             .query_async(connection)
             .await;
         let Ok((start, cut, entries)) = snapshot else {
-            return failed();
+            return failed(last);
         };
         if cut {
-            return Some(behind(reader, max_lag));
+            return Some(behind(reader, max_lag, shape));
         }
         let Some(start) = start else {
-            let frame = error_frame(
-                "resume_store_error",
-                "the stream is no longer in the resume store",
-            );
-            return Some(frame.ending(EndReason::UpstreamError));
+            return store_error("the stream is no longer in the resume store", last);
         };
         let next = last.map_or(0, |(event, _)| event.saturating_add(1));
         if next < start {
             let why = format!(
                 "behind: the replay log starts at event {start}, this subscriber was at {next}"
             );
-            return Some(end_frame(&GateError::new(
-                EndReason::SlowConsumer,
-                Some(why.into()),
-            )));
+            let error = GateError::new(EndReason::SlowConsumer, Some(why.into()));
+            return Some(end_frame(&error, shape, Some(next)));
         }
         if entries.is_empty() {
             // Until something comes (or a while, to look at the stream again).
@@ -282,7 +280,7 @@ async fn read(
                 .query_async::<redis::Value>(connection)
                 .await;
             if wait.is_err() {
-                return failed();
+                return failed(last);
             }
             continue;
         }
@@ -295,7 +293,7 @@ async fn read(
                     }
                 }
                 Some(LogEntry::End) => return None,
-                None => return failed(),
+                None => return failed(last),
             }
             last = id;
         }
