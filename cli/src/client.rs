@@ -1,4 +1,5 @@
-//! A small HTTP/1.1 client, and the ways a simulated user reads a chat completion stream.
+//! A small HTTP/1.1 client, and the ways a simulated user reads a stream of any of the three
+//! streaming APIs.
 
 use std::net::SocketAddr;
 
@@ -93,9 +94,9 @@ pub enum Reader {
 /// How one client's stream went.
 #[derive(Debug, Clone, Default)]
 pub struct Outcome {
-    /// Events read (data events, `[DONE]` included).
+    /// Events read (data events, the end included).
     pub events: u64,
-    /// The stream ended with `data: [DONE]`.
+    /// The stream ended with its API's end (`data: [DONE]`, `message_stop`, ..).
     pub completed: bool,
     /// The client hung up on purpose (and did not come back).
     pub disconnected: bool,
@@ -110,15 +111,83 @@ pub struct Outcome {
     pub error: Option<String>,
 }
 
+/// The streaming API a client speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Api {
+    /// OpenAI chat completions (`POST /v1/chat/completions`), ending with `data: [DONE]`.
+    #[default]
+    Chat,
+    /// Anthropic Messages (`POST /v1/messages`), ending with `message_stop`.
+    Messages,
+    /// OpenAI Responses (`POST /v1/responses`), ending with `response.completed`.
+    Responses,
+}
+
+impl Api {
+    /// The path a stream is asked for at.
+    pub fn path(self) -> &'static str {
+        match self {
+            Api::Chat => "/v1/chat/completions",
+            Api::Messages => "/v1/messages",
+            Api::Responses => "/v1/responses",
+        }
+    }
+
+    /// A streamed request body for `max_tokens` tokens of `model`.
+    pub fn body(self, model: &str, max_tokens: u64) -> String {
+        let ask = "Count from one to ten thousand.";
+        let body = match self {
+            Api::Chat | Api::Messages => serde_json::json!({
+                "model": model,
+                "messages": [{"role": "user", "content": ask}],
+                "stream": true,
+                "max_tokens": max_tokens,
+            }),
+            Api::Responses => serde_json::json!({
+                "model": model,
+                "input": ask,
+                "stream": true,
+                "max_output_tokens": max_tokens,
+            }),
+        };
+        body.to_string()
+    }
+
+    /// The resume of the stream `id` after the event `after`: its path and headers.
+    fn resume(self, id: &str, after: u64) -> (String, Vec<(&'static str, String)>) {
+        let last_event = vec![("last-event-id", after.to_string())];
+        match self {
+            Api::Chat => (format!("/v1/chat/completions/{id}/stream"), last_event),
+            Api::Messages => (format!("/v1/messages/{id}/stream"), last_event),
+            Api::Responses => (
+                format!("/v1/responses/{id}?stream=true&starting_after={after}"),
+                Vec::new(),
+            ),
+        }
+    }
+
+    /// Whether the event of type `kind` with `data` ends a whole answer.
+    fn ends(self, kind: &str, data: &str) -> bool {
+        match self {
+            Api::Chat => data == "[DONE]",
+            Api::Messages => kind == "message_stop",
+            Api::Responses => matches!(kind, "response.completed" | "response.incomplete"),
+        }
+    }
+
+    /// What its answer ends with, for messages.
+    fn end_name(self) -> &'static str {
+        match self {
+            Api::Chat => "data: [DONE]",
+            Api::Messages => "message_stop",
+            Api::Responses => "response.completed",
+        }
+    }
+}
+
 /// A streamed chat completion request body for `max_tokens` tokens of `model`.
 pub fn chat_body(model: &str, max_tokens: u64) -> String {
-    serde_json::json!({
-        "model": model,
-        "messages": [{"role": "user", "content": "Count from one to ten thousand."}],
-        "stream": true,
-        "max_tokens": max_tokens,
-    })
-    .to_string()
+    Api::Chat.body(model, max_tokens)
 }
 
 /// What a client asks for.
@@ -126,6 +195,8 @@ pub fn chat_body(model: &str, max_tokens: u64) -> String {
 pub struct Chat {
     /// The server (or proxy).
     pub addr: SocketAddr,
+    /// The API it speaks.
+    pub api: Api,
     /// The `model` field (servers that serve one model ignore it).
     pub model: String,
     /// `max_tokens`.
@@ -133,19 +204,21 @@ pub struct Chat {
 }
 
 impl Chat {
-    /// `max_tokens` tokens from the reference server (`sim`) at `addr`.
+    /// `max_tokens` tokens of a chat completion from the reference server (`sim`) at `addr`.
     pub fn sim(addr: SocketAddr, max_tokens: u64) -> Self {
         Chat {
             addr,
+            api: Api::Chat,
             model: "sim".into(),
             max_tokens,
         }
     }
 }
 
-/// Streams one chat completion as `reader` reads, recording each event at `recorder` (the
-/// `client.recv` hop). The request carries `x-request-id: request_id`; a resume uses the id
-/// the response's `x-request-id` names. A stream that ends without `data: [DONE]` (an error
+/// Streams one answer of `chat.api` as `reader` reads, recording each event at `recorder`
+/// (the `client.recv` hop). The request carries `x-request-id: request_id`; a resume uses the
+/// id the response's `x-request-id` names, by the API's resume path. A stream that ends
+/// without the API's end (`data: [DONE]`, `message_stop`, `response.completed`; an error
 /// event, a cut connection) is an error.
 pub async fn stream_chat(
     chat: &Chat,
@@ -155,9 +228,8 @@ pub async fn stream_chat(
 ) -> Outcome {
     let mut outcome = Outcome::default();
     let headers = [("x-request-id", request_id)];
-    let path = "/v1/chat/completions";
-    let body = chat_body(&chat.model, chat.max_tokens);
-    let mut next = request(chat.addr, "POST", path, &headers, body).await;
+    let body = chat.api.body(&chat.model, chat.max_tokens);
+    let mut next = request(chat.addr, "POST", chat.api.path(), &headers, body).await;
     let mut last_id = None;
     loop {
         let response = match next {
@@ -180,7 +252,14 @@ pub async fn stream_chat(
         let resuming = outcome.resumed;
         let before = last_id;
         // The body is dropped when `read` returns: the connection closes before a resume.
-        let hang_up = read(response, reader, recorder, &mut outcome, &mut last_id).await;
+        let hang_up = read(
+            response,
+            (chat.api, reader),
+            recorder,
+            &mut outcome,
+            &mut last_id,
+        )
+        .await;
         if resuming && before.map(|id| id + 1) != outcome.first_id_after_resume {
             outcome.resume_mismatch = true;
         }
@@ -193,13 +272,13 @@ pub async fn stream_chat(
             outcome.error = Some("no event id to resume after".into());
             break;
         };
-        let after = after.to_string();
-        let path = format!("/v1/chat/completions/{stream_id}/stream");
-        let headers = [("last-event-id", after.as_str())];
+        let (path, headers) = chat.api.resume(&stream_id, after);
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         next = request(chat.addr, "GET", &path, &headers, String::new()).await;
     }
     if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
-        outcome.error = Some("the stream ended without data: [DONE]".into());
+        let end = chat.api.end_name();
+        outcome.error = Some(format!("the stream ended without {end}"));
     }
     // The user leaving is the consumer going; anything else cut the stream upstream of the
     // client.
@@ -213,11 +292,11 @@ pub async fn stream_chat(
     outcome
 }
 
-/// Reads one response's events as `reader` reads, until `[DONE]`, the stream's end, an error,
-/// or the reader hanging up: whether it hung up to resume.
+/// Reads one response's events of `api` as `reader` reads, until the answer's end, the
+/// stream's end, an error, or the reader hanging up: whether it hung up to resume.
 async fn read(
     response: Response<Incoming>,
-    reader: Reader,
+    (api, reader): (Api, Reader),
     recorder: &mut streamgate::probe::Recorder,
     outcome: &mut Outcome,
     last_id: &mut Option<u64>,
@@ -257,7 +336,7 @@ async fn read(
             kind,
         ));
         outcome.events += 1;
-        if data == "[DONE]" {
+        if api.ends(event.event_type(), data) {
             outcome.completed = true;
             return false;
         }

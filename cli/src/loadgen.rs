@@ -3,7 +3,9 @@
 //!
 //! `streamgate loadgen --addr http://127.0.0.1:8080 --streams 64 --tokens 200 [flags]`
 //!
-//! Opens `--streams C` concurrent streams of `--tokens N` tokens each over real HTTP/1.1. A
+//! Opens `--streams C` concurrent streams of `--tokens N` tokens each over real HTTP/1.1, in
+//! one API (`--api chat|messages|responses`: chat completions, Anthropic Messages or OpenAI
+//! Responses, each resumed by its own path). A
 //! `--slow F` fraction of clients stop reading after their first event for `--stop-s S`
 //! seconds (or, with `--rate R`, read at R bytes/s); a `--disconnect F` fraction hang up after
 //! `--after T` events; a `--resume F` fraction hang up after `--after T` events and resume the
@@ -32,6 +34,10 @@ pub struct Args {
     /// Where to read `/stats` from, when not `--addr` (the server behind a proxy, say).
     #[arg(long, value_name = "URL", value_parser = client::address)]
     pub stats: Option<SocketAddr>,
+    /// The streaming API of each request: `chat` (`/v1/chat/completions`), `messages`
+    /// (Anthropic Messages, `/v1/messages`) or `responses` (OpenAI Responses, `/v1/responses`).
+    #[arg(long, value_enum, default_value_t = client::Api::Chat)]
+    pub api: client::Api,
     /// The `model` of each request (servers that serve one model ignore it).
     #[arg(long, default_value = "sim")]
     pub model: String,
@@ -269,6 +275,7 @@ pub async fn run(args: &Args, sink: Option<RecordSink>) -> Report {
         let hop = hop.clone();
         let chat = client::Chat {
             addr: args.addr,
+            api: args.api,
             model: args.model.clone(),
             max_tokens: args.tokens,
         };

@@ -17,6 +17,7 @@ use common as client;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::formats::{self, Api, read_all, text, tokens};
 use common::provider::{Behaviour, ErrorCode, Failure, Provider, Script, Stream};
 use common::replica::Replica;
 use common::{HANG, RawResponse, id, wait_for};
@@ -396,6 +397,64 @@ async fn a_replica_killed_mid_stream_by_sigkill_is_continued_by_another_in_its_p
         }
         assert!(!answers(&dying), "{die_after}: it died");
     }
+}
+
+/// An Anthropic Messages stream whose replica is killed mid-answer (after its first token, in
+/// the middle, before its last) is continued by another replica of its pool, by a final
+/// `assistant` message (the prefill), as one message: one `message_start`, the open text block
+/// going on (one `content_block_start`, one `content_block_stop`, index 0), every token once,
+/// ids without a gap, the final usage counting the whole answer as output.
+#[tokio::test]
+async fn a_messages_stream_whose_replica_dies_is_continued_as_one_message() {
+    for die_after in [1, 15, 29] {
+        let dying =
+            Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
+        let other = Replica::start(&["--step-ms", "1"]).await;
+        let toml = format!(
+            "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
+            dying.url(),
+            other.url()
+        );
+        let proxy = configured("messages", &toml, &[]);
+        let api = Api::Messages;
+        let deadline = tokio::time::Instant::now() + HANG;
+        loop {
+            let body = api.body(30, true, None);
+            let mut response = RawResponse::post(proxy, api.path(), "", &body).await;
+            let events = read_all(api, &response.rest().await);
+            assert_eq!(
+                kinds(&events),
+                api.stream_types(30),
+                "{die_after}: {events:?}"
+            );
+            assert_eq!(text(&events), tokens(0..30), "{die_after}");
+            let ids: Vec<_> = events.iter().map(|event| event.id).collect();
+            let expected: Vec<_> = (0..events.len() as u64).map(Some).collect();
+            assert_eq!(ids, expected, "{die_after}");
+            assert!(
+                events
+                    .iter()
+                    .all(|e| e.data["index"].as_u64().unwrap_or(0) == 0)
+            );
+            let last_delta = &events[events.len() - 2];
+            assert_eq!(
+                last_delta.data["usage"]["output_tokens"], 30,
+                "{die_after}: {last_delta:?}"
+            );
+            let stats = common::stats(proxy).await;
+            if upstream(&stats, &dying.url())["picks"] != 0 {
+                assert_eq!(stats["failovers"]["continued"], 1, "{die_after}: {stats}");
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{stats}");
+        }
+        assert!(!answers(&dying), "{die_after}: it died");
+    }
+}
+
+/// The types of `events`.
+fn kinds(events: &[formats::Read]) -> Vec<&str> {
+    events.iter().map(|event| event.kind.as_str()).collect()
 }
 
 /// Whether the replica's process still takes connections (its `--die-after` killed it, or not).

@@ -109,3 +109,37 @@ async fn when_every_client_leaves_the_report_says_how_soon_the_server_let_go() {
         "{report:?}"
     );
 }
+
+/// `--api messages` and `--api responses` stream each API's events and resume by its own path:
+/// every stream whole, every resume going on at the event after the last one read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_api_is_loaded_and_resumed_by_its_own_paths() {
+    let addr = start(&["--step-ms", "1", "--resume-grace-ms", "5000"]);
+    for (api, events_per_stream) in [("messages", 20 + 5), ("responses", 20 + 7)] {
+        let flags = [
+            "--api",
+            api,
+            "--streams",
+            "4",
+            "--tokens",
+            "20",
+            "--resume",
+            "0.5",
+            "--after",
+            "5",
+        ];
+        let report = loadgen::run(&args(addr, &flags), None).await;
+        assert_eq!(
+            (report.completed, report.failed),
+            (4, 0),
+            "{api}: {report:?}"
+        );
+        assert_eq!(
+            (report.resumed, report.resume_mismatches),
+            (2, 0),
+            "{api}: {report:?}"
+        );
+        // Every event of every stream once: nothing lost or repeated across the resumes.
+        assert_eq!(report.events, 4 * events_per_stream, "{api}: {report:?}");
+    }
+}

@@ -414,77 +414,126 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
     let proxy_addr = start_proxy(&["--upstream", &a, "--upstream", &b]);
     // Longer than the latest kill point, so that the server is still decoding when it is killed.
     const TOKENS: u64 = 400;
-    let uninterrupted =
-        content(&read_events(post(addrs[0], None, greedy(TOKENS)).await, None).await);
-    let mut equal = 0;
-    let runs = 3;
-    for run in 0..runs {
-        // A kill point from the clock: a different one each run and each time.
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |now| now.subsec_nanos() as usize);
-        let at = 10 + (nanos ^ (run * 7919)) % 120;
-        let response = post(proxy_addr, None, greedy(TOKENS)).await;
-        let mut events = pin!(client::body_stream(response).sse_events());
-        let mut seen = Vec::new();
-        while seen.len() < at {
-            let event = events.next().await.expect("an event").expect("well formed");
-            seen.extend(Seen::of(&event));
-        }
-        // The server serving it is the one with a slot busy.
-        let mut serving = None;
-        for (at, addr) in addrs.iter().enumerate() {
-            if busy_slots(*addr).await == 1 {
-                serving = Some(at);
+    // A chat completion, and an Anthropic Messages stream (continued by its prefill).
+    let apis = [
+        ("/v1/chat/completions", greedy(TOKENS), "[DONE]", 3),
+        ("/v1/messages", greedy_messages(TOKENS), "message_stop", 2),
+    ];
+    for (path, body, end, runs) in apis {
+        let answer_of = |events: &[Seen]| match path {
+            "/v1/messages" => typed_text(events),
+            _ => content(events),
+        };
+        let send = |addr: SocketAddr| {
+            let body = body.clone();
+            async move {
+                let response = client::request(addr, "POST", path, &[], body).await;
+                let response = response.expect("the request");
+                assert!(
+                    response.status().is_success(),
+                    "{path}: {}",
+                    response.status()
+                );
+                response
             }
-        }
-        let serving = serving.expect("one server is decoding the stream");
-        let _ = llamas[serving].0.kill();
-        let _ = llamas[serving].0.wait();
-        let delivered = content(&seen);
-        while let Some(event) = events.next().await {
-            let event = event.expect("well formed");
-            assert_ne!(event.event(), Some("error"), "{:?}", event.data_str());
-            seen.extend(Seen::of(&event));
-        }
-        assert_eq!(seen.last().map(|e| e.data.as_str()), Some("[DONE]"));
-        let ids: Vec<_> = seen.iter().map(|e| e.id).collect();
-        let contiguous: Vec<_> = (0..seen.len() as u64).map(Some).collect();
-        assert_eq!(ids, contiguous, "ids go on across the failover");
-        let answer = content(&seen);
-        assert!(answer.starts_with(&delivered), "the delivered text stays");
-        let after = &answer[delivered.len()..];
-        // No repetition: what follows the seam does not start again with the delivered text.
-        let probe: String = delivered.chars().take(24).collect();
-        assert!(
-            probe.len() < 8 || !after.contains(&probe),
-            "the delivered text came again after the seam: {after:?}"
-        );
-        if answer == uninterrupted {
-            equal += 1;
-        } else {
-            let common = answer
-                .chars()
-                .zip(uninterrupted.chars())
-                .take_while(|(x, y)| x == y)
-                .count();
-            let around = |text: &str| {
-                text.chars()
-                    .skip(common.saturating_sub(20))
-                    .take(60)
-                    .collect::<String>()
-            };
-            eprintln!(
-                "real model failover: run {run}, killed after {at} events ({} bytes): differs \
-                 from char {common}: {:?} against uninterrupted {:?}",
-                delivered.len(),
-                around(&answer),
-                around(&uninterrupted)
+        };
+        let uninterrupted = answer_of(&read_events(send(addrs[0]).await, None).await);
+        let mut equal = 0;
+        for run in 0..runs {
+            // A kill point from the clock: a different one each run and each time.
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |now| now.subsec_nanos() as usize);
+            let at = 10 + (nanos ^ (run * 7919)) % 120;
+            let response = send(proxy_addr).await;
+            let mut events = pin!(client::body_stream(response).sse_events());
+            let mut seen = Vec::new();
+            while seen.len() < at {
+                let event = events.next().await.expect("an event").expect("well formed");
+                seen.extend(Seen::of(&event));
+            }
+            // The server serving it is the one with a slot busy.
+            let mut serving = None;
+            for (at, addr) in addrs.iter().enumerate() {
+                if busy_slots(*addr).await == 1 {
+                    serving = Some(at);
+                }
+            }
+            let serving = serving.expect("one server is decoding the stream");
+            let _ = llamas[serving].0.kill();
+            let _ = llamas[serving].0.wait();
+            let delivered = answer_of(&seen);
+            while let Some(event) = events.next().await {
+                let event = event.expect("well formed");
+                assert_ne!(
+                    event.event(),
+                    Some("error"),
+                    "{path}: {:?}",
+                    event.data_str()
+                );
+                seen.extend(Seen::of(&event));
+            }
+            let last = seen.last().map(|e| (e.kind.as_str(), e.data.as_str()));
+            assert!(
+                last.is_some_and(|(kind, data)| kind == end || data == end),
+                "{path}"
             );
+            let ids: Vec<_> = seen.iter().map(|e| e.id).collect();
+            let contiguous: Vec<_> = (0..seen.len() as u64).map(Some).collect();
+            assert_eq!(ids, contiguous, "{path}: ids go on across the failover");
+            if path == "/v1/messages" {
+                // One message: one start, one text block.
+                let count = |kind: &str| seen.iter().filter(|e| e.kind == kind).count();
+                assert_eq!(count("message_start"), 1, "{path}");
+                assert_eq!(count("content_block_start"), 1, "{path}");
+            }
+            let answer = answer_of(&seen);
+            assert!(
+                answer.starts_with(&delivered),
+                "{path}: the delivered text stays"
+            );
+            let after = &answer[delivered.len()..];
+            // No repetition: what follows the seam does not start again with the delivered text.
+            let probe: String = delivered.chars().take(24).collect();
+            assert!(
+                probe.len() < 8 || !after.contains(&probe),
+                "{path}: the delivered text came again after the seam: {after:?}"
+            );
+            if answer == uninterrupted {
+                equal += 1;
+            } else {
+                let common = answer
+                    .chars()
+                    .zip(uninterrupted.chars())
+                    .take_while(|(x, y)| x == y)
+                    .count();
+                let around = |text: &str| {
+                    text.chars()
+                        .skip(common.saturating_sub(20))
+                        .take(60)
+                        .collect::<String>()
+                };
+                eprintln!(
+                    "real model failover {path}: run {run}, killed after {at} events ({} bytes): \
+                     differs from char {common}: {:?} against uninterrupted {:?}",
+                    delivered.len(),
+                    around(&answer),
+                    around(&uninterrupted)
+                );
+            }
+            llamas[serving] = start_llama(&server, &model, ports[serving]).await;
         }
-        llamas[serving] = start_llama(&server, &model, ports[serving]).await;
+        eprintln!(
+            "real model failover {path}: {equal} of {runs} answers equal the uninterrupted one"
+        );
     }
-    eprintln!("real model failover: {equal} of {runs} answers equal the uninterrupted one");
+}
+
+/// The greedy request of [`greedy`] as an Anthropic Messages request.
+fn greedy_messages(max_tokens: u64) -> String {
+    let mut body: Value = serde_json::from_str(&greedy(max_tokens)).unwrap();
+    body.as_object_mut().unwrap().remove("seed");
+    body.to_string()
 }
 
 /// The text a Messages or Responses stream's text deltas carry.

@@ -4,13 +4,16 @@
 //! original request again); some text is a continuation (the original request with that text
 //! as a final assistant message, the flags vLLM and TGI need to continue it rather than start
 //! a new turn, and `max_tokens` less what was delivered), where one can be faithful
-//! ([`NotCarried`] says why not).
+//! ([`NotCarried`] says why not). A Messages stream is continued the same way, by Anthropic's
+//! prefill (a final `assistant` message, without the chat template's flags).
 
 use std::fmt;
 
 use axum::body::Bytes;
 use clap::ValueEnum;
 use serde_json::{Map, Value, json};
+
+use streamgate::anthropic::{Delta, MessagesData};
 
 use super::format::Format;
 use super::peek::Peek;
@@ -54,24 +57,49 @@ impl Delivered {
     pub(super) fn add(&mut self, chunk: &Peek) {
         let mut added = false;
         for text in chunk.text() {
-            added |= !text.is_empty();
-            if self.text.len() + text.len() > MAX_DELIVERED {
-                self.too_long = true;
-            }
-            if !self.too_long {
-                self.text.push_str(text);
-            }
+            added |= self.push_text(text);
         }
         if added {
             self.tokens += 1;
         }
-        if self.too_long {
-            // Only the count is kept now.
-            self.text = String::new();
-        }
         self.tool_call |= chunk.calls_a_tool();
         self.reasoning |= chunk.reasons();
         self.refusal |= chunk.refuses();
+    }
+
+    /// The Messages event `data` went to the client: its text deltas are the answer's text, a
+    /// tool-use block or its input a tool call, a thinking block or its deltas reasoning.
+    pub(super) fn add_messages(&mut self, data: &MessagesData) {
+        match data {
+            MessagesData::ContentBlockStart(start) => match start.content_block.kind.as_str() {
+                "text" => {}
+                kind if kind.contains("thinking") => self.reasoning = true,
+                _ => self.tool_call = true,
+            },
+            MessagesData::ContentBlockDelta(delta) => match &delta.delta {
+                Delta::Text { text, .. } => {
+                    if self.push_text(text) {
+                        self.tokens += 1;
+                    }
+                }
+                Delta::Thinking { .. } | Delta::Signature { .. } => self.reasoning = true,
+                Delta::InputJson { .. } | Delta::Unknown(_) => self.tool_call = true,
+            },
+            _ => {}
+        }
+    }
+
+    /// Text went to the client: kept up to [`MAX_DELIVERED`] bytes (then only counted).
+    /// Whether there was any.
+    fn push_text(&mut self, text: &str) -> bool {
+        if self.text.len() + text.len() > MAX_DELIVERED {
+            self.too_long = true;
+            self.text = String::new();
+        }
+        if !self.too_long {
+            self.text.push_str(text);
+        }
+        !text.is_empty()
     }
 
     /// Whether nothing visible reached the client.
@@ -160,9 +188,8 @@ pub(super) enum NotCarried {
     /// The request asked for log probabilities, which a continuation cannot give for the
     /// delivered tokens.
     Logprobs,
-    /// Not a chat completion: a text completion is restarted while nothing was delivered but
-    /// never continued; Messages and Responses streams are not carried on (their events would
-    /// start the answer again).
+    /// Not a chat completion or a Messages stream: a text completion is restarted while
+    /// nothing was delivered but never continued; Responses streams are not carried on yet.
     Api(Format),
     /// The answer had grown past [`MAX_DELIVERED`] bytes of text.
     TooLong,
@@ -194,7 +221,11 @@ impl fmt::Display for NotCarried {
             NotCarried::Logprobs => f.write_str("the request asked for logprobs"),
             NotCarried::Api(Format::Text) => f.write_str("text completions are not continued"),
             NotCarried::Api(format) => {
-                write!(f, "{} is not carried on (only chat completions are)", format.name())
+                write!(
+                    f,
+                    "{} is not carried on (chat completions and Anthropic Messages are)",
+                    format.name()
+                )
             }
             NotCarried::TooLong => write!(
                 f,
@@ -219,7 +250,7 @@ pub(super) fn carry_on(
     if mode == FailoverMode::Off {
         return Err(NotCarried::Off);
     }
-    if matches!(format, Format::Messages | Format::Responses) {
+    if format == Format::Responses {
         return Err(NotCarried::Api(format));
     }
     if delivered.is_empty() {
@@ -232,6 +263,7 @@ pub(super) fn carry_on(
     let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
         return Err(NotCarried::NotJson);
     };
+    // A Messages request's `max_tokens` counts the answer's tokens as chat's does.
     for key in ["max_tokens", "max_completion_tokens"] {
         if let Some(asked) = request.get(key).and_then(Value::as_u64) {
             let left = asked.saturating_sub(delivered.tokens);
@@ -252,6 +284,9 @@ pub(super) fn carry_on(
     }
     if delivered.too_long {
         return Err(NotCarried::TooLong);
+    }
+    if format == Format::Messages {
+        return Ok(continue_messages(request, delivered));
     }
     if format != Format::Chat {
         return Err(NotCarried::Api(format));
@@ -305,6 +340,46 @@ pub(super) fn carry_on(
         body: Bytes::from(Value::Object(request).to_string()),
         message,
     })
+}
+
+/// A Messages `request` carried on after `delivered`: its conversation with the delivered text
+/// as a final `assistant` message (Anthropic's prefill: the model goes on from it), or added to
+/// the text of the request's own final assistant message.
+fn continue_messages(mut request: Map<String, Value>, delivered: &Delivered) -> CarryOn {
+    let mut message = delivered.text.clone();
+    let messages = request
+        .entry("messages")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Value::Array(messages) = messages {
+        let prefill = messages
+            .last_mut()
+            .filter(|last| last["role"] == "assistant")
+            .and_then(|last| last.get_mut("content"));
+        // The prefill's text: a string, or its last block's when that is a text block.
+        let text = match prefill {
+            Some(Value::String(text)) => Some(text),
+            Some(Value::Array(blocks)) => blocks
+                .last_mut()
+                .filter(|block| block["type"] == "text")
+                .and_then(|block| block.get_mut("text"))
+                .and_then(|text| match text {
+                    Value::String(text) => Some(text),
+                    _ => None,
+                }),
+            _ => None,
+        };
+        match text {
+            Some(text) => {
+                text.push_str(&delivered.text);
+                message = text.clone();
+            }
+            None => messages.push(json!({"role": "assistant", "content": delivered.text})),
+        }
+    }
+    CarryOn::Continue {
+        body: Bytes::from(Value::Object(request).to_string()),
+        message,
+    }
 }
 
 #[cfg(test)]
@@ -440,13 +515,15 @@ mod tests {
             refused(with("n", json!(1)), Format::Text, &text),
             NotCarried::Api(Format::Text)
         );
-        // Messages and Responses streams are never carried on, even before any text.
-        for format in [Format::Messages, Format::Responses] {
-            assert_eq!(
-                refused(with("n", json!(1)), format, &Delivered::default()),
-                NotCarried::Api(format)
-            );
-        }
+        // Responses streams are never carried on, even before any text.
+        assert_eq!(
+            refused(
+                with("n", json!(1)),
+                Format::Responses,
+                &Delivered::default()
+            ),
+            NotCarried::Api(Format::Responses)
+        );
         let original = body(json!({"model": "m"}));
         assert_eq!(
             carry_on(FailoverMode::Restart, &original, Format::Chat, &text),

@@ -6,7 +6,7 @@
 //! |---|---|---|---|---|
 //! | `/v1/chat/completions` | [`Format::Chat`] | `data: [DONE]` | `event: error`, `{"error":{..}}` | a final chunk, `[DONE]` |
 //! | `/v1/completions` | [`Format::Text`] | `data: [DONE]` | the same | the same |
-//! | `/v1/messages` | [`Format::Messages`] | `message_stop` | `event: error`, `{"type":"error","error":{"type":"api_error",..}}` | `message_delta` (`end_turn`), `message_stop` |
+//! | `/v1/messages` | [`Format::Messages`] | `message_stop` | `event: error`, `{"type":"error","error":{"type":"api_error",..}}` | the open block's `content_block_stop`, `message_delta` (`end_turn`), `message_stop` |
 //! | `/v1/responses` | [`Format::Responses`] | `response.completed`, `.incomplete`, `.failed` | `event: error`, `{"type":"error","code":"upstream_error",..}` | `response.incomplete` |
 //!
 //! The gate's own ends (a slow reader cut off, a shutdown, a reader behind the replay log) are
@@ -108,6 +108,7 @@ impl Format {
                     event,
                     kind,
                     ending,
+                    messages: Some(parsed.into_data()),
                 })
             }
             Format::Responses => numbered(event, id, indices).ok(),
@@ -134,8 +135,9 @@ impl Format {
     }
 
     /// The events that end a stream stopped on purpose, for the formats whose stop is not a
-    /// final chunk: a Messages answer's `message_delta` (`end_turn`, `visible` output tokens)
-    /// and `message_stop`; a Responses answer's `response.incomplete`, with the `response` its
+    /// final chunk: a Messages answer's `content_block_stop` of the block `open`, its
+    /// `message_delta` (`end_turn`, `visible` output tokens) and `message_stop` (see
+    /// [`messages_end`]); a Responses answer's `response.incomplete`, with the `response` its
     /// `first` event (`response.created`) carried (status `incomplete`,
     /// `incomplete_details.reason` `stopped`). Stopped before any event came (`first` is
     /// `None`), the opening the SDKs need comes first: a `message_start` or `response.created`
@@ -144,7 +146,7 @@ impl Format {
         self,
         first: Option<&str>,
         (id, model): (&str, &str),
-        visible: u64,
+        (visible, open): (u64, Option<u64>),
     ) -> Vec<SseEvent> {
         let typed = |kind: &str, data: Value| {
             SseEvent::data(data.to_string())
@@ -164,15 +166,7 @@ impl Format {
                     let start = json!({"type": "message_start", "message": message});
                     events.push(typed("message_start", start));
                 }
-                events.push(typed(
-                    "message_delta",
-                    json!({
-                        "type": "message_delta",
-                        "delta": {"stop_reason": "end_turn", "stop_sequence": null},
-                        "usage": {"output_tokens": visible},
-                    }),
-                ));
-                events.push(MessagesEvent::new(MessagesData::message_stop()).into());
+                events.extend(messages_end(open, "end_turn", visible));
             }
             Format::Responses => {
                 let created = first
@@ -200,6 +194,35 @@ impl Format {
     }
 }
 
+/// The events that end a Messages answer the proxy ends itself: the block `open` stopped, a
+/// `message_delta` with `stop_reason` and `output_tokens`, a `message_stop`.
+pub(super) fn messages_end(
+    open: Option<u64>,
+    stop_reason: &str,
+    output_tokens: u64,
+) -> Vec<SseEvent> {
+    let typed = |kind: &str, data: Value| {
+        SseEvent::data(data.to_string())
+            .with_event(kind)
+            .expect("a constant type")
+    };
+    let mut events = Vec::new();
+    if let Some(index) = open {
+        let stop = json!({"type": "content_block_stop", "index": index});
+        events.push(typed("content_block_stop", stop));
+    }
+    events.push(typed(
+        "message_delta",
+        json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+            "usage": {"output_tokens": output_tokens},
+        }),
+    ));
+    events.push(MessagesEvent::new(MessagesData::message_stop()).into());
+    events
+}
+
 /// How an event ends its answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Ending {
@@ -217,6 +240,8 @@ pub(super) struct Passed {
     /// `response.created` is control).
     pub(super) kind: streamgate::Kind,
     pub(super) ending: Option<Ending>,
+    /// A Messages event as read (its blocks and text, which a failover goes on from).
+    pub(super) messages: Option<MessagesData>,
 }
 
 /// Where a Responses stream is: the item and part its events belong to, and how many items
@@ -328,6 +353,7 @@ pub(super) fn numbered(
                 event,
                 kind,
                 ending,
+                messages: None,
             });
         };
         fields.insert("sequence_number".to_owned(), json!(id));
@@ -339,6 +365,7 @@ pub(super) fn numbered(
             event: renumbered,
             kind,
             ending,
+            messages: None,
         });
     }
     if data.sequence_number() != Some(id) {
@@ -355,6 +382,7 @@ pub(super) fn numbered(
         event,
         kind,
         ending,
+        messages: None,
     })
 }
 
@@ -485,12 +513,12 @@ mod tests {
             (Some("error"), Some("upstream_error"))
         );
         let created = r#"{"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","output":[]}}"#;
-        let stopped = Format::Responses.stop_events(Some(created), ("r1", "m"), 0);
+        let stopped = Format::Responses.stop_events(Some(created), ("r1", "m"), (0, None));
         let data: Value = serde_json::from_str(stopped[0].data_str().unwrap()).unwrap();
         assert_eq!(data["response"]["id"], "resp_1");
         assert_eq!(data["response"]["status"], "incomplete");
         let kinds: Vec<_> = Format::Messages
-            .stop_events(None, ("r1", "m"), 0)
+            .stop_events(None, ("r1", "m"), (0, None))
             .iter()
             .map(|e| e.event().unwrap().to_owned())
             .collect();

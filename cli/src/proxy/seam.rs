@@ -1,15 +1,13 @@
 //! The seam: a carried-on stream's chunks joined onto what the client already has, so that it
 //! sees one stream. Each chunk keeps the original stream's `id` and `created` (its `model` says
 //! who finished the answer), loses the `role` its first delta repeats, and a chunk left with
-//! nothing to say is dropped. A server that streams the continued message back before its new
-//! text (llama.cpp does: its first delta is the whole prefix glued to the first new token) is
-//! recognised by what arrives, not by who it is: text is held while it could still be that
-//! echo (of the assistant message sent, or of the delivered text alone; whitespace may differ,
-//! as a server tokenises the text anew), and passed on from where the echo ends. Text held when
-//! the continuation ends is the start of an echo, and is dropped. The final `usage` counts the
-//! delivered tokens as the answer's, not the prompt's.
+//! nothing to say is dropped; the continued text loses the echo of the delivered text a server
+//! may send first ([`Echo`]). The final `usage` counts the delivered tokens as the answer's, not
+//! the prompt's. A Messages stream's seam is [`MessagesSeam`](super::messages_seam::MessagesSeam).
 
 use serde_json::{Map, Value};
+
+use super::echo::Echo;
 
 /// The join of one carried-on stream (a restart or a continuation) onto the delivered one.
 #[derive(Debug)]
@@ -17,59 +15,9 @@ pub(super) struct Seam {
     /// The original stream's `id` and `created`, when its first chunk had them.
     envelope: Map<String, Value>,
     /// While the carried-on text could still be an echo: what it could be the echo of.
-    echo: Option<Echo>,
+    echo: Echo,
     /// The delivered tokens, moved from the final usage's prompt to its completion.
     tokens: u64,
-}
-
-/// The carried-on text so far, held, and how far it matches each text it could echo.
-#[derive(Debug)]
-struct Echo {
-    held: String,
-    candidates: Vec<Candidate>,
-}
-
-/// A text the carried-on one could begin by repeating, and how much of it was matched.
-#[derive(Debug)]
-struct Candidate {
-    text: Vec<char>,
-    /// Chars of `text` matched so far.
-    at: usize,
-}
-
-/// How a candidate took one more held char.
-enum Took {
-    /// It matches so far.
-    Matches,
-    /// The echo ended before this char.
-    Ended,
-    /// It is no echo of this candidate.
-    Differs,
-}
-
-impl Candidate {
-    /// The next held char `c`: matched exactly, or, as re-tokenising may change whitespace, an
-    /// extra whitespace in the echo skipped, or whitespace of the candidate skipped.
-    fn take(&mut self, c: char) -> Took {
-        if self.at < self.text.len() && self.text[self.at] == c {
-            self.at += 1;
-            return Took::Matches;
-        }
-        if c.is_whitespace() && self.at < self.text.len() {
-            return Took::Matches;
-        }
-        while self.at < self.text.len() && self.text[self.at].is_whitespace() {
-            self.at += 1;
-        }
-        if self.at == self.text.len() {
-            return Took::Ended;
-        }
-        if self.text[self.at] == c {
-            self.at += 1;
-            return Took::Matches;
-        }
-        Took::Differs
-    }
 }
 
 impl Seam {
@@ -88,21 +36,9 @@ impl Seam {
                     .collect()
             })
             .unwrap_or_default();
-        let candidates: Vec<Candidate> = echoes
-            .iter()
-            .filter(|echo| !echo.trim().is_empty())
-            .map(|echo| Candidate {
-                text: echo.chars().collect(),
-                at: 0,
-            })
-            .collect();
-        let echo = (!candidates.is_empty()).then(|| Echo {
-            held: String::new(),
-            candidates,
-        });
         Seam {
             envelope,
-            echo,
+            echo: Echo::new(echoes),
             tokens,
         }
     }
@@ -139,55 +75,19 @@ impl Seam {
         let Some(Value::Object(delta)) = choice.get_mut("delta") else {
             // A text completion's choice.
             if let Some(Value::String(text)) = choice.get_mut("text") {
-                *text = self.past_echo(text);
+                *text = self.echo.past(text);
                 return finishes || !text.is_empty();
             }
             return finishes;
         };
         delta.remove("role");
         if let Some(Value::String(content)) = delta.get_mut("content") {
-            *content = self.past_echo(content);
+            *content = self.echo.past(content);
             if content.is_empty() {
                 delta.remove("content");
             }
         }
         finishes || !delta.is_empty()
-    }
-
-    /// What of `text` is new: all of it once the echo is settled; else what follows the echo
-    /// where it ended, all that was held when it is no echo, nothing while it still could be.
-    /// Each char is looked at once.
-    fn past_echo(&mut self, text: &str) -> String {
-        let Some(echo) = self.echo.as_mut() else {
-            return text.to_owned();
-        };
-        let start = echo.held.len();
-        echo.held.push_str(text);
-        for (offset, c) in text.char_indices() {
-            let mut ended = false;
-            echo.candidates
-                .retain_mut(|candidate| match candidate.take(c) {
-                    Took::Matches => true,
-                    Took::Ended => {
-                        ended = true;
-                        true
-                    }
-                    Took::Differs => false,
-                });
-            if ended {
-                // The echo is what came before this char.
-                let new = echo.held[start + offset..].to_owned();
-                self.echo = None;
-                return new;
-            }
-            if echo.candidates.is_empty() {
-                // No echo: everything held is new text.
-                let held = std::mem::take(&mut echo.held);
-                self.echo = None;
-                return held;
-            }
-        }
-        String::new()
     }
 
     /// The final usage counts the answer the client got: the delivered tokens are the

@@ -30,6 +30,7 @@ use super::config::InjectedStall;
 use super::failover::{self, Carried, CarryOn, Delivered, FailoverMode, NotCarried};
 use super::format::{self, Ending, Format, Indices, Passed};
 use super::kept;
+use super::messages_seam::{Blocks, MessagesSeam};
 use super::peek::{self, Peek};
 use super::seam::Seam;
 use super::stats::Verdict;
@@ -416,10 +417,12 @@ pub(super) struct Sent {
     pub(super) finished: bool,
     /// The answer so far, to continue it from.
     pub(super) delivered: Delivered,
-    /// Once the stream was carried on elsewhere: the join of the carried-on chunks.
-    seam: Option<Seam>,
+    /// Once the stream was carried on elsewhere: the join of the carried-on events.
+    seam: Option<Joining>,
     /// A Responses stream's item and content part, for the events that leave them out.
     indices: Indices,
+    /// A Messages stream's blocks, where a carried-on stream's go on.
+    blocks: Blocks,
     /// The kind of the last Messages or Responses event passed on, as its type says (what
     /// `proxy.recv` records it as).
     passed_kind: Option<Kind>,
@@ -429,6 +432,15 @@ pub(super) struct Sent {
     failovers: u32,
     /// When it first broke: every failover's attempts share one deadline from then.
     broke_at: Option<Instant>,
+}
+
+/// The seam of a stream carried on elsewhere, by its format's events.
+#[derive(Debug)]
+enum Joining {
+    /// Chat and text completion chunks.
+    Chunks(Seam),
+    /// Anthropic Messages events.
+    Messages(MessagesSeam),
 }
 
 /// One wait for the upstream.
@@ -470,7 +482,7 @@ impl Pump {
             Answer::Now(started) => begun(started),
             Answer::Awaited(attempts) => match self.awaited(attempts).await {
                 Ok(started) => begun(started),
-                Err(end) => return self.finish(end, recv, tx, (None, 0, 0)).await,
+                Err(end) => return self.finish(end, recv, tx, (None, 0, 0, None)).await,
             },
             Answer::Adopted(sent) => (Upstream::none(), None, *sent, true),
         };
@@ -578,8 +590,14 @@ impl Pump {
         // Whatever the end, the upstream connection goes now (an unfinished body closes it),
         // and with it the stream's count on its replica.
         drop(upstream);
-        self.finish(end, recv, tx, (sent.first, sent.next_id, sent.visible))
-            .await
+        let open = sent.blocks.open();
+        self.finish(
+            end,
+            recv,
+            tx,
+            (sent.first, sent.next_id, sent.visible, open),
+        )
+        .await
     }
 
     /// Sends one upstream event on (its data, joined at the seam once carried on), or says
@@ -595,9 +613,9 @@ impl Pump {
             // A `retry:` alone: the proxy's clients reconnect to the proxy.
             return Ok(Step::Quiet);
         };
-        // Messages and Responses streams are not carried on: their own error frames pass.
+        // Responses streams are not carried on: their own error frames pass.
         let carrying =
-            self.proxy.config.failover != FailoverMode::Off && self.format.ends_with_done();
+            self.proxy.config.failover != FailoverMode::Off && self.format != Format::Responses;
         if event.event() == Some("error") {
             let error = serde_json::from_str::<Value>(data).unwrap_or(Value::Null);
             if carrying && peek::another_replica_could_avoid(&error) {
@@ -632,12 +650,12 @@ impl Pump {
             return Ok(Step::Broke(Failure::ErrorEvent, why));
         }
         let joined = match sent.seam.as_mut() {
-            None => None,
-            Some(seam) => match seam.join(data) {
+            Some(Joining::Chunks(seam)) => match seam.join(data) {
                 // Nothing to say (a repeated role, the echo of the delivered text).
                 None => return Ok(Step::Heard),
                 joined => joined,
             },
+            _ => None,
         };
         {
             // What the client gets: the chunk as it came, or as joined at the seam.
@@ -676,6 +694,14 @@ impl Pump {
         sent: &mut Sent,
         tx: &mut Sender<Relayed>,
     ) -> Result<Step, &'static str> {
+        let event = match sent.seam.as_mut() {
+            Some(Joining::Messages(seam)) => match seam.join(event) {
+                Some(joined) => joined,
+                // Nothing to say (a second `message_start`, the echo of the delivered text).
+                None => return Ok(Step::Heard),
+            },
+            _ => event,
+        };
         let Some(passed) = self.format.pass(event, sent.next_id, &mut sent.indices) else {
             // An SDK would raise on it mid-answer: dropped and counted, as a chunk that is no
             // JSON is.
@@ -686,7 +712,14 @@ impl Pump {
             event,
             kind,
             ending,
+            messages,
         } = passed;
+        if let Some(data) = &messages {
+            sent.blocks.saw(data);
+            if self.proxy.config.failover != FailoverMode::Off {
+                sent.delivered.add_messages(data);
+            }
+        }
         sent.finished |= ending.is_some();
         sent.passed_kind = Some(kind);
         if kind == Kind::Visible {
@@ -725,8 +758,20 @@ impl Pump {
     }
 
     /// Ends a stream whose `max_tokens` were all delivered before it broke: its final chunk
-    /// (`finish_reason: length`) and `[DONE]`.
+    /// (`finish_reason: length`) and `[DONE]`; a Messages answer's open block stopped, and its
+    /// `message_delta` (`max_tokens`) and `message_stop`.
     async fn whole(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
+        if self.format == Format::Messages {
+            let open = sent.blocks.open();
+            for event in format::messages_end(open, "max_tokens", sent.visible) {
+                let event = event.with_id(sent.next_id.to_string());
+                tx.send(Relayed::new(event.expect("a number is a valid id")))
+                    .await
+                    .map_err(|_| "the stream ended")?;
+                sent.next_id += 1;
+            }
+            return Ok(End::Done);
+        }
         let model = self.request.model.as_deref();
         let last = final_chunk(
             sent.first.as_deref(),
@@ -825,7 +870,13 @@ impl Pump {
                         Some(message) => vec![message.as_str(), delivered.text.as_str()],
                         None => Vec::new(),
                     };
-                    sent.seam = Some(Seam::new(sent.first.as_deref(), &echoes, delivered.tokens));
+                    let tokens = delivered.tokens;
+                    sent.seam = Some(match self.format {
+                        Format::Messages => {
+                            Joining::Messages(MessagesSeam::new(&sent.blocks, &echoes, tokens))
+                        }
+                        _ => Joining::Chunks(Seam::new(sent.first.as_deref(), &echoes, tokens)),
+                    });
                     return Ok(Some(first));
                 }
                 // A server that refuses a continuation for its assistant prefix does not take
@@ -889,13 +940,13 @@ impl Pump {
     }
 
     /// Ends the stream as `end` says, after `next_id` events (the first of them `first`,
-    /// `visible` of them visible).
+    /// `visible` of them visible, a Messages block `open`).
     async fn finish(
         &self,
         end: End,
         mut recv: Recorder,
         mut tx: Sender<Relayed>,
-        (first, mut next_id, visible): (Option<String>, u64, u64),
+        (first, mut next_id, visible, open): (Option<String>, u64, u64, Option<u64>),
     ) -> Result<(), &'static str> {
         let gone = |_| "the stream ended";
         match end {
@@ -924,7 +975,7 @@ impl Pump {
                 } else {
                     let model = self.request.model.as_deref().unwrap_or("");
                     self.format
-                        .stop_events(first.as_deref(), (&self.id, model), visible)
+                        .stop_events(first.as_deref(), (&self.id, model), (visible, open))
                 };
                 let mut indices = Indices::default();
                 for event in events {
