@@ -153,7 +153,7 @@ async fn a_reader_past_its_lag_limit_is_cut_off_and_holds_nobody_back_on_either_
     let (here, there) = instances(&redis, options);
     // Each reader's end in the stream's error shape, on either instance.
     let shapes = [
-        ("local", &here, ErrorShape::OpenAi),
+        ("local", &here, ErrorShape::Responses),
         ("remote", &there, ErrorShape::Anthropic),
     ];
     for (id, stalled_on, shape) in shapes {
@@ -174,9 +174,16 @@ async fn a_reader_past_its_lag_limit_is_cut_off_and_holds_nobody_back_on_either_
             end.unwrap_or_else(|| panic!("{id}: the stalled reader ends, read {}", got.len()));
         assert_eq!(end.reason, EndReason::SlowConsumer, "{id}");
         assert!(end.message.contains("behind"), "{id}: {end:?}");
-        let typed = (shape == ErrorShape::Anthropic).then_some("error");
-        assert_eq!(end.data["type"].as_str(), typed, "{id}: {:?}", end.data);
-        assert_eq!(end.data["error"]["type"], "slow_consumer", "{id}");
+        assert_eq!(end.data["type"], "error", "{id}: {:?}", end.data);
+        match shape {
+            ErrorShape::Responses => {
+                assert_eq!(end.data["code"], "slow_consumer", "{id}");
+                // Numbered after the last event the reader got, however many were queued.
+                let last = got.last().map_or(0, |(id, _)| id + 1);
+                assert_eq!(end.data["sequence_number"], last.max(1), "{id}: {got:?}");
+            }
+            _ => assert_eq!(end.data["error"]["type"], "slow_consumer", "{id}"),
+        }
         releases.wait_for(1).await;
         assert_eq!(releases.once().0, EndReason::Completed, "{id}");
     }

@@ -166,12 +166,26 @@ impl Api {
         }
     }
 
-    /// Whether the event of type `kind` with `data` ends a whole answer.
-    fn ends(self, kind: &str, data: &str) -> bool {
+    /// Whether `event` ends a whole answer: by its `event:` type, or (a server that writes
+    /// none) its data's `type`.
+    fn ends(self, event: &streamgate::sse::SseEvent) -> bool {
+        let data = event.data_str().unwrap_or("");
+        if self == Api::Chat {
+            return data == "[DONE]";
+        }
+        let typed = match event.event() {
+            Some(kind) => kind.to_owned(),
+            None => serde_json::from_str::<serde_json::Value>(data)
+                .ok()
+                .and_then(|data| Some(data.get("type")?.as_str()?.to_owned()))
+                .unwrap_or_default(),
+        };
         match self {
-            Api::Chat => data == "[DONE]",
-            Api::Messages => kind == "message_stop",
-            Api::Responses => matches!(kind, "response.completed" | "response.incomplete"),
+            Api::Chat => false,
+            Api::Messages => typed == "message_stop",
+            Api::Responses => {
+                matches!(typed.as_str(), "response.completed" | "response.incomplete")
+            }
         }
     }
 
@@ -336,7 +350,7 @@ async fn read(
             kind,
         ));
         outcome.events += 1;
-        if api.ends(event.event_type(), data) {
+        if api.ends(&event) {
             outcome.completed = true;
             return false;
         }

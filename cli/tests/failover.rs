@@ -399,56 +399,90 @@ async fn a_replica_killed_mid_stream_by_sigkill_is_continued_by_another_in_its_p
     }
 }
 
-/// An Anthropic Messages stream whose replica is killed mid-answer (after its first token, in
-/// the middle, before its last) is continued by another replica of its pool, by a final
-/// `assistant` message (the prefill), as one message: one `message_start`, the open text block
-/// going on (one `content_block_start`, one `content_block_stop`, index 0), every token once,
-/// ids without a gap, the final usage counting the whole answer as output.
+/// An Anthropic Messages or OpenAI Responses stream whose replica is killed mid-answer (after
+/// its first token, in the middle, before its last) is continued by another replica of its
+/// pool as one answer: Messages by a final `assistant` message (one `message_start`, the open
+/// text block going on: one `content_block_start` and `content_block_stop`, index 0),
+/// Responses by an assistant item `in_progress` (one `response.created`, one item and part
+/// under the client's ids, the `.done` events and the final response carrying the whole text
+/// under the client's response id); every token once, ids without a gap, the final usage
+/// counting the whole answer as output.
 #[tokio::test]
-async fn a_messages_stream_whose_replica_dies_is_continued_as_one_message() {
-    for die_after in [1, 15, 29] {
-        let dying =
-            Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
-        let other = Replica::start(&["--step-ms", "1"]).await;
-        let toml = format!(
-            "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
-            dying.url(),
-            other.url()
-        );
-        let proxy = configured("messages", &toml, &[]);
-        let api = Api::Messages;
-        let deadline = tokio::time::Instant::now() + HANG;
-        loop {
-            let body = api.body(30, true, None);
-            let mut response = RawResponse::post(proxy, api.path(), "", &body).await;
-            let events = read_all(api, &response.rest().await);
-            assert_eq!(
-                kinds(&events),
-                api.stream_types(30),
-                "{die_after}: {events:?}"
+async fn a_messages_or_responses_stream_whose_replica_dies_is_continued_as_one_answer() {
+    for api in Api::ALL {
+        for die_after in [1, 15, 29] {
+            let dying =
+                Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
+            let other = Replica::start(&["--step-ms", "1"]).await;
+            let toml = format!(
+                "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
+                dying.url(),
+                other.url()
             );
-            assert_eq!(text(&events), tokens(0..30), "{die_after}");
-            let ids: Vec<_> = events.iter().map(|event| event.id).collect();
-            let expected: Vec<_> = (0..events.len() as u64).map(Some).collect();
-            assert_eq!(ids, expected, "{die_after}");
-            assert!(
-                events
-                    .iter()
-                    .all(|e| e.data["index"].as_u64().unwrap_or(0) == 0)
-            );
-            let last_delta = &events[events.len() - 2];
-            assert_eq!(
-                last_delta.data["usage"]["output_tokens"], 30,
-                "{die_after}: {last_delta:?}"
-            );
-            let stats = common::stats(proxy).await;
-            if upstream(&stats, &dying.url())["picks"] != 0 {
-                assert_eq!(stats["failovers"]["continued"], 1, "{die_after}: {stats}");
-                break;
+            let proxy = configured("apis", &toml, &[]);
+            let at = format!("{api:?} after {die_after}");
+            let deadline = tokio::time::Instant::now() + HANG;
+            loop {
+                let body = api.body(30, true, None);
+                let mut response = RawResponse::post(proxy, api.path(), "", &body).await;
+                let events = read_all(api, &response.rest().await);
+                assert_one_answer(api, &events, &at);
+                let stats = common::stats(proxy).await;
+                if upstream(&stats, &dying.url())["picks"] != 0 {
+                    assert_eq!(stats["failovers"]["continued"], 1, "{at}: {stats}");
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "{stats}");
             }
-            assert!(tokio::time::Instant::now() < deadline, "{stats}");
+            assert!(!answers(&dying), "{at}: it died");
         }
-        assert!(!answers(&dying), "{die_after}: it died");
+    }
+}
+
+/// `events` are one whole answer of `api` of 30 tokens, numbered without a gap.
+fn assert_one_answer(api: Api, events: &[formats::Read], at: &str) {
+    assert_eq!(kinds(events), api.stream_types(30), "{at}: {events:?}");
+    assert_eq!(text(events), tokens(0..30), "{at}");
+    let ids: Vec<_> = events.iter().map(|event| event.id).collect();
+    let expected: Vec<_> = (0..events.len() as u64).map(Some).collect();
+    assert_eq!(ids, expected, "{at}");
+    let last = &events[events.len() - 1].data;
+    match api {
+        Api::Messages => {
+            for event in events
+                .iter()
+                .filter(|e| e.kind.starts_with("content_block"))
+            {
+                assert_eq!(event.data["index"], 0, "{at}: {event:?}");
+            }
+            let usage = &events[events.len() - 2].data["usage"];
+            assert_eq!(usage["output_tokens"], 30, "{at}: {usage}");
+        }
+        Api::Responses => {
+            let created = &events[0].data["response"]["id"];
+            let item = &events[1].data["item"]["id"];
+            for event in &events[1..events.len() - 1] {
+                assert_eq!(event.data["output_index"], 0, "{at}: {event:?}");
+                let id = event
+                    .data
+                    .get("item_id")
+                    .unwrap_or(&event.data["item"]["id"]);
+                assert_eq!(id, item, "{at}: {event:?}");
+            }
+            let done = events
+                .iter()
+                .find(|e| e.kind == "response.output_text.done")
+                .unwrap();
+            assert_eq!(done.data["text"], tokens(0..30), "{at}");
+            let response = &last["response"];
+            assert_eq!(&response["id"], created, "{at}: the client's response");
+            assert_eq!(
+                response["output"][0]["content"][0]["text"],
+                tokens(0..30),
+                "{at}"
+            );
+            assert_eq!(response["usage"]["output_tokens"], 30, "{at}: {response}");
+        }
     }
 }
 
@@ -516,6 +550,62 @@ async fn a_stream_outlives_a_proxy_instance_killed_mid_stream_through_another_sh
     }
     // The original and the continuation of each: the answer was not generated again.
     assert_eq!(sim.stats().await["streams_started"], 4);
+}
+
+/// A Messages or Responses stream outlives the proxy instance that served it, SIGKILLed after
+/// 1 and 12 events: resumed through another sharing Redis by the API's own path, it is adopted
+/// and carried on from its log as one answer (no second opening: the adopter knows the
+/// blocks or items the client has).
+#[tokio::test]
+async fn a_messages_or_responses_stream_outlives_a_proxy_instance_killed_mid_stream() {
+    let Some(redis) = common::redis_server::RedisServer::start("proxy-death-apis") else {
+        return;
+    };
+    let sim = Replica::start(&["--step-ms", "20"]).await;
+    let (upstream, store) = (sim.url(), redis.url());
+    let flags = [
+        "--upstream",
+        upstream.as_str(),
+        "--resume-store",
+        store.as_str(),
+        "--resume-grace-ms",
+        "10000",
+    ];
+    let survivor = Replica::proxy(&flags).await;
+    let mut adopted = 0;
+    for api in Api::ALL {
+        for kill_after in [1usize, 12] {
+            let mut dying = Replica::proxy(&flags).await;
+            let name = format!("orphan-{api:?}-{kill_after}");
+            let header = format!("x-request-id: {name}\r\n");
+            let body = api.body(30, true, None);
+            let mut first = RawResponse::post(dying.addr(), api.path(), &header, &body).await;
+            assert_eq!(first.status(), 200);
+            let mut seen = Vec::new();
+            while seen.len() < kill_after {
+                seen.extend(read_all(api, &[first.expect_frame().await]));
+            }
+            dying.kill().await;
+            let last = seen.last().unwrap().id.unwrap();
+            let (path, headers) = match api {
+                Api::Messages => (
+                    format!("/v1/messages/{name}/stream"),
+                    format!("Last-Event-ID: {last}\r\n"),
+                ),
+                Api::Responses => (
+                    format!("/v1/responses/{name}?stream=true&starting_after={last}"),
+                    String::new(),
+                ),
+            };
+            let mut resumed = RawResponse::get(survivor.addr(), &path, &headers).await;
+            assert_eq!(resumed.status(), 200, "{name}");
+            seen.extend(read_all(api, &resumed.rest().await));
+            assert_one_answer(api, &seen, &name);
+            adopted += 1;
+            let stats = common::stats(survivor.addr()).await;
+            assert_eq!(stats["streams_adopted"], adopted, "{name}: {stats}");
+        }
+    }
 }
 
 #[tokio::test]

@@ -138,7 +138,9 @@ async fn a_slow_reader_cut_off_ends_each_api_with_its_own_error_event() {
         };
         assert_eq!(reason, "slow_consumer", "{api:?}: {:?}", last.data);
         assert!(message.as_str().is_some_and(|m| !m.is_empty()), "{api:?}");
-        // Every event after the one read first numbered by its position (none lost silently).
+        // Every event after the one read first numbered by its position (none lost silently),
+        // and more than the kernel's buffers hold came before the cut.
+        assert!(events.len() > 8, "{api:?}: {} events", events.len());
         let ids: Vec<u64> = events[..events.len() - 1]
             .iter()
             .map(|e| e.id.unwrap())
@@ -176,7 +178,10 @@ async fn a_stop_ends_each_api_with_its_own_end_events() {
         match api {
             Api::Messages => {
                 // The text block left open is stopped first.
-                assert_eq!(ends, ["message_stop", "message_delta", "content_block_stop"]);
+                assert_eq!(
+                    ends,
+                    ["message_stop", "message_delta", "content_block_stop"]
+                );
                 let delta = &seen[seen.len() - 2].data;
                 assert_eq!(delta["delta"]["stop_reason"], "end_turn");
             }

@@ -414,15 +414,22 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
     let proxy_addr = start_proxy(&["--upstream", &a, "--upstream", &b]);
     // Longer than the latest kill point, so that the server is still decoding when it is killed.
     const TOKENS: u64 = 400;
-    // A chat completion, and an Anthropic Messages stream (continued by its prefill).
+    // A chat completion, an Anthropic Messages stream (continued by its prefill) and an OpenAI
+    // Responses stream (continued by an assistant item in progress).
     let apis = [
         ("/v1/chat/completions", greedy(TOKENS), "[DONE]", 3),
         ("/v1/messages", greedy_messages(TOKENS), "message_stop", 2),
+        (
+            "/v1/responses",
+            greedy_responses(TOKENS),
+            "response.completed",
+            2,
+        ),
     ];
     for (path, body, end, runs) in apis {
         let answer_of = |events: &[Seen]| match path {
-            "/v1/messages" => typed_text(events),
-            _ => content(events),
+            "/v1/chat/completions" => content(events),
+            _ => typed_text(events),
         };
         let send = |addr: SocketAddr| {
             let body = body.clone();
@@ -445,6 +452,13 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |now| now.subsec_nanos() as usize);
             let at = 10 + (nanos ^ (run * 7919)) % 120;
+            let continued = || async {
+                let stats = get_json(proxy_addr, "/stats")
+                    .await
+                    .expect("the proxy's stats");
+                stats["failovers"]["continued"].as_u64().unwrap_or(0)
+            };
+            let before = continued().await;
             let response = send(proxy_addr).await;
             let mut events = pin!(client::body_stream(response).sse_events());
             let mut seen = Vec::new();
@@ -481,11 +495,28 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
             let ids: Vec<_> = seen.iter().map(|e| e.id).collect();
             let contiguous: Vec<_> = (0..seen.len() as u64).map(Some).collect();
             assert_eq!(ids, contiguous, "{path}: ids go on across the failover");
-            if path == "/v1/messages" {
-                // One message: one start, one text block.
-                let count = |kind: &str| seen.iter().filter(|e| e.kind == kind).count();
-                assert_eq!(count("message_start"), 1, "{path}");
-                assert_eq!(count("content_block_start"), 1, "{path}");
+            assert_eq!(
+                continued().await,
+                before + 1,
+                "{path}: carried on at the seam"
+            );
+            // One answer: one opening, one text block or item.
+            let count = |kind: &str| seen.iter().filter(|e| e.kind == kind).count();
+            match path {
+                "/v1/messages" => {
+                    assert_eq!(count("message_start"), 1, "{path}");
+                    assert_eq!(count("content_block_start"), 1, "{path}");
+                }
+                "/v1/responses" => {
+                    assert_eq!(count("response.created"), 1, "{path}");
+                    assert_eq!(count("response.output_item.added"), 1, "{path}");
+                    // The final response carries the whole answer.
+                    let completed = seen.last().map(|e| serde_json::from_str::<Value>(&e.data));
+                    let completed = completed.expect("an end").expect("JSON");
+                    let output = &completed["response"]["output"][0]["content"][0]["text"];
+                    assert_eq!(output.as_str(), Some(answer_of(&seen).as_str()), "{path}");
+                }
+                _ => {}
             }
             let answer = answer_of(&seen);
             assert!(
@@ -527,6 +558,14 @@ async fn a_greedy_stream_outlives_a_killed_llama_server() {
             "real model failover {path}: {equal} of {runs} answers equal the uninterrupted one"
         );
     }
+}
+
+/// The greedy request of [`greedy`] as an OpenAI Responses request.
+fn greedy_responses(max_tokens: u64) -> String {
+    let chat: Value = serde_json::from_str(&greedy(max_tokens)).unwrap();
+    json!({"model": chat["model"], "input": chat["messages"], "stream": true,
+        "max_output_tokens": max_tokens, "temperature": 0})
+    .to_string()
 }
 
 /// The greedy request of [`greedy`] as an Anthropic Messages request.

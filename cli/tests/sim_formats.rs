@@ -397,13 +397,20 @@ async fn a_stream_out_of_kv_blocks_says_so_in_its_apis_shape() {
                 .starts_with("KV cache full: 3 of 3 blocks in use"),
             "{message}"
         );
+        // The gate's end after it, in the API's error shape too.
         let end = &events[opened + 17];
-        assert_eq!(end.kind, "error");
         assert_eq!(
-            end.data["error"]["type"], "generator_error",
-            "{:?}",
-            end.data
+            (end.kind.as_str(), &end.data["type"]),
+            ("error", &"error".into())
         );
+        let reason = match api {
+            Api::Messages => &end.data["error"]["type"],
+            Api::Responses => {
+                assert_eq!(end.data["sequence_number"], opened + 17, "{:?}", end.data);
+                &end.data["code"]
+            }
+        };
+        assert_eq!(reason, "generator_error", "{:?}", end.data);
         // Without streaming: a 503 in the API's shape.
         let body = api.body(48, false, None);
         let mut answer = RawResponse::post(addr, api.path(), "", &body).await;

@@ -115,6 +115,13 @@ where
         self
     }
 
+    /// The events start at `next` (a subscriber attached there): an end before the first
+    /// comes at `next`.
+    pub(crate) fn starting_at(mut self, next: u64) -> Self {
+        self.next = Some(next);
+        self
+    }
+
     /// Writes no `id:` for the events that have none of their own. The frames still carry
     /// their ids ([`SseFrame::id`]) for probes; only the wire loses them, and with them a
     /// client's resume position (`Last-Event-ID`): for a client that never resumes and counts

@@ -119,9 +119,18 @@ async fn logged(frames: &[SseFrame], format: Option<Format>) -> Logged {
         if own_end || event.event() == Some("error") || data.starts_with("[DONE]") {
             return Logged::Ended;
         }
-        if let Some(peek) = Peek::of(data) {
-            sent.finished |= peek.finishes();
-            sent.delivered.add(&peek);
+        match format {
+            Some(format @ (Format::Messages | Format::Responses)) => {
+                let read = format.read(&event);
+                let kind = streamgate::Chunk::kind(&event);
+                sent.passed(read.as_ref(), kind, None, true);
+            }
+            _ => {
+                if let Some(peek) = Peek::of(data) {
+                    sent.finished |= peek.finishes();
+                    sent.delivered.add(&peek);
+                }
+            }
         }
         if sent.first.is_none() {
             sent.first = Some(data.to_owned());

@@ -14,6 +14,7 @@ use clap::ValueEnum;
 use serde_json::{Map, Value, json};
 
 use streamgate::anthropic::{Delta, MessagesData};
+use streamgate::responses::ResponsesData;
 
 use super::format::Format;
 use super::peek::Peek;
@@ -102,6 +103,28 @@ impl Delivered {
         !text.is_empty()
     }
 
+    /// The Responses event `data` went to the client: its text deltas are the answer's text,
+    /// an item other than a message or a reasoning item (a function or tool call) or its
+    /// arguments a tool call, reasoning text reasoning, refusal text a refusal.
+    pub(super) fn add_responses(&mut self, data: &ResponsesData) {
+        match data {
+            ResponsesData::OutputTextDelta(delta) if self.push_text(&delta.delta) => {
+                self.tokens += 1;
+            }
+            ResponsesData::OutputItemAdded(added)
+                if !matches!(added.item.kind.as_str(), "message" | "reasoning") =>
+            {
+                self.tool_call = true;
+            }
+            ResponsesData::FunctionCallArgumentsDelta(_) => self.tool_call = true,
+            ResponsesData::ReasoningSummaryTextDelta(_) | ResponsesData::ReasoningTextDelta(_) => {
+                self.reasoning = true;
+            }
+            ResponsesData::RefusalDelta(_) => self.refusal = true,
+            _ => {}
+        }
+    }
+
     /// Whether nothing visible reached the client.
     pub(super) fn is_empty(&self) -> bool {
         self.tokens == 0 && !self.tool_call && !self.reasoning && !self.refusal
@@ -188,9 +211,11 @@ pub(super) enum NotCarried {
     /// The request asked for log probabilities, which a continuation cannot give for the
     /// delivered tokens.
     Logprobs,
-    /// Not a chat completion or a Messages stream: a text completion is restarted while
-    /// nothing was delivered but never continued; Responses streams are not carried on yet.
+    /// A text completion: restarted while nothing was delivered, but never continued.
     Api(Format),
+    /// A Responses answer whose text is not all in the one message part the client has open
+    /// (in several parts or items, or in a part already done), where no continuation can go on.
+    Scattered,
     /// The answer had grown past [`MAX_DELIVERED`] bytes of text.
     TooLong,
     /// The request's body is no JSON object, to add an assistant message to.
@@ -219,14 +244,10 @@ impl fmt::Display for NotCarried {
             }
             NotCarried::SeveralChoices => f.write_str("the request asked for several choices (n)"),
             NotCarried::Logprobs => f.write_str("the request asked for logprobs"),
-            NotCarried::Api(Format::Text) => f.write_str("text completions are not continued"),
-            NotCarried::Api(format) => {
-                write!(
-                    f,
-                    "{} is not carried on (chat completions and Anthropic Messages are)",
-                    format.name()
-                )
-            }
+            NotCarried::Api(format) => write!(f, "{} is not continued", format.name()),
+            NotCarried::Scattered => f.write_str(
+                "the answer's text is not all in one open message part, for a continuation to go on in",
+            ),
             NotCarried::TooLong => write!(
                 f,
                 "the answer had passed {MAX_DELIVERED} bytes, more than is kept to continue it"
@@ -240,18 +261,17 @@ impl fmt::Display for NotCarried {
 }
 
 /// The request that carries a stream of the original `body` (of `format`) on, after
-/// `delivered` reached its client, as `mode` allows.
+/// `delivered` reached its client, as `mode` allows; `in_place`: whether a continuation's text
+/// has a place to go on in (a Responses answer's text all in the message part the client has
+/// open; always, for the other formats).
 pub(super) fn carry_on(
     mode: FailoverMode,
     body: &Bytes,
-    format: Format,
+    (format, in_place): (Format, bool),
     delivered: &Delivered,
 ) -> Result<CarryOn, NotCarried> {
     if mode == FailoverMode::Off {
         return Err(NotCarried::Off);
-    }
-    if format == Format::Responses {
-        return Err(NotCarried::Api(format));
     }
     if delivered.is_empty() {
         return Ok(CarryOn::Restart(body.clone()));
@@ -263,8 +283,8 @@ pub(super) fn carry_on(
     let Ok(mut request) = serde_json::from_slice::<Map<String, Value>>(body) else {
         return Err(NotCarried::NotJson);
     };
-    // A Messages request's `max_tokens` counts the answer's tokens as chat's does.
-    for key in ["max_tokens", "max_completion_tokens"] {
+    // Messages' `max_tokens` and Responses' `max_output_tokens` count them as chat's does.
+    for key in ["max_tokens", "max_completion_tokens", "max_output_tokens"] {
         if let Some(asked) = request.get(key).and_then(Value::as_u64) {
             let left = asked.saturating_sub(delivered.tokens);
             if left == 0 {
@@ -285,8 +305,21 @@ pub(super) fn carry_on(
     if delivered.too_long {
         return Err(NotCarried::TooLong);
     }
-    if format == Format::Messages {
-        return Ok(continue_messages(request, delivered));
+    match format {
+        Format::Messages => {
+            let message = json!({"role": "assistant", "content": delivered.text});
+            return Ok(continue_conversation(
+                request, "messages", message, delivered,
+            ));
+        }
+        Format::Responses if !in_place => return Err(NotCarried::Scattered),
+        Format::Responses => {
+            // An output message in progress, as OpenAI defines an input item of the kind.
+            let item = json!({"type": "message", "role": "assistant", "status": "in_progress",
+                "content": [{"type": "output_text", "text": delivered.text, "annotations": []}]});
+            return Ok(continue_conversation(request, "input", item, delivered));
+        }
+        Format::Chat | Format::Text => {}
     }
     if format != Format::Chat {
         return Err(NotCarried::Api(format));
@@ -312,73 +345,65 @@ pub(super) fn carry_on(
     if matches!(format, Some("json_schema" | "json_object")) {
         return Err(NotCarried::StructuredOutput);
     }
-    let mut message = delivered.text.clone();
-    let messages = request
-        .entry("messages")
-        .or_insert_with(|| Value::Array(Vec::new()));
-    if let Value::Array(messages) = messages {
-        // A request that ended with an assistant message of its own (a prefill) continues it.
-        let prefilled = messages
-            .last_mut()
-            .filter(|last| last["role"] == "assistant")
-            .and_then(|last| last.get_mut("content"))
-            .and_then(|content| match content {
-                Value::String(text) => Some(text),
-                _ => None,
-            });
-        match prefilled {
-            Some(text) => {
-                text.push_str(&delivered.text);
-                message = text.clone();
-            }
-            None => messages.push(json!({"role": "assistant", "content": delivered.text})),
-        }
-    }
     request.insert("continue_final_message".to_owned(), true.into());
     request.insert("add_generation_prompt".to_owned(), false.into());
-    Ok(CarryOn::Continue {
-        body: Bytes::from(Value::Object(request).to_string()),
-        message,
-    })
+    let message = json!({"role": "assistant", "content": delivered.text});
+    Ok(continue_conversation(
+        request, "messages", message, delivered,
+    ))
 }
 
-/// A Messages `request` carried on after `delivered`: its conversation with the delivered text
-/// as a final `assistant` message (Anthropic's prefill: the model goes on from it), or added to
-/// the text of the request's own final assistant message.
-fn continue_messages(mut request: Map<String, Value>, delivered: &Delivered) -> CarryOn {
-    let mut message = delivered.text.clone();
-    let messages = request
-        .entry("messages")
+/// A request carried on after `delivered`: its conversation (`key`: chat's and Messages'
+/// `messages`, Responses' `input`, a string being one user message) with `message`,
+/// the delivered text as a final assistant message (the prefill the model goes on from), or
+/// the delivered text added to the request's own final assistant message.
+fn continue_conversation(
+    mut request: Map<String, Value>,
+    key: &str,
+    message: Value,
+    delivered: &Delivered,
+) -> CarryOn {
+    let mut sent = delivered.text.clone();
+    let conversation = request
+        .entry(key)
         .or_insert_with(|| Value::Array(Vec::new()));
-    if let Value::Array(messages) = messages {
-        let prefill = messages
-            .last_mut()
-            .filter(|last| last["role"] == "assistant")
-            .and_then(|last| last.get_mut("content"));
-        // The prefill's text: a string, or its last block's when that is a text block.
-        let text = match prefill {
-            Some(Value::String(text)) => Some(text),
-            Some(Value::Array(blocks)) => blocks
-                .last_mut()
-                .filter(|block| block["type"] == "text")
-                .and_then(|block| block.get_mut("text"))
-                .and_then(|text| match text {
-                    Value::String(text) => Some(text),
-                    _ => None,
-                }),
-            _ => None,
-        };
-        match text {
+    if let Value::String(text) = conversation {
+        *conversation = json!([{"role": "user", "content": text}]);
+    }
+    if let Value::Array(messages) = conversation {
+        match messages.last_mut().and_then(prefill_text) {
             Some(text) => {
                 text.push_str(&delivered.text);
-                message = text.clone();
+                sent = text.clone();
             }
-            None => messages.push(json!({"role": "assistant", "content": delivered.text})),
+            None => messages.push(message),
         }
     }
     CarryOn::Continue {
         body: Bytes::from(Value::Object(request).to_string()),
-        message,
+        message: sent,
+    }
+}
+
+/// The text a continuation adds to, when `message` is an assistant message of the request's
+/// own (a prefill): its content, or its last part's text when that is a text part.
+fn prefill_text(message: &mut Value) -> Option<&mut String> {
+    if message["role"] != "assistant" {
+        return None;
+    }
+    match message.get_mut("content")? {
+        Value::String(text) => Some(text),
+        Value::Array(parts) => {
+            let last = parts.last_mut()?;
+            if !matches!(last["type"].as_str(), Some("text" | "output_text")) {
+                return None;
+            }
+            match last.get_mut("text")? {
+                Value::String(text) => Some(text),
+                _ => None,
+            }
+        }
+        _ => None,
     }
 }
 
@@ -410,7 +435,7 @@ mod tests {
         }) = carry_on(
             FailoverMode::Continue,
             &original,
-            Format::Chat,
+            (Format::Chat, true),
             &delivered("t0 t1 t2 ", 3),
         )
         else {
@@ -440,7 +465,7 @@ mod tests {
         }) = carry_on(
             FailoverMode::Continue,
             &prefilled,
-            Format::Chat,
+            (Format::Chat, true),
             &delivered("t0 ", 1),
         )
         else {
@@ -453,12 +478,81 @@ mod tests {
         assert_eq!(carried["max_completion_tokens"], 4);
     }
 
+    /// The body a continuation sends, and the message it carries.
+    fn continued(original: Value, format: Format, delivered: &Delivered) -> (Value, String) {
+        let how = (format, true);
+        match carry_on(FailoverMode::Continue, &body(original), how, delivered) {
+            Ok(CarryOn::Continue { body, message }) => {
+                (serde_json::from_slice(&body).unwrap(), message)
+            }
+            other => panic!("a continuation: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn messages_and_responses_are_continued_by_their_own_assistant_prefix() {
+        // Messages: a final assistant message, without chat's template flags.
+        let (carried, message) = continued(
+            json!({"model": "m", "max_tokens": 10, "stream": true,
+                "messages": [{"role": "user", "content": "hi"}]}),
+            Format::Messages,
+            &delivered("t0 t1 ", 2),
+        );
+        assert_eq!(
+            carried,
+            json!({"model": "m", "max_tokens": 8, "stream": true, "messages": [
+                {"role": "user", "content": "hi"}, {"role": "assistant", "content": "t0 t1 "}]})
+        );
+        assert_eq!(message, "t0 t1 ");
+        // A prefill of the client's own, in blocks, goes on with what followed it.
+        let (carried, message) = continued(
+            json!({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [{"type": "text", "text": "Sure: "}]}]}),
+            Format::Messages,
+            &delivered("t0 ", 1),
+        );
+        assert_eq!(carried["messages"][1]["content"][0]["text"], "Sure: t0 ");
+        assert_eq!(
+            (
+                carried["messages"].as_array().unwrap().len(),
+                message.as_str()
+            ),
+            (2, "Sure: t0 ")
+        );
+        // Responses: a string input becomes the user's message, then an assistant item in
+        // progress; `max_output_tokens` less the delivered.
+        let (carried, _) = continued(
+            json!({"model": "m", "input": "hi", "max_output_tokens": 5, "stream": true}),
+            Format::Responses,
+            &delivered("t0 ", 1),
+        );
+        assert_eq!(carried["max_output_tokens"], 4);
+        assert_eq!(
+            carried["input"][0],
+            json!({"role": "user", "content": "hi"})
+        );
+        let item = &carried["input"][1];
+        assert_eq!(
+            (&item["type"], &item["role"], &item["status"]),
+            (
+                &json!("message"),
+                &json!("assistant"),
+                &json!("in_progress")
+            )
+        );
+        assert_eq!(
+            item["content"][0],
+            json!({"type": "output_text", "text": "t0 ", "annotations": []})
+        );
+        assert!(carried.get("continue_final_message").is_none());
+    }
+
     #[test]
     fn nothing_visible_yet_is_a_restart_and_every_token_delivered_is_a_whole_answer() {
         let original = body(json!({"model": "m", "max_tokens": 3, "messages": []}));
         for mode in [FailoverMode::Restart, FailoverMode::Continue] {
             assert_eq!(
-                carry_on(mode, &original, Format::Chat, &Delivered::default()),
+                carry_on(mode, &original, (Format::Chat, true), &Delivered::default()),
                 Ok(CarryOn::Restart(original.clone()))
             );
         }
@@ -466,7 +560,7 @@ mod tests {
             carry_on(
                 FailoverMode::Continue,
                 &original,
-                Format::Chat,
+                (Format::Chat, true),
                 &delivered("a b c", 3)
             ),
             Ok(CarryOn::Whole)
@@ -477,7 +571,13 @@ mod tests {
     fn what_a_continuation_cannot_be_faithful_to_is_refused_saying_which() {
         let text = delivered("t0 ", 1);
         let refused = |request: Value, format: Format, delivered: &Delivered| {
-            carry_on(FailoverMode::Continue, &body(request), format, delivered).unwrap_err()
+            carry_on(
+                FailoverMode::Continue,
+                &body(request),
+                (format, true),
+                delivered,
+            )
+            .unwrap_err()
         };
         let with = |key: &str, value: Value| {
             let mut request = json!({"model": "m", "messages": []});
@@ -515,25 +615,29 @@ mod tests {
             refused(with("n", json!(1)), Format::Text, &text),
             NotCarried::Api(Format::Text)
         );
-        // Responses streams are never carried on, even before any text.
-        assert_eq!(
-            refused(
-                with("n", json!(1)),
-                Format::Responses,
-                &Delivered::default()
-            ),
-            NotCarried::Api(Format::Responses)
+        // A Responses answer whose text has no open part to go on in.
+        let scattered = carry_on(
+            FailoverMode::Continue,
+            &body(json!({"model": "m", "input": "hi"})),
+            (Format::Responses, false),
+            &text,
         );
+        assert_eq!(scattered, Err(NotCarried::Scattered));
         let original = body(json!({"model": "m"}));
         assert_eq!(
-            carry_on(FailoverMode::Restart, &original, Format::Chat, &text),
+            carry_on(
+                FailoverMode::Restart,
+                &original,
+                (Format::Chat, true),
+                &text
+            ),
             Err(NotCarried::Delivered)
         );
         assert_eq!(
             carry_on(
                 FailoverMode::Off,
                 &original,
-                Format::Chat,
+                (Format::Chat, true),
                 &Delivered::default()
             ),
             Err(NotCarried::Off)
@@ -578,7 +682,12 @@ mod tests {
         assert_eq!(delivered.tokens, 3);
         let original = body(json!({"model": "m", "messages": []}));
         assert_eq!(
-            carry_on(FailoverMode::Continue, &original, Format::Chat, &delivered),
+            carry_on(
+                FailoverMode::Continue,
+                &original,
+                (Format::Chat, true),
+                &delivered
+            ),
             Err(NotCarried::TooLong)
         );
     }

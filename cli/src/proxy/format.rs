@@ -7,7 +7,7 @@
 //! | `/v1/chat/completions` | [`Format::Chat`] | `data: [DONE]` | `event: error`, `{"error":{..}}` | a final chunk, `[DONE]` |
 //! | `/v1/completions` | [`Format::Text`] | `data: [DONE]` | the same | the same |
 //! | `/v1/messages` | [`Format::Messages`] | `message_stop` | `event: error`, `{"type":"error","error":{"type":"api_error",..}}` | the open block's `content_block_stop`, `message_delta` (`end_turn`), `message_stop` |
-//! | `/v1/responses` | [`Format::Responses`] | `response.completed`, `.incomplete`, `.failed` | `event: error`, `{"type":"error","code":"upstream_error",..}` | `response.incomplete` |
+//! | `/v1/responses` | [`Format::Responses`] | `response.completed`, `.incomplete`, `.failed` | `event: error`, `{"type":"error","code":"upstream_error",..}` | the open part's and item's `.done` events, `response.incomplete` |
 //!
 //! The gate's own ends (a slow reader cut off, a shutdown, a reader behind the replay log) are
 //! in the same shape ([`Format::error_shape`]), typed by their end reason (`slow_consumer`,
@@ -108,7 +108,7 @@ impl Format {
                     event,
                     kind,
                     ending,
-                    messages: Some(parsed.into_data()),
+                    data: Some(Parsed::Messages(parsed.into_data())),
                 })
             }
             Format::Responses => numbered(event, id, indices).ok(),
@@ -125,6 +125,31 @@ impl Format {
         }
     }
 
+    /// An event of the proxy's own as the `id`-th of the stream: a Responses event numbered
+    /// (see [`numbered`]; `indices` where the stream is), the others as they are.
+    pub(super) fn own(self, event: SseEvent, id: u64, indices: &mut Indices) -> SseEvent {
+        match self {
+            Format::Responses => match numbered(event, id, indices) {
+                Ok(passed) => passed.event,
+                Err(event) => event,
+            },
+            _ => event,
+        }
+    }
+
+    /// `event` as the crate reads it, when it is a Messages or Responses event.
+    pub(super) fn read(self, event: &SseEvent) -> Option<Parsed> {
+        match self {
+            Format::Chat | Format::Text => None,
+            Format::Messages => MessagesEvent::from_sse(event)
+                .ok()
+                .map(|e| Parsed::Messages(e.into_data())),
+            Format::Responses => ResponsesEvent::from_sse(event)
+                .ok()
+                .map(|e| Parsed::Responses(e.into_data())),
+        }
+    }
+
     /// The terminal frame of a stream that failed: the format's error event saying `message`.
     pub(super) fn error_frame(self, message: &str) -> SseEvent {
         match self {
@@ -133,94 +158,13 @@ impl Format {
             Format::Responses => ResponsesEvent::error("upstream_error", message).into(),
         }
     }
-
-    /// The events that end a stream stopped on purpose, for the formats whose stop is not a
-    /// final chunk: a Messages answer's `content_block_stop` of the block `open`, its
-    /// `message_delta` (`end_turn`, `visible` output tokens) and `message_stop` (see
-    /// [`messages_end`]); a Responses answer's `response.incomplete`, with the `response` its
-    /// `first` event (`response.created`) carried (status `incomplete`,
-    /// `incomplete_details.reason` `stopped`). Stopped before any event came (`first` is
-    /// `None`), the opening the SDKs need comes first: a `message_start` or `response.created`
-    /// of the proxy's own, named by the request `id` and its `model`.
-    pub(super) fn stop_events(
-        self,
-        first: Option<&str>,
-        (id, model): (&str, &str),
-        (visible, open): (u64, Option<u64>),
-    ) -> Vec<SseEvent> {
-        let typed = |kind: &str, data: Value| {
-            SseEvent::data(data.to_string())
-                .with_event(kind)
-                .expect("a constant type")
-        };
-        let mut events = Vec::new();
-        match self {
-            Format::Chat | Format::Text => {}
-            Format::Messages => {
-                if first.is_none() {
-                    let message = json!({
-                        "id": id, "type": "message", "role": "assistant", "content": [],
-                        "model": model, "stop_reason": null, "stop_sequence": null,
-                        "usage": {"input_tokens": 0, "output_tokens": 0},
-                    });
-                    let start = json!({"type": "message_start", "message": message});
-                    events.push(typed("message_start", start));
-                }
-                events.extend(messages_end(open, "end_turn", visible));
-            }
-            Format::Responses => {
-                let created = first
-                    .and_then(|first| serde_json::from_str::<Value>(first).ok())
-                    .and_then(|first| first.get("response").cloned());
-                let mut response = match created {
-                    Some(response) => response,
-                    None => {
-                        let response = json!({"id": id, "object": "response",
-                            "status": "in_progress", "model": model, "output": []});
-                        let created = json!({"type": "response.created", "response": response});
-                        events.push(typed("response.created", created));
-                        response
-                    }
-                };
-                response["status"] = json!("incomplete");
-                response["incomplete_details"] = json!({"reason": "stopped"});
-                events.push(typed(
-                    "response.incomplete",
-                    json!({"type": "response.incomplete", "response": response}),
-                ));
-            }
-        }
-        events
-    }
 }
 
-/// The events that end a Messages answer the proxy ends itself: the block `open` stopped, a
-/// `message_delta` with `stop_reason` and `output_tokens`, a `message_stop`.
-pub(super) fn messages_end(
-    open: Option<u64>,
-    stop_reason: &str,
-    output_tokens: u64,
-) -> Vec<SseEvent> {
-    let typed = |kind: &str, data: Value| {
-        SseEvent::data(data.to_string())
-            .with_event(kind)
-            .expect("a constant type")
-    };
-    let mut events = Vec::new();
-    if let Some(index) = open {
-        let stop = json!({"type": "content_block_stop", "index": index});
-        events.push(typed("content_block_stop", stop));
-    }
-    events.push(typed(
-        "message_delta",
-        json!({
-            "type": "message_delta",
-            "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-            "usage": {"output_tokens": output_tokens},
-        }),
-    ));
-    events.push(MessagesEvent::new(MessagesData::message_stop()).into());
-    events
+/// An event of type `kind` with `data`.
+pub(super) fn typed(kind: &str, data: Value) -> SseEvent {
+    SseEvent::data(data.to_string())
+        .with_event(kind)
+        .expect("a constant type")
 }
 
 /// How an event ends its answer.
@@ -240,8 +184,15 @@ pub(super) struct Passed {
     /// `response.created` is control).
     pub(super) kind: streamgate::Kind,
     pub(super) ending: Option<Ending>,
-    /// A Messages event as read (its blocks and text, which a failover goes on from).
-    pub(super) messages: Option<MessagesData>,
+    /// The event as read (its blocks or items and text, which a failover goes on from).
+    pub(super) data: Option<Parsed>,
+}
+
+/// A Messages or Responses event as the crate reads it.
+#[derive(Debug)]
+pub(super) enum Parsed {
+    Messages(MessagesData),
+    Responses(ResponsesData),
 }
 
 /// Where a Responses stream is: the item and part its events belong to, and how many items
@@ -353,7 +304,7 @@ pub(super) fn numbered(
                 event,
                 kind,
                 ending,
-                messages: None,
+                data: None,
             });
         };
         fields.insert("sequence_number".to_owned(), json!(id));
@@ -365,7 +316,7 @@ pub(super) fn numbered(
             event: renumbered,
             kind,
             ending,
-            messages: None,
+            data: None,
         });
     }
     if data.sequence_number() != Some(id) {
@@ -375,14 +326,14 @@ pub(super) fn numbered(
         }
     }
     let event = match changed {
-        true => SseEvent::from(ResponsesEvent::new(data)),
+        true => SseEvent::from(ResponsesEvent::new(data.clone())),
         false => event,
     };
     Ok(Passed {
         event,
         kind,
         ending,
-        messages: None,
+        data: Some(Parsed::Responses(data)),
     })
 }
 
@@ -511,21 +462,6 @@ mod tests {
         assert_eq!(
             (data["type"].as_str(), data["code"].as_str()),
             (Some("error"), Some("upstream_error"))
-        );
-        let created = r#"{"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","output":[]}}"#;
-        let stopped = Format::Responses.stop_events(Some(created), ("r1", "m"), (0, None));
-        let data: Value = serde_json::from_str(stopped[0].data_str().unwrap()).unwrap();
-        assert_eq!(data["response"]["id"], "resp_1");
-        assert_eq!(data["response"]["status"], "incomplete");
-        let kinds: Vec<_> = Format::Messages
-            .stop_events(None, ("r1", "m"), (0, None))
-            .iter()
-            .map(|e| e.event().unwrap().to_owned())
-            .collect();
-        assert_eq!(
-            kinds,
-            ["message_start", "message_delta", "message_stop"],
-            "an opening first"
         );
         assert_eq!(Format::of("/v1/messages"), Some(Format::Messages));
         assert_eq!(Format::of("/v1/models"), None);

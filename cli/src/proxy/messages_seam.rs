@@ -4,11 +4,14 @@
 //! `content_block_start` dropped, its text losing the echo a server may send first, see
 //! [`Echo`]), and its other blocks come after the client's, their indices moved on; the final
 //! `message_delta`'s `usage` counts the delivered tokens as the answer's output, not its input.
+//! The client's blocks ([`Blocks`]) also say how the proxy ends an answer itself.
 
+use serde_json::json;
 use streamgate::anthropic::{Delta, MessagesData, MessagesEvent};
 use streamgate::sse::SseEvent;
 
 use super::echo::Echo;
+use super::format::typed;
 
 /// The blocks of a Messages answer the client has: whether its `message_start` came, how many
 /// blocks began, and the one open (begun, not stopped).
@@ -16,7 +19,8 @@ use super::echo::Echo;
 pub(super) struct Blocks {
     started: bool,
     begun: u64,
-    open: Option<u64>,
+    /// The open block: its index and type (`text`, `tool_use`, `thinking`, ..).
+    open: Option<(u64, String)>,
 }
 
 impl Blocks {
@@ -26,9 +30,9 @@ impl Blocks {
             MessagesData::MessageStart(_) => self.started = true,
             MessagesData::ContentBlockStart(start) => {
                 self.begun = self.begun.max(start.index.saturating_add(1));
-                self.open = Some(start.index);
+                self.open = Some((start.index, start.content_block.kind.clone()));
             }
-            MessagesData::ContentBlockStop(stop) if self.open == Some(stop.index) => {
+            MessagesData::ContentBlockStop(stop) if self.open() == Some(stop.index) => {
                 self.open = None;
             }
             _ => {}
@@ -36,9 +40,59 @@ impl Blocks {
     }
 
     /// The block the client has open, if any.
-    pub(super) fn open(&self) -> Option<u64> {
-        self.open
+    fn open(&self) -> Option<u64> {
+        self.open.as_ref().map(|(index, _)| *index)
     }
+
+    /// The open block's `content_block_stop` and a `message_stop`: the end of an answer that
+    /// said its `stop_reason` and broke before its `message_stop`.
+    pub(super) fn stop(&self) -> Vec<SseEvent> {
+        let mut events: Vec<SseEvent> = self.open().map(block_stop).into_iter().collect();
+        events.push(MessagesEvent::new(MessagesData::message_stop()).into());
+        events
+    }
+
+    /// The events that end the answer when the proxy ends it itself (a stop, or every token
+    /// asked for delivered before the stream broke), with `stop_reason` and `output_tokens`:
+    /// the open block's `content_block_stop`, a `message_delta`, a `message_stop`; before them,
+    /// when no `message_start` came, one of the proxy's own, named by the request `id` and its
+    /// `model`, as the SDKs need one.
+    pub(super) fn close(
+        &self,
+        (id, model): (&str, &str),
+        stop_reason: &str,
+        output_tokens: u64,
+    ) -> Vec<SseEvent> {
+        let mut events = Vec::new();
+        if !self.started {
+            let message = json!({
+                "id": id, "type": "message", "role": "assistant", "content": [],
+                "model": model, "stop_reason": null, "stop_sequence": null,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            });
+            events.push(typed(
+                "message_start",
+                json!({"type": "message_start", "message": message}),
+            ));
+        }
+        events.extend(self.open().map(block_stop));
+        let delta = json!({
+            "type": "message_delta",
+            "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+            "usage": {"output_tokens": output_tokens},
+        });
+        events.push(typed("message_delta", delta));
+        events.push(MessagesEvent::new(MessagesData::message_stop()).into());
+        events
+    }
+}
+
+/// The `content_block_stop` of block `index`.
+fn block_stop(index: u64) -> SseEvent {
+    typed(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": index}),
+    )
 }
 
 /// The join of one carried-on Messages stream (a restart or a continuation) onto the client's.
@@ -46,11 +100,14 @@ impl Blocks {
 pub(super) struct MessagesSeam {
     /// The client already has its `message_start`.
     started: bool,
-    /// The client's block the carried-on stream's block 0 goes on in (`None`: it is a new
-    /// block, after the client's).
-    open: Option<u64>,
+    /// The client's open block, its index and type: the carried-on stream's block 0 goes on in
+    /// it when it is of that type, else it is stopped first and every carried-on block comes
+    /// after the client's.
+    open: Option<(u64, String)>,
     /// The carried-on stream's block `k` is the client's `base + k`.
     base: u64,
+    /// How many blocks the client began.
+    begun: u64,
     echo: Echo,
     /// The delivered tokens, moved from the final usage's input to its output.
     tokens: u64,
@@ -62,31 +119,45 @@ impl MessagesSeam {
     pub(super) fn new(blocks: &Blocks, echoes: &[&str], tokens: u64) -> Self {
         MessagesSeam {
             started: blocks.started,
-            open: blocks.open,
-            base: blocks.open.unwrap_or(blocks.begun),
+            open: blocks.open.clone(),
+            base: blocks.open().unwrap_or(blocks.begun),
+            begun: blocks.begun,
             echo: Echo::new(echoes),
             tokens,
         }
     }
 
-    /// The event to send on for the carried-on `event`; `None` to drop it. One the format
-    /// does not read goes on as it came (the proxy's reading of it decides).
-    pub(super) fn join(&mut self, event: SseEvent) -> Option<SseEvent> {
+    /// The events to send on for the carried-on `event`: none (it is dropped), it (joined), or
+    /// the client's open block's stop and it (its first block is of another type). One the
+    /// format does not read goes on as it came (the proxy's reading of it decides).
+    pub(super) fn join(&mut self, event: SseEvent) -> [Option<SseEvent>; 2] {
+        let mut before = None;
         let Ok(parsed) = MessagesEvent::from_sse(&event) else {
-            return Some(event);
+            return [Some(event), None];
         };
         let mut data = parsed.into_data();
+        match &data {
+            // The carried-on stream's first block.
+            MessagesData::ContentBlockStart(start) if start.index == 0 => match self.open.take() {
+                // The block the client has open goes on.
+                Some((_, kind)) if kind == start.content_block.kind => return [None, None],
+                // Another kind of block: the open one stops, and the carried-on stream's
+                // blocks come after it.
+                Some((index, _)) => {
+                    before = Some(block_stop(index));
+                    self.base = self.begun;
+                }
+                None => {}
+            },
+            _ => {}
+        }
         let base = self.base;
         let moved = |index: &mut u64| {
             let client = base.saturating_add(*index);
             std::mem::replace(index, client) != client
         };
         let changed = match &mut data {
-            MessagesData::MessageStart(_) if self.started => return None,
-            // The block the client has open goes on.
-            MessagesData::ContentBlockStart(start) if start.index == 0 && self.open.is_some() => {
-                return None;
-            }
+            MessagesData::MessageStart(_) if self.started => return [None, None],
             MessagesData::ContentBlockStart(start) => moved(&mut start.index),
             MessagesData::ContentBlockStop(stop) => moved(&mut stop.index),
             MessagesData::ContentBlockDelta(delta) => {
@@ -95,7 +166,7 @@ impl MessagesSeam {
                     let new = self.echo.past(text);
                     if new.is_empty() {
                         // The echo of the delivered text, or held while it could be.
-                        return None;
+                        return [None, None];
                     }
                     if new != *text {
                         *text = new;
@@ -117,10 +188,11 @@ impl MessagesSeam {
             },
             _ => false,
         };
-        Some(match changed {
+        let event = match changed {
             true => MessagesEvent::new(data).into(),
             false => event,
-        })
+        };
+        [before, Some(event)]
     }
 }
 
@@ -136,7 +208,10 @@ mod tests {
             .unwrap()
     }
 
-    fn data(event: Option<SseEvent>) -> Option<Value> {
+    /// The data of the one event a join sent on (none: `None`).
+    fn data(joined: [Option<SseEvent>; 2]) -> Option<Value> {
+        let [before, event] = joined;
+        assert!(before.is_none(), "{before:?}");
         Some(serde_json::from_str(event?.data_str()?).unwrap())
     }
 
@@ -159,10 +234,10 @@ mod tests {
         assert_eq!(blocks.open(), Some(0));
         let mut seam = MessagesSeam::new(&blocks, &["t0 "], 1);
         let start = r#"{"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","content":[],"model":"m","usage":{"input_tokens":4,"output_tokens":0}}}"#;
-        assert!(seam.join(event(start)).is_none());
+        assert!(data(seam.join(event(start))).is_none());
         let block =
             r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#;
-        assert!(seam.join(event(block)).is_none());
+        assert!(data(seam.join(event(block))).is_none());
         // llama.cpp echoes the prefix glued to the new text first.
         let echo = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"t0 t1 "}}"#;
         let joined = data(seam.join(event(echo))).unwrap();
@@ -183,7 +258,7 @@ mod tests {
             (Some(3), Some(3))
         );
         let stop = event(r#"{"type":"message_stop"}"#);
-        assert_eq!(seam.join(stop.clone()), Some(stop), "as it came");
+        assert_eq!(seam.join(stop.clone()), [None, Some(stop)], "as it came");
     }
 
     #[test]
@@ -210,6 +285,40 @@ mod tests {
         let garbage = SseEvent::data("not json")
             .with_event("content_block_delta")
             .unwrap();
-        assert_eq!(seam.join(garbage.clone()), Some(garbage));
+        assert_eq!(seam.join(garbage.clone()), [Some(garbage), None]);
+    }
+
+    #[test]
+    fn a_first_block_of_another_type_stops_the_open_one_and_comes_after_it() {
+        let mut seam = MessagesSeam::new(&open_text_block(), &["t0 "], 1);
+        let tool = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#;
+        let [stop, start] = seam.join(event(tool));
+        let stop = data([None, stop]).unwrap();
+        assert_eq!(
+            (&stop["type"], &stop["index"]),
+            (&"content_block_stop".into(), &0.into())
+        );
+        assert_eq!(data([None, start]).unwrap()["index"], 1);
+        let input = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#;
+        assert_eq!(data(seam.join(event(input))).unwrap()["index"], 1);
+    }
+
+    #[test]
+    fn the_proxys_own_end_stops_the_open_block() {
+        let blocks = open_text_block();
+        let types = |events: Vec<SseEvent>| -> Vec<String> {
+            events
+                .iter()
+                .map(|e| e.event().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(
+            types(blocks.close(("r", "m"), "end_turn", 1)),
+            ["content_block_stop", "message_delta", "message_stop"]
+        );
+        assert_eq!(types(blocks.stop()), ["content_block_stop", "message_stop"]);
+        // Before any event: an opening of the proxy's own first.
+        let opened = types(Blocks::default().close(("r", "m"), "end_turn", 0));
+        assert_eq!(opened, ["message_start", "message_delta", "message_stop"]);
     }
 }

@@ -83,10 +83,13 @@
 //! writes no `event:` lines ends too; `response.failed` or an `error` ends it as an upstream
 //! error) and the upstream's clean close after it, with no `[DONE]`; an upstream failure ends it with the
 //! API's own error event (Messages: `{"type":"error","error":{"type":"api_error",..}}`;
-//! Responses: `{"type":"error","code":"upstream_error",..}`); a stop (`/cancel`) ends it with
-//! `message_delta` (`end_turn`, the visible events' count as output tokens) and
-//! `message_stop`, or `response.incomplete` (the created response, `incomplete_details.reason`
-//! `stopped`); stopped before the upstream's first event, an opening of the proxy's own comes
+//! Responses: `{"type":"error","code":"upstream_error",..}`, numbered), and so do the gate's
+//! own ends (a slow reader cut off, a shutdown, a reader behind the replay log: the type or
+//! `code` is the end reason); a stop (`/cancel`) ends it with the open block's
+//! `content_block_stop`, `message_delta` (`end_turn`, the visible events' count as output
+//! tokens) and `message_stop`, or the open part's and item's `.done` events and
+//! `response.incomplete` (the created response, `incomplete_details.reason` `stopped`, its
+//! `output` what the client has); stopped before the upstream's first event, an opening of the proxy's own comes
 //! first (`message_start`, `response.created`, named by the request id), and after the
 //! answer's own end nothing is added. A Responses event's `sequence_number` is the proxy's id
 //! (what `starting_after` names), an unknown type's too: written where the upstream sent none
@@ -97,9 +100,8 @@
 //! `responses` module cannot read as its API's is dropped and counted (an unknown type passes).
 //! `--policy coalesce` merges a slow reader's events by the crate's lossless rules for the API
 //! (`streamgate::anthropic`, `streamgate::responses`: same-block text deltas concatenate, a
-//! merged Responses delta keeps the last `sequence_number`). Not yet: their streams are not
-//! carried on after a failure (the error event says so), and the gate's own ends (a slow reader
-//! cut off, shutdown) are written in the OpenAI error shape.
+//! merged Responses delta keeps the last `sequence_number`). A failure mid-answer is carried on
+//! as one answer (see [Failover](#failover)).
 //!
 //! # Request ids and traces
 //!
@@ -184,8 +186,25 @@
 //! again; the one ambiguity is new text that itself begins with the whole delivered text, which
 //! is taken for an echo.
 //!
+//! An Anthropic Messages stream is continued by its prefill (the delivered text as a final
+//! `assistant` message, or added to the text of the request's own, `max_tokens` less the
+//! delivered tokens) and joined as one message (`messages_seam.rs`): no second
+//! `message_start`, the carried-on stream's first block goes on in the client's open block when
+//! it is of its type (else that block is stopped first), later blocks' indices move on, the
+//! final `message_delta`'s usage counts the delivered tokens as output. An OpenAI Responses
+//! stream is continued by an assistant message item `in_progress` with the delivered text
+//! (`max_output_tokens` less the delivered tokens) and joined as one response
+//! (`responses_seam.rs`): no second `response.created`, the carried-on stream's first item and
+//! part go on in the client's open ones (under the client's item id), the `.done` events and
+//! the final response carry the whole text, the final response is the client's (its `id`, the
+//! items it had) with the delivered tokens counted as output. Either way the echo is taken off
+//! as for chat; a restart (nothing visible yet) is joined the same way. An answer whose
+//! `stop_reason` came and whose stream broke before `message_stop` gets its `message_stop`.
+//! An instance that adopts a stream (`--resume-store`) reads the same from its log.
+//!
 //! A continuation is not sent where it cannot be faithful, and the stream ends with its error
-//! event saying which: a tool call in progress, reasoning or a refusal delivered,
+//! event saying which: a tool call in progress, reasoning or a refusal delivered, a Responses
+//! answer whose text is not all in the one message part the client has open,
 //! `response_format` with a schema (or JSON), `n` > 1, `logprobs`, a text completion, an answer
 //! past 1 MiB of text (what is kept to continue from), `--failover restart` once text was
 //! delivered, `--failover-max` failovers done, the attempts' deadline (from the stream's first
@@ -193,7 +212,9 @@
 //! message are marked `prefill = false` in the config (SGLang, some hosted models), or learned:
 //! a server that refuses a continuation with a 400 or 422 that speaks of the prefill or the
 //! assistant message marks its pool, the next pool is asked at once, and that refusal is never
-//! the client's error. With `--resume-grace-ms` the replay log simply goes on: a
+//! the client's error (Anthropic's own API refuses a prefill that ends in whitespace: that
+//! refusal marks nothing, and ends the stream). An upstream's own error event (an overload)
+//! that is not carried on reaches the client as the upstream sent it. With `--resume-grace-ms` the replay log simply goes on: a
 //! client detached across a failover resumes into the one stream. `/stats` counts
 //! `failovers` by outcome (`continued`, `restarted`, `whole`, `refused`, `failed`), as does
 //! `streamgate_proxy_failovers_total{outcome}`.
@@ -239,6 +260,7 @@ mod kept;
 mod messages_seam;
 mod pages;
 mod peek;
+mod responses_seam;
 mod resume;
 mod routes;
 mod seam;

@@ -28,15 +28,17 @@ use super::body::Buffered;
 use super::chunk::Relayed;
 use super::config::InjectedStall;
 use super::failover::{self, Carried, CarryOn, Delivered, FailoverMode, NotCarried};
-use super::format::{self, Ending, Format, Indices, Passed};
+use super::format::{Ending, Format, Indices, Parsed, Passed};
 use super::kept;
 use super::messages_seam::{Blocks, MessagesSeam};
 use super::peek::{self, Peek};
+use super::responses_seam::{Outline, ResponsesSeam};
 use super::seam::Seam;
 use super::stats::Verdict;
 use super::url::UpstreamUrl;
 use crate::flags::PolicyFlag;
 use crate::{resume, serving};
+use streamgate::anthropic::MessagesData;
 
 /// A completion request, its body read.
 pub(super) struct StreamRequest {
@@ -244,7 +246,8 @@ pub(super) fn ended(
         .first_id(next)
         .spawn(move |_, mut tx| async move {
             if let Some(why) = why {
-                tx.send(Relayed::new(format.error_frame(&why))).await?;
+                let frame = format.own(format.error_frame(&why), next, &mut Indices::default());
+                tx.send(Relayed::new(frame)).await?;
             }
             Ok::<_, streamgate::SendError<Relayed>>(())
         })
@@ -366,6 +369,9 @@ enum End {
     ErrorFrame,
     /// The upstream failed: the client gets a terminal error frame saying this.
     Failed(String),
+    /// The upstream ended the stream with an error another replica could have avoided, and it
+    /// was not carried on: the client gets that frame.
+    Upstream(SseEvent),
     /// Stopped through `/cancel`.
     Stopped,
 }
@@ -413,8 +419,11 @@ pub(super) struct Sent {
     pub(super) next_id: u64,
     /// The first chunk, whose envelope (id, model, ...) a final chunk after a stop repeats.
     pub(super) first: Option<String>,
-    /// Whether a chunk said how the answer finished (a `finish_reason`).
+    /// Whether a chunk said how the answer finished (a `finish_reason`, a Messages
+    /// `stop_reason`), or its own end event came.
     pub(super) finished: bool,
+    /// Whether the answer's own end event came (Messages, Responses).
+    ended: bool,
     /// The answer so far, to continue it from.
     pub(super) delivered: Delivered,
     /// Once the stream was carried on elsewhere: the join of the carried-on events.
@@ -423,6 +432,8 @@ pub(super) struct Sent {
     indices: Indices,
     /// A Messages stream's blocks, where a carried-on stream's go on.
     blocks: Blocks,
+    /// A Responses stream's items, where a carried-on stream's go on.
+    outline: Outline,
     /// The kind of the last Messages or Responses event passed on, as its type says (what
     /// `proxy.recv` records it as).
     passed_kind: Option<Kind>,
@@ -441,6 +452,55 @@ enum Joining {
     Chunks(Seam),
     /// Anthropic Messages events.
     Messages(MessagesSeam),
+    /// OpenAI Responses events.
+    Responses(ResponsesSeam),
+}
+
+/// Why the proxy ends an answer itself.
+#[derive(Debug, Clone, Copy)]
+enum Closing {
+    /// It was stopped (`/cancel`).
+    Stopped,
+    /// Every token it asked for was delivered before its stream broke.
+    Length,
+}
+
+impl Sent {
+    /// The client got an event of a Messages or Responses stream (`data`, as read, of `kind`,
+    /// ending the answer as `ending` says): where a failover or the proxy's own end goes on
+    /// from. A Messages `message_delta` with a `stop_reason` finishes the answer (its
+    /// `message_stop` is all that is left). `carrying`: the answer is kept, to carry it on.
+    pub(super) fn passed(
+        &mut self,
+        data: Option<&Parsed>,
+        kind: Kind,
+        ending: Option<Ending>,
+        carrying: bool,
+    ) {
+        self.ended |= ending.is_some();
+        self.finished |= ending.is_some();
+        if kind == Kind::Visible {
+            self.visible += 1;
+        }
+        match data {
+            Some(Parsed::Messages(data)) => {
+                self.blocks.saw(data);
+                if let MessagesData::MessageDelta(delta) = data {
+                    self.finished |= delta.delta.stop_reason.is_some();
+                }
+                if carrying {
+                    self.delivered.add_messages(data);
+                }
+            }
+            Some(Parsed::Responses(data)) => {
+                self.outline.saw(data);
+                if carrying {
+                    self.delivered.add_responses(data);
+                }
+            }
+            None => {}
+        }
+    }
 }
 
 /// One wait for the upstream.
@@ -462,8 +522,8 @@ enum Step {
     /// The stream ends.
     End(End),
     /// The upstream's stream broke: the failure, and what the client is told if it is not
-    /// carried on.
-    Broke(Failure, String),
+    /// carried on (the upstream's own error frame, when it sent one).
+    Broke(Failure, String, Option<SseEvent>),
 }
 
 impl Pump {
@@ -482,7 +542,7 @@ impl Pump {
             Answer::Now(started) => begun(started),
             Answer::Awaited(attempts) => match self.awaited(attempts).await {
                 Ok(started) => begun(started),
-                Err(end) => return self.finish(end, recv, tx, (None, 0, 0, None)).await,
+                Err(end) => return self.finish(end, recv, tx, Sent::default()).await,
             },
             Answer::Adopted(sent) => (Upstream::none(), None, *sent, true),
         };
@@ -528,6 +588,7 @@ impl Pump {
                 Read::Orphaned => Step::Broke(
                     Failure::Cut,
                     "the proxy instance that served the stream stopped".to_owned(),
+                    None,
                 ),
                 Read::Stalled => Step::Broke(
                     Failure::Stalled,
@@ -535,6 +596,7 @@ impl Pump {
                         "upstream stalled: no event for {} ms",
                         self.idle.as_millis()
                     ),
+                    None,
                 ),
                 // Its final chunk came and it closed cleanly: the answer is whole, and the
                 // client gets the `[DONE]` it waits for.
@@ -547,6 +609,7 @@ impl Pump {
                         "the upstream closed the stream before {}",
                         self.format.end_name()
                     ),
+                    None,
                 ),
                 Read::Item(Some(Ok(event))) => {
                     let (arrived, before) = (std::time::Instant::now(), sent.next_id);
@@ -566,7 +629,7 @@ impl Pump {
                     recv.observe_at(seen, arrived);
                     step
                 }
-                Read::Item(Some(Err(error))) => Step::Broke(Failure::Cut, describe(&error)),
+                Read::Item(Some(Err(error))) => Step::Broke(Failure::Cut, describe(&error), None),
             };
             match step {
                 Step::Heard => waiting_since = Instant::now(),
@@ -574,8 +637,9 @@ impl Pump {
                 Step::End(end) => break end,
                 // A finish came: the answer is whole, however the upstream went after it.
                 Step::Broke(..) if sent.finished => break self.done(&mut sent, &mut tx).await?,
-                Step::Broke(failure, why) => {
-                    match self.carry_on(&mut upstream, failure, why, &mut sent).await {
+                Step::Broke(failure, why, frame) => {
+                    let broke = (failure, why, frame);
+                    match self.carry_on(&mut upstream, broke, &mut sent).await {
                         Ok(Some(first)) => {
                             upstream.serves(&mut recv);
                             pending = Some(Ok(first));
@@ -590,14 +654,7 @@ impl Pump {
         // Whatever the end, the upstream connection goes now (an unfinished body closes it),
         // and with it the stream's count on its replica.
         drop(upstream);
-        let open = sent.blocks.open();
-        self.finish(
-            end,
-            recv,
-            tx,
-            (sent.first, sent.next_id, sent.visible, open),
-        )
-        .await
+        self.finish(end, recv, tx, sent).await
     }
 
     /// Sends one upstream event on (its data, joined at the seam once carried on), or says
@@ -613,20 +670,19 @@ impl Pump {
             // A `retry:` alone: the proxy's clients reconnect to the proxy.
             return Ok(Step::Quiet);
         };
-        // Responses streams are not carried on: their own error frames pass.
-        let carrying =
-            self.proxy.config.failover != FailoverMode::Off && self.format != Format::Responses;
+        let carrying = self.proxy.config.failover != FailoverMode::Off;
         if event.event() == Some("error") {
             let error = serde_json::from_str::<Value>(data).unwrap_or(Value::Null);
-            if carrying && peek::another_replica_could_avoid(&error) {
-                let why = format!("the upstream ended the stream with an error: {data}");
-                return Ok(Step::Broke(Failure::ErrorEvent, why));
-            }
-            // The upstream's own end frame, passed on as the stream's end.
+            // The upstream's own end frame, passed on as the stream's end (unless another
+            // replica carries the stream on).
             let frame = SseEvent::data(data)
                 .with_event("error")
                 .expect("a constant type");
-            tx.send(Relayed::new(frame)).await.map_err(gone)?;
+            if carrying && peek::another_replica_could_avoid(&error) {
+                let why = format!("the upstream ended the stream with an error: {data}");
+                return Ok(Step::Broke(Failure::ErrorEvent, why, Some(frame)));
+            }
+            self.send_own(vec![frame], &mut sent.next_id, tx).await?;
             return Ok(Step::End(End::ErrorFrame));
         }
         if self.format.ends_with_done() && data.starts_with("[DONE]") {
@@ -647,7 +703,7 @@ impl Pump {
                 .is_some_and(peek::another_replica_could_avoid)
         {
             let why = format!("the upstream sent an error mid-stream: {data}");
-            return Ok(Step::Broke(Failure::ErrorEvent, why));
+            return Ok(Step::Broke(Failure::ErrorEvent, why, None));
         }
         let joined = match sent.seam.as_mut() {
             Some(Joining::Chunks(seam)) => match seam.join(data) {
@@ -694,37 +750,44 @@ impl Pump {
         sent: &mut Sent,
         tx: &mut Sender<Relayed>,
     ) -> Result<Step, &'static str> {
-        let event = match sent.seam.as_mut() {
-            Some(Joining::Messages(seam)) => match seam.join(event) {
-                Some(joined) => joined,
-                // Nothing to say (a second `message_start`, the echo of the delivered text).
-                None => return Ok(Step::Heard),
-            },
-            _ => event,
+        let joined = match sent.seam.as_mut() {
+            Some(Joining::Messages(seam)) => seam.join(event),
+            Some(Joining::Responses(seam)) => [seam.join(event), None],
+            _ => [Some(event), None],
         };
+        // Nothing to say (a second opening, the echo of the delivered text), or (a block the
+        // seam stops first) two events.
+        for event in joined.into_iter().flatten() {
+            if let Some(end) = self.pass_event(event, sent, tx).await? {
+                return Ok(Step::End(end));
+            }
+        }
+        Ok(Step::Heard)
+    }
+
+    /// Sends on one event of a Messages or Responses stream (see [`Pump::forward_event`]); the
+    /// stream's end when it ends it.
+    async fn pass_event(
+        &self,
+        event: SseEvent,
+        sent: &mut Sent,
+        tx: &mut Sender<Relayed>,
+    ) -> Result<Option<End>, &'static str> {
         let Some(passed) = self.format.pass(event, sent.next_id, &mut sent.indices) else {
             // An SDK would raise on it mid-answer: dropped and counted, as a chunk that is no
             // JSON is.
             self.proxy.stats.invalid_event();
-            return Ok(Step::Heard);
+            return Ok(None);
         };
         let Passed {
             event,
             kind,
             ending,
-            messages,
+            data,
         } = passed;
-        if let Some(data) = &messages {
-            sent.blocks.saw(data);
-            if self.proxy.config.failover != FailoverMode::Off {
-                sent.delivered.add_messages(data);
-            }
-        }
-        sent.finished |= ending.is_some();
+        let carrying = self.proxy.config.failover != FailoverMode::Off;
+        sent.passed(data.as_ref(), kind, ending, carrying);
         sent.passed_kind = Some(kind);
-        if kind == Kind::Visible {
-            sent.visible += 1;
-        }
         if sent.first.is_none() {
             sent.first = event.data_str().map(str::to_owned);
         }
@@ -735,16 +798,19 @@ impl Pump {
             .await
             .map_err(|_| "the stream ended")?;
         sent.next_id += 1;
-        if ending == Some(Ending::Failed) {
-            // The upstream's own end of an answer that failed: the stream ends there.
-            return Ok(Step::End(End::ErrorFrame));
-        }
-        Ok(Step::Heard)
+        // The upstream's own end of an answer that failed: the stream ends there.
+        Ok((ending == Some(Ending::Failed)).then_some(End::ErrorFrame))
     }
 
-    /// Sends `[DONE]` where the format ends with it: the stream is complete.
+    /// Sends `[DONE]` where the format ends with it: the stream is complete. A Messages answer
+    /// that said its `stop_reason` and broke before its `message_stop` gets it (and its open
+    /// block's stop).
     async fn done(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
         if !self.format.ends_with_done() {
+            if !sent.ended && self.format == Format::Messages {
+                let events = sent.blocks.stop();
+                self.send_own(events, &mut sent.next_id, tx).await?;
+            }
             // Its own end event came: nothing follows it.
             return Ok(End::Done);
         }
@@ -758,18 +824,12 @@ impl Pump {
     }
 
     /// Ends a stream whose `max_tokens` were all delivered before it broke: its final chunk
-    /// (`finish_reason: length`) and `[DONE]`; a Messages answer's open block stopped, and its
-    /// `message_delta` (`max_tokens`) and `message_stop`.
+    /// (`finish_reason: length`) and `[DONE]`; a Messages or Responses answer's own end (see
+    /// [`Pump::closing`]: `max_tokens`, `max_output_tokens`).
     async fn whole(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
-        if self.format == Format::Messages {
-            let open = sent.blocks.open();
-            for event in format::messages_end(open, "max_tokens", sent.visible) {
-                let event = event.with_id(sent.next_id.to_string());
-                tx.send(Relayed::new(event.expect("a number is a valid id")))
-                    .await
-                    .map_err(|_| "the stream ended")?;
-                sent.next_id += 1;
-            }
+        if !self.format.ends_with_done() {
+            let events = self.closing(sent, Closing::Length);
+            self.send_own(events, &mut sent.next_id, tx).await?;
             return Ok(End::Done);
         }
         let model = self.request.model.as_deref();
@@ -795,8 +855,7 @@ impl Pump {
     async fn carry_on(
         &self,
         upstream: &mut Upstream,
-        failure: Failure,
-        why: String,
+        (failure, why, frame): (Failure, String, Option<SseEvent>),
         sent: &mut Sent,
     ) -> Result<Option<SseEvent>, End> {
         // The broken upstream goes now: its connection closes, its count on its replica ends.
@@ -814,14 +873,19 @@ impl Pump {
         let stats = &self.proxy.stats;
         let not_carried = |reason: NotCarried| {
             stats.failed_over(Carried::Refused);
-            match reason {
-                NotCarried::Off => End::Failed(why.clone()),
-                reason => End::Failed(format!("{why}; not carried on: {reason}")),
+            match (reason, &frame) {
+                // The upstream's own error, as it said it.
+                (_, Some(frame)) => End::Upstream(frame.clone()),
+                (NotCarried::Off, None) => End::Failed(why.clone()),
+                (reason, None) => End::Failed(format!("{why}; not carried on: {reason}")),
             }
         };
         let original = &self.request.body.bytes;
+        // A Responses continuation goes on in the part the client has open.
+        let in_place = self.format != Format::Responses || sent.outline.holds(&sent.delivered.text);
+        let how = (self.format, in_place);
         let (bytes, carried, message) =
-            match failover::carry_on(config.failover, original, self.format, &sent.delivered) {
+            match failover::carry_on(config.failover, original, how, &sent.delivered) {
                 Ok(CarryOn::Whole) => {
                     stats.failed_over(Carried::Whole);
                     return Ok(None);
@@ -874,6 +938,9 @@ impl Pump {
                     sent.seam = Some(match self.format {
                         Format::Messages => {
                             Joining::Messages(MessagesSeam::new(&sent.blocks, &echoes, tokens))
+                        }
+                        Format::Responses => {
+                            Joining::Responses(ResponsesSeam::new(&sent.outline, &echoes, tokens))
                         }
                         _ => Joining::Chunks(Seam::new(sent.first.as_deref(), &echoes, tokens)),
                     });
@@ -939,16 +1006,54 @@ impl Pump {
         )))
     }
 
-    /// Ends the stream as `end` says, after `next_id` events (the first of them `first`,
-    /// `visible` of them visible, a Messages block `open`).
+    /// The events that end a Messages or Responses answer the proxy ends itself, from what the
+    /// client has: a stop's (`end_turn`; `incomplete`, `stopped`), or one whose tokens were all
+    /// delivered (`max_tokens`; `incomplete`, `max_output_tokens`).
+    fn closing(&self, sent: &Sent, closing: Closing) -> Vec<SseEvent> {
+        let named = (
+            self.id.as_str(),
+            self.request.model.as_deref().unwrap_or(""),
+        );
+        let visible = sent.visible;
+        match (self.format, closing) {
+            (Format::Messages, Closing::Stopped) => sent.blocks.close(named, "end_turn", visible),
+            (Format::Messages, Closing::Length) => sent.blocks.close(named, "max_tokens", visible),
+            (Format::Responses, Closing::Stopped) => sent.outline.close(named, "stopped"),
+            (Format::Responses, Closing::Length) => sent.outline.close(named, "max_output_tokens"),
+            (Format::Chat | Format::Text, _) => Vec::new(),
+        }
+    }
+
+    /// Sends `events` of the proxy's own, numbered from `next_id` on (a Responses event's
+    /// `sequence_number` too).
+    async fn send_own(
+        &self,
+        events: Vec<SseEvent>,
+        next_id: &mut u64,
+        tx: &mut Sender<Relayed>,
+    ) -> Result<(), &'static str> {
+        let mut indices = Indices::default();
+        for event in events {
+            let event = self.format.own(event, *next_id, &mut indices);
+            let event = event.with_id(next_id.to_string());
+            let event = event.expect("a number is a valid id");
+            tx.send(Relayed::new(event))
+                .await
+                .map_err(|_| "the stream ended")?;
+            *next_id += 1;
+        }
+        Ok(())
+    }
+
+    /// Ends the stream as `end` says, after what `sent` says was sent.
     async fn finish(
         &self,
         end: End,
         mut recv: Recorder,
         mut tx: Sender<Relayed>,
-        (first, mut next_id, visible, open): (Option<String>, u64, u64, Option<u64>),
+        sent: Sent,
     ) -> Result<(), &'static str> {
-        let gone = |_| "the stream ended";
+        let mut next_id = sent.next_id;
         match end {
             End::Done => recv.end(EndReason::Completed),
             End::ErrorFrame => {
@@ -960,9 +1065,14 @@ impl Pump {
                 self.verdict
                     .store(Verdict::UpstreamError as u8, Ordering::SeqCst);
                 recv.end(EndReason::UpstreamError);
-                tx.send(Relayed::new(self.format.error_frame(&message)))
-                    .await
-                    .map_err(gone)?;
+                let frame = self.format.error_frame(&message);
+                self.send_own(vec![frame], &mut next_id, &mut tx).await?;
+            }
+            End::Upstream(frame) => {
+                self.verdict
+                    .store(Verdict::UpstreamError as u8, Ordering::SeqCst);
+                recv.end(EndReason::UpstreamError);
+                self.send_own(vec![frame], &mut next_id, &mut tx).await?;
             }
             End::Stopped => {
                 self.verdict.store(Verdict::Stopped as u8, Ordering::SeqCst);
@@ -970,27 +1080,13 @@ impl Pump {
                 let events = if self.format.ends_with_done() {
                     let model = self.request.model.as_deref();
                     let chat = self.format == Format::Chat;
-                    let finish = final_chunk(first.as_deref(), &self.id, model, chat, "stop");
+                    let first = sent.first.as_deref();
+                    let finish = final_chunk(first, &self.id, model, chat, "stop");
                     vec![SseEvent::data(finish), SseEvent::data("[DONE]")]
                 } else {
-                    let model = self.request.model.as_deref().unwrap_or("");
-                    self.format
-                        .stop_events(first.as_deref(), (&self.id, model), (visible, open))
+                    self.closing(&sent, Closing::Stopped)
                 };
-                let mut indices = Indices::default();
-                for event in events {
-                    let event = match self.format {
-                        Format::Responses => match format::numbered(event, next_id, &mut indices) {
-                            Ok(passed) => passed.event,
-                            Err(event) => event,
-                        },
-                        _ => event,
-                    };
-                    let event = event.with_id(next_id.to_string());
-                    let event = event.expect("a number is a valid id");
-                    tx.send(Relayed::new(event)).await.map_err(gone)?;
-                    next_id += 1;
-                }
+                self.send_own(events, &mut next_id, &mut tx).await?;
             }
         }
         Ok(())
@@ -1006,6 +1102,11 @@ fn refuses_prefill(refused: &Refused) -> bool {
         return false;
     }
     let said = String::from_utf8_lossy(&refused.said).to_ascii_lowercase();
+    // Anthropic's API takes a prefill, but not one that ends in whitespace: a refusal of this
+    // prefill, not of prefills.
+    if said.contains("whitespace") {
+        return false;
+    }
     [
         "prefill",
         "assistant",

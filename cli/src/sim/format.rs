@@ -2,6 +2,7 @@
 //! Responses), why a generation ended, and what the events after its last token report.
 
 use std::ops::Range;
+use streamgate::sse::ErrorShape;
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -22,6 +23,15 @@ pub(super) enum Format {
 impl Format {
     /// Every format, in the order of [`index`](Format::index).
     pub(super) const ALL: [Format; 3] = [Format::Chat, Format::Messages, Format::Responses];
+
+    /// The error shape of its streams' early ends.
+    pub(super) fn error_shape(self) -> ErrorShape {
+        match self {
+            Format::Chat => ErrorShape::OpenAi,
+            Format::Messages => ErrorShape::Anthropic,
+            Format::Responses => ErrorShape::Responses,
+        }
+    }
 
     /// Its place in [`ALL`](Format::ALL).
     pub(super) fn index(self) -> usize {

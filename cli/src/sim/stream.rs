@@ -71,6 +71,8 @@ pub(super) async fn start(
         Err(refused) => return refused,
     };
     let stop = claim.stop_signal();
+    // Its early ends (a slow reader cut off, a shutdown) in its API's error shape.
+    claim.error_shape(meta.format.error_shape());
     let events = match generate(sim, meta.clone(), output, stop) {
         Ok(events) => events,
         Err(full) => return full.response(),

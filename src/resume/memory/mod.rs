@@ -96,7 +96,7 @@ where
         self.counters.resumed();
         Ok(Subscriber::new(
             entry.id.clone(),
-            reader.sse().error_shape(entry.shape),
+            reader.sse().error_shape(entry.shape).starting_at(next),
         ))
     }
 

@@ -2,7 +2,7 @@
 //! reads the log into a channel.
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 
 use futures_core::Stream;
@@ -185,11 +185,18 @@ async fn run(
     };
     // Cut off here by the pump of this instance (one on another learns it at its next read).
     let cut = position.cut_notify.notified();
+    // The id after the last frame sent into `tx`: where a terminal frame comes.
+    let queued = AtomicU64::new(last.map_or(0, |(event, _)| event.saturating_add(1)));
+    let reading = Reading {
+        position: &position,
+        shape,
+        queued: &queued,
+    };
     let end = tokio::select! {
         () = tx.closed() => None,
         () = keep => None,
-        () = cut => Some(behind(&position, shared.options.max_lag, shape)),
-        end = read(&mut connection, &keys, (&position, shape), shared.options.max_lag, last, &tx) => end,
+        () = cut => Some(behind(&reading, shared.options.max_lag)),
+        end = read(&mut connection, &keys, &reading, shared.options.max_lag, last, &tx) => end,
     };
     if let Some(frame) = end {
         // Nobody may read it any more: then there is nothing to say.
@@ -208,32 +215,48 @@ async fn run(
         .await;
 }
 
-/// The terminal frame, in `shape`, of a reader cut off for holding the log back.
-fn behind(position: &Position, max_lag: std::time::Duration, shape: ErrorShape) -> SseFrame {
-    let next = position.next.load(Ordering::Relaxed);
-    let why = format!(
-        "behind: cut off at event {next} after holding the replay log back for {max_lag:?}"
-    );
+/// A reader's read: its position, the shape of its ends, and the id after the last frame it
+/// queued for its consumer (where its terminal frame comes).
+struct Reading<'a> {
+    position: &'a Position,
+    shape: ErrorShape,
+    queued: &'a AtomicU64,
+}
+
+impl Reading<'_> {
+    /// Its terminal frame of type `kind` saying `message`, after the frames it queued.
+    fn end(&self, kind: &str, message: &str) -> SseFrame {
+        let next = self.queued.load(Ordering::Relaxed);
+        self.shape.frame(kind, message, Some(next))
+    }
+}
+
+/// The terminal frame of a reader cut off for holding the log back.
+fn behind(reading: &Reading<'_>, max_lag: std::time::Duration) -> SseFrame {
+    let at = reading.position.next.load(Ordering::Relaxed);
+    let why =
+        format!("behind: cut off at event {at} after holding the replay log back for {max_lag:?}");
     let error = GateError::new(EndReason::SlowConsumer, Some(why.into()));
-    end_frame(&error, shape, Some(next))
+    let next = reading.queued.load(Ordering::Relaxed);
+    end_frame(&error, reading.shape, Some(next))
 }
 
 /// Sends the frames of the entries after `last` until the end marker (`None`), or returns the
-/// terminal frame, in `shape`, of a read that cannot go on.
+/// terminal frame of a read that cannot go on.
 async fn read(
     connection: &mut MultiplexedConnection,
     keys: &Keys,
-    (reader, shape): (&Position, ErrorShape),
+    reading: &Reading<'_>,
     max_lag: std::time::Duration,
     mut last: Option<EntryId>,
     tx: &mpsc::Sender<SseFrame>,
 ) -> Option<SseFrame> {
-    let store_error = |message: &str, last: Option<EntryId>| {
-        let next = last.map_or(0, |(event, _)| event.saturating_add(1));
-        let frame = shape.frame("resume_store_error", message, Some(next));
+    let reader = reading.position;
+    let store_error = |message: &str| {
+        let frame = reading.end("resume_store_error", message);
         Some(frame.ending(EndReason::UpstreamError))
     };
-    let failed = |last| store_error("the resume store failed", last);
+    let failed = || store_error("the resume store failed");
     loop {
         let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
         // The log's start, whether the pump cut this reader off, and the next entries, at one
@@ -251,13 +274,13 @@ async fn read(
             .query_async(connection)
             .await;
         let Ok((start, cut, entries)) = snapshot else {
-            return failed(last);
+            return failed();
         };
         if cut {
-            return Some(behind(reader, max_lag, shape));
+            return Some(behind(reading, max_lag));
         }
         let Some(start) = start else {
-            return store_error("the stream is no longer in the resume store", last);
+            return store_error("the stream is no longer in the resume store");
         };
         let next = last.map_or(0, |(event, _)| event.saturating_add(1));
         if next < start {
@@ -265,7 +288,7 @@ async fn read(
                 "behind: the replay log starts at event {start}, this subscriber was at {next}"
             );
             let error = GateError::new(EndReason::SlowConsumer, Some(why.into()));
-            return Some(end_frame(&error, shape, Some(next)));
+            return Some(end_frame(&error, reading.shape, Some(next)));
         }
         if entries.is_empty() {
             // Until something comes (or a while, to look at the stream again).
@@ -280,7 +303,7 @@ async fn read(
                 .query_async::<redis::Value>(connection)
                 .await;
             if wait.is_err() {
-                return failed(last);
+                return failed();
             }
             continue;
         }
@@ -288,12 +311,16 @@ async fn read(
             let id = parse_id(&id);
             match id.and_then(|id| parse_entry(id, &fields)) {
                 Some(LogEntry::Frame(frame)) => {
+                    let after = frame.id().map(|id| id.saturating_add(1));
                     if tx.send(frame).await.is_err() {
                         return None;
                     }
+                    if let Some(after) = after {
+                        reading.queued.store(after, Ordering::Relaxed);
+                    }
                 }
                 Some(LogEntry::End) => return None,
-                None => return failed(last),
+                None => return failed(),
             }
             last = id;
         }
