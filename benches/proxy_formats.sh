@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 runs=${RUNS:-3}
 step=${STEP_MS:-5}
 source benches/common/listening.sh
+source benches/common/proxy.sh
 cargo build --release -p streamgate-cli --bin streamgate >&2
 bin=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')/release/streamgate
 out=$(mktemp -d)
@@ -23,8 +24,6 @@ start() { # name args... -> prints the address; the pid is in $out/name.pid
   echo $! > "$out/$name.pid"
   listening_addr "$out/$name.out" || { echo "$name did not start" >&2; exit 1; }
 }
-
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 run() { # api streams tokens [proxy flags]
   local api=$1 streams=$2 tokens=$3; shift 3
@@ -57,24 +56,6 @@ for i in $(seq "$runs"); do
   done
 done | tee "$out/runs.jsonl"
 
-transit() { # records file -> p50 and p99 of proxy.recv -> proxy.write, in microseconds
-  python3 - "$1" <<'EOF'
-import json, sys
-recv, transit = {}, []
-for line in open(sys.argv[1]):
-    r = json.loads(line)
-    if r["kind"] != "visible":
-        continue
-    key = (r["request"], r["seq"])
-    if r["hop"] == "proxy.recv":
-        recv[key] = r["t_ns"]
-    elif r["hop"] == "proxy.write" and key in recv:
-        transit.append(r["t_ns"] - recv.pop(key))
-transit.sort()
-q = lambda p: round(transit[min(len(transit) - 1, int(p * len(transit)))] / 1e3, 1)
-print(json.dumps({"events": len(transit), "transit_p50_us": q(0.5), "transit_p99_us": q(0.99)}))
-EOF
-}
 for i in $(seq "$runs"); do
   for api in $apis; do
     run "$api" 64 400 --hop-records "$out/transit.jsonl" > /dev/null

@@ -13,11 +13,11 @@ use std::time::Duration;
 use bytes::BytesMut;
 use checks::{accumulate, check_merge, check_round_trip};
 use common::Rng;
-use futures_util::StreamExt;
+use common::coalescing::{self, coalesce};
 use serde_json::{Value, json};
 use streamgate::responses::{ParseError, ResponsesData, ResponsesEvent};
 use streamgate::sse::{DEFAULT_MAX_LINE, DecodeError, SseDecoder, SseEvent};
-use streamgate::{Chunk, Gate, GateExt, Kind, Policy};
+use streamgate::{Chunk, Kind};
 use tokio_util::codec::Decoder;
 
 /// The event `data` is, sent as `event: <its type>`.
@@ -681,25 +681,6 @@ fn random_stream(rng: &mut Rng) -> Vec<ResponsesEvent> {
     events
 }
 
-/// Merges adjacent events at random, as a reader that fell behind at random moments may see
-/// them: each attempt picks a pair, and a refusal leaves it as it was.
-fn coalesce(rng: &mut Rng, events: &[ResponsesEvent]) -> Vec<ResponsesEvent> {
-    let mut events = events.to_vec();
-    for _ in 0..rng.below(4 * events.len() as u64 + 1) {
-        if events.len() < 2 {
-            break;
-        }
-        let at = rng.below(events.len() as u64 - 1) as usize;
-        let next = events.remove(at + 1);
-        let sum = events[at].byte_len() + next.byte_len();
-        match events[at].merge(next) {
-            Ok(()) => assert!(events[at].byte_len() <= sum),
-            Err(next) => events.insert(at + 1, next),
-        }
-    }
-    events
-}
-
 #[test]
 fn coalesced_streams_accumulate_to_the_same_response() {
     let (mut before, mut after, mut raised) = (0, 0, 0);
@@ -737,30 +718,9 @@ fn coalesced_streams_accumulate_to_the_same_response() {
     );
 }
 
-/// What a reader that takes 10 ms per frame receives of `stream` through a coalescing gate
-/// holding 3 events.
+/// What a slow reader of a coalescing gate receives of `stream`.
 async fn through_a_slow_reader(stream: &[ResponsesEvent]) -> Vec<ResponsesEvent> {
-    let events = stream.to_vec();
-    let mut frames = Gate::new()
-        .max_events(3)
-        .policy(Policy::coalesce())
-        .spawn(|_, mut tx| async move {
-            for event in events {
-                tx.send(event).await?;
-            }
-            Ok::<_, streamgate::BoxError>(())
-        })
-        .sse();
-    let mut decoder = SseDecoder::new();
-    let mut received = Vec::new();
-    while let Some(frame) = frames.next().await {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        let mut bytes = BytesMut::from(&frame.bytes()[..]);
-        while let Some(sse) = decoder.decode(&mut bytes).unwrap() {
-            received.push(ResponsesEvent::from_sse(&sse).unwrap());
-        }
-    }
-    received
+    coalescing::through_a_slow_reader(stream, |sse| ResponsesEvent::from_sse(sse).unwrap()).await
 }
 
 #[tokio::test(start_paused = true)]

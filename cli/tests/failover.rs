@@ -429,7 +429,16 @@ async fn a_messages_or_responses_stream_whose_replica_dies_is_continued_as_one_a
                 assert_one_answer(api, &events, &at);
                 let stats = common::stats(proxy).await;
                 if upstream(&stats, &dying.url())["picks"] != 0 {
-                    assert_eq!(stats["failovers"]["continued"], 1, "{at}: {stats}");
+                    // Killed after its first token, it may die before its response began: an
+                    // attempt retried, not a failover.
+                    let n = |v: &Value| v.as_u64().unwrap_or(0);
+                    let carried = n(&stats["failovers"]["continued"])
+                        + n(&stats["failovers"]["restarted"])
+                        + n(&stats["attempts_retried"]);
+                    assert_eq!(carried, 1, "{at}: {stats}");
+                    if die_after > 1 {
+                        assert_eq!(stats["failovers"]["continued"], 1, "{at}: {stats}");
+                    }
                     break;
                 }
                 assert!(tokio::time::Instant::now() < deadline, "{stats}");
@@ -498,19 +507,10 @@ fn answers(replica: &Replica) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_outlives_a_proxy_instance_killed_mid_stream_through_another_sharing_redis() {
-    let Some(redis) = common::redis_server::RedisServer::start("proxy-death") else {
+    let Some((_redis, sim, flags)) = sharing_redis("proxy-death").await else {
         return;
     };
-    let sim = Replica::start(&["--step-ms", "20"]).await;
-    let (upstream, store) = (sim.url(), redis.url());
-    let flags = [
-        "--upstream",
-        upstream.as_str(),
-        "--resume-store",
-        store.as_str(),
-        "--resume-grace-ms",
-        "10000",
-    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let survivor = Replica::proxy(&flags).await;
     for (n, kill_after) in [1u64, 25].into_iter().enumerate() {
         let mut dying = Replica::proxy(&flags).await;
@@ -552,25 +552,36 @@ async fn a_stream_outlives_a_proxy_instance_killed_mid_stream_through_another_sh
     assert_eq!(sim.stats().await["streams_started"], 4);
 }
 
+/// A sim replica (20 ms steps) and the flags of proxy instances in front of it that share a
+/// real `redis-server` of the test's own (`name`) for resumes; `None` when there is none (the
+/// test says SKIPPED).
+async fn sharing_redis(
+    name: &str,
+) -> Option<(common::redis_server::RedisServer, Replica, Vec<String>)> {
+    let redis = common::redis_server::RedisServer::start(name)?;
+    let sim = Replica::start(&["--step-ms", "20"]).await;
+    let flags = [
+        "--upstream",
+        &sim.url(),
+        "--resume-store",
+        &redis.url(),
+        "--resume-grace-ms",
+        "10000",
+    ];
+    let flags = flags.map(str::to_owned).to_vec();
+    Some((redis, sim, flags))
+}
+
 /// A Messages or Responses stream outlives the proxy instance that served it, SIGKILLed after
 /// 1 and 12 events: resumed through another sharing Redis by the API's own path, it is adopted
 /// and carried on from its log as one answer (no second opening: the adopter knows the
 /// blocks or items the client has).
 #[tokio::test]
 async fn a_messages_or_responses_stream_outlives_a_proxy_instance_killed_mid_stream() {
-    let Some(redis) = common::redis_server::RedisServer::start("proxy-death-apis") else {
+    let Some((_redis, _sim, flags)) = sharing_redis("proxy-death-apis").await else {
         return;
     };
-    let sim = Replica::start(&["--step-ms", "20"]).await;
-    let (upstream, store) = (sim.url(), redis.url());
-    let flags = [
-        "--upstream",
-        upstream.as_str(),
-        "--resume-store",
-        store.as_str(),
-        "--resume-grace-ms",
-        "10000",
-    ];
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let survivor = Replica::proxy(&flags).await;
     let mut adopted = 0;
     for api in Api::ALL {

@@ -101,6 +101,37 @@ async fn a_replica_that_dies_mid_stream_ends_each_api_with_its_own_error_event()
     }
 }
 
+/// An upstream's own error event another replica could avoid (sim's pool of KV blocks
+/// exhausted mid-answer), with no other replica to carry the stream on: the client gets that
+/// event as the upstream sent it (Messages' `overloaded_error`, Responses' `kv_cache_exhausted`,
+/// numbered by the proxy), and the stream ends there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overload_not_carried_on_reaches_the_client_as_the_upstream_sent_it() {
+    let sim_flags = common::STARVED_KV;
+    let (sim, _) = start_sim(&sim_flags);
+    let proxy = start_proxy(&format!("http://{sim}"), &[]);
+    let _holder = common::hold_two_kv_blocks(sim).await;
+    for (n, api) in Api::ALL.into_iter().enumerate() {
+        let events = read_all(api, &post_api(proxy, api, "", 48).await.rest().await);
+        let last = events.last().unwrap();
+        assert_eq!(
+            (last.kind.as_str(), &last.data["type"]),
+            ("error", &"error".into())
+        );
+        match api {
+            Api::Messages => assert_eq!(last.data["error"]["type"], "overloaded_error", "{last:?}"),
+            Api::Responses => {
+                assert_eq!(last.data["code"], "kv_cache_exhausted", "{last:?}");
+                assert_eq!(last.data["sequence_number"], events.len() as u64 - 1);
+            }
+        }
+        assert_eq!(text(&events), tokens(0..16), "{api:?}");
+        let stats = stats(proxy).await;
+        assert_eq!(stats["failovers"]["refused"], n as u64 + 1, "{stats}");
+        assert_eq!(stats["streams_upstream_error"], n as u64 + 1, "{stats}");
+    }
+}
+
 /// The gate's own end, not an upstream's: a reader that stopped reading is cut off after the
 /// slow deadline, and the last event it gets is its API's error event, typed `slow_consumer`
 /// (each SDK raises or yields it as that API's error).

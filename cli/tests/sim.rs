@@ -213,22 +213,9 @@ async fn a_busy_kv_pool_refuses_with_503_saying_how_full_it_is() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_that_runs_out_of_kv_blocks_mid_generation_says_so() {
     // Each stream of 48 tokens fits the pool alone; the first takes two blocks and stalls at 20.
-    let flags = [
-        "--step-ms",
-        "1",
-        "--kv-blocks",
-        "3",
-        "--stall-at",
-        "20",
-        "--stall-ms",
-        "60000",
-    ];
+    let flags = common::STARVED_KV;
     let addr = start(&flags);
-    let mut holder = RawResponse::post_json(addr, "/v1/chat/completions", &chat(48, true)).await;
-    for _ in 0..20 {
-        holder.expect_frame().await;
-    }
-    wait_for(addr, "two blocks held", |s| s["kv_blocks_in_use"] == 2).await;
+    let holder = common::hold_two_kv_blocks(addr).await;
 
     // The third block is this stream's first; it needs a fourth at token 16.
     let mut starved = RawResponse::post_json(addr, "/v1/chat/completions", &chat(48, true)).await;

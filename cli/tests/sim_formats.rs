@@ -15,7 +15,6 @@ use std::net::SocketAddr;
 use common::formats::{Api, Read, heartbeats_between, read_all, text, tokens};
 use common::python::{lines, python};
 use common::reference::start;
-use common::resume_client::chat;
 use common::{LONG, RawResponse, assert_sse_headers, records_by_request, stats, wait_for};
 use serde_json::Value;
 
@@ -353,21 +352,8 @@ async fn a_stopped_readers_deltas_are_coalesced_losslessly_in_each_api() {
 /// error event in its API's shape, then the terminal frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_out_of_kv_blocks_says_so_in_its_apis_shape() {
-    let addr = start(&[
-        "--step-ms",
-        "1",
-        "--kv-blocks",
-        "3",
-        "--stall-at",
-        "20",
-        "--stall-ms",
-        "60000",
-    ]);
-    let mut holder = RawResponse::post_json(addr, "/v1/chat/completions", &chat(48)).await;
-    for _ in 0..20 {
-        holder.expect_frame().await;
-    }
-    wait_for(addr, "two blocks held", |s| s["kv_blocks_in_use"] == 2).await;
+    let addr = start(&common::STARVED_KV);
+    let _holder = common::hold_two_kv_blocks(addr).await;
     for api in Api::ALL {
         let mut starved = post(addr, api, "", 48).await;
         assert_eq!(starved.status(), 200);

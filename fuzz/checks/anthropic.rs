@@ -11,43 +11,15 @@ use streamgate::sse::SseEvent;
 #[path = "typed.rs"]
 mod typed;
 
-pub use typed::{Outcome, check_merge, check_round_trip};
-
-/// What an input reaches (see `typed::reach`).
-pub fn reach(input: &[u8]) -> Vec<String> {
-    typed::reach::<MessagesEvent>(input)
-}
-
-/// `anthropic_event`: the input is one event, or two cut at the first `0xFF`; each is its SSE
-/// `event:` up to the first LF (none if empty), then its data. Reading never panics; an event
-/// read encodes to an SSE event of its `byte_len` that reads back as the same event, with the
-/// same data; two events either merge into one no longer than both that the SDK's
-/// accumulation ([`accumulate`]) turns into the same message (and the same events in between)
-/// as the two, or stay exactly as they were.
-pub fn check_event(input: &[u8]) -> Outcome {
-    typed::check_event::<MessagesEvent>(input)
-}
-
-impl typed::Typed for MessagesEvent {
-    fn read(sse: &SseEvent) -> Result<Self, Box<dyn std::error::Error>> {
-        Ok(MessagesEvent::from_sse(sse)?)
-    }
-
-    fn is_unknown(&self) -> bool {
-        matches!(self.data(), MessagesData::Unknown(_))
-    }
-
-    fn event_type(&self) -> &str {
-        self.data().event_type()
-    }
-
-    fn preamble() -> Vec<Self> {
-        preamble()
-    }
-
-    fn accumulate(events: &[Self]) -> Value {
-        accumulate(events)
-    }
+typed::format_checks! {
+    /// `anthropic_event`: the input is one event, or two cut at the first `0xFF`; each is its SSE
+    /// `event:` up to the first LF (none if empty), then its data. Reading never panics; an event
+    /// read encodes to an SSE event of its `byte_len` that reads back as the same event, with the
+    /// same data; two events either merge into one no longer than both that the SDK's
+    /// accumulation ([`accumulate`]) turns into the same message (and the same events in between)
+    /// as the two, or stay exactly as they were.
+    MessagesEvent,
+    MessagesData
 }
 
 /// The event types the `anthropic` module knows.

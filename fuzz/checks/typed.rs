@@ -126,3 +126,47 @@ pub fn check_merge<E: Typed>(first: &E, next: &E) -> bool {
         }
     }
 }
+
+/// The entry points of one format's checks, in its checks file (`anthropic.rs`,
+/// `responses.rs`): `reach`, `check_event` (documented by the lines before the event type), and
+/// [`Typed`] for the event type `$event`, whose data type `$data` has an `Unknown` variant, by
+/// the file's own `preamble` and `accumulate`.
+macro_rules! format_checks {
+    ($(#[$doc:meta])* $event:ident, $data:ident) => {
+        pub use typed::{Outcome, check_merge, check_round_trip};
+
+        /// What an input reaches (see `typed::reach`).
+        pub fn reach(input: &[u8]) -> Vec<String> {
+            typed::reach::<$event>(input)
+        }
+
+        $(#[$doc])*
+        pub fn check_event(input: &[u8]) -> Outcome {
+            typed::check_event::<$event>(input)
+        }
+
+        impl typed::Typed for $event {
+            fn read(sse: &SseEvent) -> Result<Self, Box<dyn std::error::Error>> {
+                Ok($event::from_sse(sse)?)
+            }
+
+            fn is_unknown(&self) -> bool {
+                matches!(self.data(), $data::Unknown(_))
+            }
+
+            fn event_type(&self) -> &str {
+                self.data().event_type()
+            }
+
+            fn preamble() -> Vec<Self> {
+                preamble()
+            }
+
+            fn accumulate(events: &[Self]) -> Value {
+                accumulate(events)
+            }
+        }
+    };
+}
+
+pub(crate) use format_checks;

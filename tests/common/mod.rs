@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod coalescing;
 pub mod deaf;
 pub mod gate;
 mod raw;

@@ -186,7 +186,8 @@ pub(super) enum CarryOn {
     Whole,
 }
 
-/// Why a broken stream is not carried on: the client gets the stream's error event, saying it.
+/// Why a broken stream is not carried on: the client gets the stream's error event, saying it
+/// (or, when an upstream's own error event broke it, that event as the upstream sent it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum NotCarried {
     /// `--failover off`.
@@ -204,7 +205,8 @@ pub(super) enum NotCarried {
     Reasoning,
     /// A refusal had reached the client.
     Refusal,
-    /// The request asked for structured output (`response_format` with a schema or JSON).
+    /// The request asked for structured output (`response_format` with a schema or JSON;
+    /// Responses: `text.format`).
     StructuredOutput,
     /// The request asked for several choices (`n` > 1).
     SeveralChoices,
@@ -314,6 +316,20 @@ pub(super) fn carry_on(
         }
         Format::Responses if !in_place => return Err(NotCarried::Scattered),
         Format::Responses => {
+            let format = request
+                .get("text")
+                .and_then(|text| text.get("format"))
+                .and_then(|format| format.get("type"))
+                .and_then(Value::as_str);
+            if matches!(format, Some("json_schema" | "json_object")) {
+                return Err(NotCarried::StructuredOutput);
+            }
+            let included = request.get("include").and_then(Value::as_array);
+            let logprobs = included
+                .is_some_and(|included| included.contains(&json!("message.output_text.logprobs")));
+            if logprobs || request.get("top_logprobs").is_some_and(|n| !n.is_null()) {
+                return Err(NotCarried::Logprobs);
+            }
             // An output message in progress, as OpenAI defines an input item of the kind.
             let item = json!({"type": "message", "role": "assistant", "status": "in_progress",
                 "content": [{"type": "output_text", "text": delivered.text, "annotations": []}]});

@@ -128,19 +128,20 @@ impl MessagesSeam {
     }
 
     /// The events to send on for the carried-on `event`: none (it is dropped), it (joined), or
-    /// the client's open block's stop and it (its first block is of another type). One the
+    /// the client's open block's stop and it (its first block is of another type); a seam's
+    /// join allocates only after a failover. One the
     /// format does not read goes on as it came (the proxy's reading of it decides).
-    pub(super) fn join(&mut self, event: SseEvent) -> [Option<SseEvent>; 2] {
+    pub(super) fn join(&mut self, event: SseEvent) -> Vec<SseEvent> {
         let mut before = None;
         let Ok(parsed) = MessagesEvent::from_sse(&event) else {
-            return [Some(event), None];
+            return vec![event];
         };
         let mut data = parsed.into_data();
         match &data {
             // The carried-on stream's first block.
             MessagesData::ContentBlockStart(start) if start.index == 0 => match self.open.take() {
                 // The block the client has open goes on.
-                Some((_, kind)) if kind == start.content_block.kind => return [None, None],
+                Some((_, kind)) if kind == start.content_block.kind => return Vec::new(),
                 // Another kind of block: the open one stops, and the carried-on stream's
                 // blocks come after it.
                 Some((index, _)) => {
@@ -157,7 +158,7 @@ impl MessagesSeam {
             std::mem::replace(index, client) != client
         };
         let changed = match &mut data {
-            MessagesData::MessageStart(_) if self.started => return [None, None],
+            MessagesData::MessageStart(_) if self.started => return Vec::new(),
             MessagesData::ContentBlockStart(start) => moved(&mut start.index),
             MessagesData::ContentBlockStop(stop) => moved(&mut stop.index),
             MessagesData::ContentBlockDelta(delta) => {
@@ -166,7 +167,7 @@ impl MessagesSeam {
                     let new = self.echo.past(text);
                     if new.is_empty() {
                         // The echo of the delivered text, or held while it could be.
-                        return [None, None];
+                        return Vec::new();
                     }
                     if new != *text {
                         *text = new;
@@ -192,7 +193,7 @@ impl MessagesSeam {
             true => MessagesEvent::new(data).into(),
             false => event,
         };
-        [before, Some(event)]
+        before.into_iter().chain([event]).collect()
     }
 }
 
@@ -209,10 +210,9 @@ mod tests {
     }
 
     /// The data of the one event a join sent on (none: `None`).
-    fn data(joined: [Option<SseEvent>; 2]) -> Option<Value> {
-        let [before, event] = joined;
-        assert!(before.is_none(), "{before:?}");
-        Some(serde_json::from_str(event?.data_str()?).unwrap())
+    fn data(mut joined: Vec<SseEvent>) -> Option<Value> {
+        assert!(joined.len() <= 1, "{joined:?}");
+        Some(serde_json::from_str(joined.pop()?.data_str()?).unwrap())
     }
 
     /// What a client had before its stream broke: a message begun and its text block open.
@@ -258,7 +258,7 @@ mod tests {
             (Some(3), Some(3))
         );
         let stop = event(r#"{"type":"message_stop"}"#);
-        assert_eq!(seam.join(stop.clone()), [None, Some(stop)], "as it came");
+        assert_eq!(seam.join(stop.clone()), [stop], "as it came");
     }
 
     #[test]
@@ -285,20 +285,21 @@ mod tests {
         let garbage = SseEvent::data("not json")
             .with_event("content_block_delta")
             .unwrap();
-        assert_eq!(seam.join(garbage.clone()), [Some(garbage), None]);
+        assert_eq!(seam.join(garbage.clone()), [garbage]);
     }
 
     #[test]
     fn a_first_block_of_another_type_stops_the_open_one_and_comes_after_it() {
         let mut seam = MessagesSeam::new(&open_text_block(), &["t0 "], 1);
         let tool = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f","input":{}}}"#;
-        let [stop, start] = seam.join(event(tool));
-        let stop = data([None, stop]).unwrap();
+        let mut joined = seam.join(event(tool));
+        let start = joined.pop();
+        let stop = data(joined).unwrap();
         assert_eq!(
             (&stop["type"], &stop["index"]),
             (&"content_block_stop".into(), &0.into())
         );
-        assert_eq!(data([None, start]).unwrap()["index"], 1);
+        assert_eq!(data(start.into_iter().collect()).unwrap()["index"], 1);
         let input = r#"{"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"{}"}}"#;
         assert_eq!(data(seam.join(event(input))).unwrap()["index"], 1);
     }

@@ -213,8 +213,12 @@
 //! a server that refuses a continuation with a 400 or 422 that speaks of the prefill or the
 //! assistant message marks its pool, the next pool is asked at once, and that refusal is never
 //! the client's error (Anthropic's own API refuses a prefill that ends in whitespace: that
-//! refusal marks nothing, and ends the stream). An upstream's own error event (an overload)
-//! that is not carried on reaches the client as the upstream sent it. With `--resume-grace-ms` the replay log simply goes on: a
+//! refusal marks nothing, and ends the stream). A stream broken by an upstream's own error event
+//! (an overload) that is not carried on (for a reason above) ends with that event as the
+//! upstream sent it; one whose carrying on was tried and failed, with the proxy's error event
+//! saying so. A Messages answer whose `stop_reason` came, or a Responses answer whose text was
+//! final (`output_text.done`), is whole: a break after it ends it with the events it lacks
+//! (`message_stop`; the `.done` events and `response.incomplete`, reason `interrupted`). With `--resume-grace-ms` the replay log simply goes on: a
 //! client detached across a failover resumes into the one stream. `/stats` counts
 //! `failovers` by outcome (`continued`, `restarted`, `whole`, `refused`, `failed`), as does
 //! `streamgate_proxy_failovers_total{outcome}`.

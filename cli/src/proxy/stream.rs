@@ -370,7 +370,7 @@ enum End {
     /// The upstream failed: the client gets a terminal error frame saying this.
     Failed(String),
     /// The upstream ended the stream with an error another replica could have avoided, and it
-    /// was not carried on: the client gets that frame.
+    /// was not carried on: the client gets that frame, as the upstream sent it.
     Upstream(SseEvent),
     /// Stopped through `/cancel`.
     Stopped,
@@ -453,7 +453,7 @@ enum Joining {
     /// Anthropic Messages events.
     Messages(MessagesSeam),
     /// OpenAI Responses events.
-    Responses(ResponsesSeam),
+    Responses(Box<ResponsesSeam>),
 }
 
 /// Why the proxy ends an answer itself.
@@ -463,6 +463,8 @@ enum Closing {
     Stopped,
     /// Every token it asked for was delivered before its stream broke.
     Length,
+    /// It finished (a `stop_reason`, its text final) and broke before its own end event.
+    Finished,
 }
 
 impl Sent {
@@ -494,6 +496,7 @@ impl Sent {
             }
             Some(Parsed::Responses(data)) => {
                 self.outline.saw(data);
+                self.finished |= self.outline.text_is_final();
                 if carrying {
                     self.delivered.add_responses(data);
                 }
@@ -524,6 +527,13 @@ enum Step {
     /// The upstream's stream broke: the failure, and what the client is told if it is not
     /// carried on (the upstream's own error frame, when it sent one).
     Broke(Failure, String, Option<SseEvent>),
+}
+
+impl Step {
+    /// An event passed on, ending the stream as `end` says.
+    fn ended(end: Option<End>) -> Step {
+        end.map_or(Step::Heard, Step::End)
+    }
 }
 
 impl Pump {
@@ -569,8 +579,9 @@ impl Pump {
                 None => tokio::select! {
                     biased;
                     // A stop after the answer's own end event: nothing to add to it.
+                    // (A Messages or Responses answer finished but for its end event gets it.)
                     () = self.stop.cancelled() => break match sent.finished && !self.format.ends_with_done() {
-                        true => End::Done,
+                        true => self.done(&mut sent, &mut tx).await?,
                         false => End::Stopped,
                     },
                     () = &mut idle, if !self.idle.is_zero() => {
@@ -752,12 +763,12 @@ impl Pump {
     ) -> Result<Step, &'static str> {
         let joined = match sent.seam.as_mut() {
             Some(Joining::Messages(seam)) => seam.join(event),
-            Some(Joining::Responses(seam)) => [seam.join(event), None],
-            _ => [Some(event), None],
+            Some(Joining::Responses(seam)) => seam.join(event),
+            _ => return self.pass_event(event, sent, tx).await.map(Step::ended),
         };
-        // Nothing to say (a second opening, the echo of the delivered text), or (a block the
-        // seam stops first) two events.
-        for event in joined.into_iter().flatten() {
+        // Nothing to say (a second opening, the echo of the delivered text), or (the client's
+        // open block or item closed first) several events.
+        for event in joined {
             if let Some(end) = self.pass_event(event, sent, tx).await? {
                 return Ok(Step::End(end));
             }
@@ -803,12 +814,12 @@ impl Pump {
     }
 
     /// Sends `[DONE]` where the format ends with it: the stream is complete. A Messages answer
-    /// that said its `stop_reason` and broke before its `message_stop` gets it (and its open
-    /// block's stop).
+    /// that said its `stop_reason`, or a Responses answer whose text was final, and that broke
+    /// before its own end event gets the end (see [`Pump::closing`]).
     async fn done(&self, sent: &mut Sent, tx: &mut Sender<Relayed>) -> Result<End, &'static str> {
         if !self.format.ends_with_done() {
-            if !sent.ended && self.format == Format::Messages {
-                let events = sent.blocks.stop();
+            if !sent.ended {
+                let events = self.closing(sent, Closing::Finished);
                 self.send_own(events, &mut sent.next_id, tx).await?;
             }
             // Its own end event came: nothing follows it.
@@ -940,7 +951,8 @@ impl Pump {
                             Joining::Messages(MessagesSeam::new(&sent.blocks, &echoes, tokens))
                         }
                         Format::Responses => {
-                            Joining::Responses(ResponsesSeam::new(&sent.outline, &echoes, tokens))
+                            let seam = ResponsesSeam::new(&sent.outline, &echoes, tokens);
+                            Joining::Responses(Box::new(seam))
                         }
                         _ => Joining::Chunks(Seam::new(sent.first.as_deref(), &echoes, tokens)),
                     });
@@ -1007,8 +1019,9 @@ impl Pump {
     }
 
     /// The events that end a Messages or Responses answer the proxy ends itself, from what the
-    /// client has: a stop's (`end_turn`; `incomplete`, `stopped`), or one whose tokens were all
-    /// delivered (`max_tokens`; `incomplete`, `max_output_tokens`).
+    /// client has: a stop's (`end_turn`; `incomplete`, `stopped`), one whose tokens were all
+    /// delivered (`max_tokens`; `incomplete`, `max_output_tokens`), or one finished but for its
+    /// end event (`message_stop`; `incomplete`, `interrupted`).
     fn closing(&self, sent: &Sent, closing: Closing) -> Vec<SseEvent> {
         let named = (
             self.id.as_str(),
@@ -1016,6 +1029,8 @@ impl Pump {
         );
         let visible = sent.visible;
         match (self.format, closing) {
+            (Format::Messages, Closing::Finished) => sent.blocks.stop(),
+            (Format::Responses, Closing::Finished) => sent.outline.close(named, "interrupted"),
             (Format::Messages, Closing::Stopped) => sent.blocks.close(named, "end_turn", visible),
             (Format::Messages, Closing::Length) => sent.blocks.close(named, "max_tokens", visible),
             (Format::Responses, Closing::Stopped) => sent.outline.close(named, "stopped"),
@@ -1035,12 +1050,20 @@ impl Pump {
         let mut indices = Indices::default();
         for event in events {
             let event = self.format.own(event, *next_id, &mut indices);
-            let event = event.with_id(next_id.to_string());
-            let event = event.expect("a number is a valid id");
+            // An error frame ends the stream: it is no event to resume after.
+            let ends = event.event() == Some("error");
+            let event = match ends {
+                true => event,
+                false => event
+                    .with_id(next_id.to_string())
+                    .expect("a number is a valid id"),
+            };
             tx.send(Relayed::new(event))
                 .await
                 .map_err(|_| "the stream ended")?;
-            *next_id += 1;
+            if !ends {
+                *next_id += 1;
+            }
         }
         Ok(())
     }

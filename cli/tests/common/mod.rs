@@ -38,6 +38,32 @@ pub type Records = BTreeMap<String, BTreeSet<(String, u64)>>;
 /// of 16 tokens) serves one request (a larger one is served as many).
 pub const LONG: u64 = 65_536;
 
+/// sim's flags for a pool that runs out: 3 KV blocks of 16 tokens, every stream stalled for a
+/// minute at token 20 (see [`hold_two_kv_blocks`]).
+pub const STARVED_KV: [&str; 8] = [
+    "--step-ms",
+    "1",
+    "--kv-blocks",
+    "3",
+    "--stall-at",
+    "20",
+    "--stall-ms",
+    "60000",
+];
+
+/// A chat stream on the sim at `addr` (run with [`STARVED_KV`]) that holds two of its three
+/// KV blocks, stalled at token 20: the next stream takes the third and runs out at token 16.
+/// The blocks are held while the returned response lives.
+pub async fn hold_two_kv_blocks(addr: std::net::SocketAddr) -> RawResponse {
+    let chat = r#"{"model":"sim","stream":true,"max_tokens":48,"messages":[{"role":"user","content":"hi"}]}"#;
+    let mut holder = RawResponse::post(addr, "/v1/chat/completions", "", chat).await;
+    for _ in 0..20 {
+        holder.expect_frame().await;
+    }
+    wait_for(addr, "two blocks held", |s| s["kv_blocks_in_use"] == 2).await;
+    holder
+}
+
 /// The `(hop, seq)` pairs of the hop records in `file` for each request id, once every hop of
 /// `ids` has recorded `done` (the writer thread appends them as it goes).
 pub async fn records_by_request(
