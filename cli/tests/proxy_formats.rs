@@ -317,6 +317,37 @@ async fn a_responses_upstream_that_numbers_nothing_is_numbered_by_the_proxy() {
     assert_eq!(kinds(&events).last(), Some(&"response.completed"));
 }
 
+/// A client resumes a Responses stream by the id its `response.created` named, the upstream's
+/// own (`resp_1`, as llama.cpp names its responses), as the `openai` SDK does: the proxy knows
+/// which of its streams that is, and a response it holds no stream of goes to the upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_responses_stream_resumes_by_the_upstreams_own_response_id() {
+    let upstream = answering(UNNUMBERED.to_owned()).await;
+    let flags = ["--resume-grace-ms", "10000"];
+    let proxy = start_proxy(&format!("http://{upstream}"), &flags);
+    let mut first = post_api(proxy, Api::Responses, "x-request-id: up-1\r\n", 2).await;
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        seen.extend(read_all(Api::Responses, &[first.expect_frame().await]));
+    }
+    drop(first);
+    assert_eq!(seen[0].data["response"]["id"], "resp_1");
+    let path = "/v1/responses/resp_1?stream=true&starting_after=3";
+    let mut resumed = RawResponse::get(proxy, path, "").await;
+    assert_eq!(resumed.status(), 200);
+    seen.extend(read_all(Api::Responses, &resumed.rest().await));
+    assert_numbered(&seen);
+    assert_eq!(text(&seen), "Hello there");
+    assert_eq!(seen.last().unwrap().kind, "response.completed");
+    // An id it holds no stream of is the upstream's to answer: this one has no such route, and
+    // says so with an empty 404 (the proxy's own would be a JSON error).
+    let mut unknown = RawResponse::get(proxy, "/v1/responses/resp_2?stream=true", "").await;
+    assert_eq!(
+        (unknown.status(), unknown.text().await),
+        (404, String::new())
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_sdk_fails_on_such_an_upstream_straight_and_streams_it_through_the_proxy() {
     let upstream = answering(UNNUMBERED.to_owned()).await;

@@ -68,10 +68,13 @@
 //!   /v1/chat/completions/{id}/stream` and `POST /v1/chat/completions/{id}/cancel`, the same
 //!   under `/v1/messages/`, and `GET /v1/responses/{id}?stream=true&starting_after=N` and `POST
 //!   /v1/responses/{id}/cancel` (as `sim` serves them; `{id}` is the request id, which a
-//!   resumed stream of any API is found by); they shadow the upstream's paths of the same name
-//!   (other methods on them, `GET /v1/responses/{id}` without `stream=true`, and the two
-//!   Responses paths for an id the proxy holds no stream of, an upstream's own response id,
-//!   pass through). Without a grace they all pass through to the upstream.
+//!   resumed stream of any API is found by, or, for a Responses stream served by this
+//!   instance, the upstream's own response id its `response.created` named, as the `openai`
+//!   SDK resumes it; through another instance sharing a Redis store, by its request id); they
+//!   shadow the upstream's paths of the same name (other methods on them, `GET
+//!   /v1/responses/{id}` without `stream=true`, and the two Responses paths for an id the
+//!   proxy holds no stream of pass through). Without a grace they all pass through to the
+//!   upstream.
 //!
 //! # Messages and Responses
 //!
@@ -264,6 +267,7 @@ mod kept;
 mod messages_seam;
 mod pages;
 mod peek;
+mod response_ids;
 mod responses_seam;
 mod resume;
 mod routes;
@@ -285,6 +289,7 @@ use streamgate::transport::TunedListener;
 pub use self::config::{Config, InjectedStall};
 pub use self::failover::FailoverMode;
 use self::fleet::Fleet;
+use self::response_ids::ResponseIds;
 pub use self::routes::{PoolConfig, Routes};
 pub use self::state::Proxy;
 use self::stats::Stats;
@@ -331,6 +336,7 @@ pub fn app(
                 .max_buffered_bytes
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         )),
+        response_ids: ResponseIds::default(),
         config,
     });
     let mut app = Router::new()

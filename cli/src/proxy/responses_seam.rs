@@ -149,6 +149,11 @@ impl Outline {
         }
     }
 
+    /// The id of the response the stream opened, once it did.
+    pub(super) fn response_id(&self) -> Option<&str> {
+        self.response.as_ref()?.id.as_deref()
+    }
+
     /// Whether the client's text is all in the one part of the message item it has open, that
     /// part still going on: the one place a continuation's text can go on in.
     pub(super) fn holds(&self, text: &str) -> bool {

@@ -47,8 +47,9 @@ fn attached(proxy: &Arc<Proxy>, frames: Subscriber, id: &str) -> Response {
 
 /// `GET /v1/responses/{request_id}?stream=true[&starting_after=N]`: the events after sequence
 /// number N (a Responses stream's sequence numbers are the proxy's event ids) of a running or
-/// retained stream, as [`resume`] serves them. An id the proxy holds no stream of (an
-/// upstream's own response id, a background response it stores) is the upstream's: the
+/// retained stream, as [`resume`] serves them; a stream registered here is found by its
+/// upstream's response id too (see `ResponseIds`). An id the proxy holds no stream of (a
+/// background response the upstream stores) is the upstream's: the
 /// request passes through, as it does without `stream=true` (a stored response, retrieved).
 pub(super) async fn response(
     State(proxy): State<Arc<Proxy>>,
@@ -59,6 +60,8 @@ pub(super) async fn response(
     if !streamed {
         return forward::forward(State(proxy), request).await;
     }
+    // The id the stream's `response.created` named (the upstream's), or its request id.
+    let id = proxy.response_ids.stream_of(&id).unwrap_or(id);
     match proxy.store.attach(&id, after).await {
         Ok(frames) => attached(&proxy, frames, &id),
         Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
@@ -73,6 +76,7 @@ pub(super) async fn response_cancel(
     Path(id): Path<String>,
     request: Request,
 ) -> Response {
+    let id = proxy.response_ids.stream_of(&id).unwrap_or(id);
     match proxy.store.stop(&id).await {
         Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
         stopped => stopped_answer(&id, stopped),

@@ -797,7 +797,14 @@ impl Pump {
             data,
         } = passed;
         let carrying = self.proxy.config.failover != FailoverMode::Off;
+        let opened = sent.outline.response_id().is_some();
         sent.passed(data.as_ref(), kind, ending, carrying);
+        if let (false, Some(response), true) =
+            (opened, sent.outline.response_id(), self.proxy.resumable())
+        {
+            // A client resumes the response by the id it was told.
+            self.proxy.response_ids.remember(response, &self.id);
+        }
         sent.passed_kind = Some(kind);
         if sent.first.is_none() {
             sent.first = event.data_str().map(str::to_owned);
