@@ -36,11 +36,15 @@ pub enum FailoverMode {
 pub(super) const MAX_DELIVERED: usize = 1024 * 1024;
 
 /// What the client has of the answer so far: everything the stream sent into its gate (it all
-/// reaches the client, merged or not). Its text is kept up to [`MAX_DELIVERED`] bytes.
+/// reaches the client, merged or not). Its text is kept up to [`MAX_DELIVERED`] bytes: a chat
+/// or Messages answer's here, a Responses answer's in its outline (by item and part, where a
+/// continuation finds it), only counted here.
 #[derive(Debug, Default)]
 pub(super) struct Delivered {
-    /// The answer's text (all of it, unless `too_long`).
+    /// A chat or Messages answer's text (all of it, unless `too_long`).
     pub(super) text: String,
+    /// The bytes of text delivered.
+    pub(super) text_len: usize,
     /// The text passed [`MAX_DELIVERED`]: it is no longer kept.
     pub(super) too_long: bool,
     /// Its tokens, one per chunk that added text (as the servers fronted stream them).
@@ -58,7 +62,7 @@ impl Delivered {
     pub(super) fn add(&mut self, chunk: &Peek) {
         let mut added = false;
         for text in chunk.text() {
-            added |= self.push_text(text);
+            added |= self.push_text(text, true);
         }
         if added {
             self.tokens += 1;
@@ -79,7 +83,7 @@ impl Delivered {
             },
             MessagesData::ContentBlockDelta(delta) => match &delta.delta {
                 Delta::Text { text, .. } => {
-                    if self.push_text(text) {
+                    if self.push_text(text, true) {
                         self.tokens += 1;
                     }
                 }
@@ -90,14 +94,14 @@ impl Delivered {
         }
     }
 
-    /// Text went to the client: kept up to [`MAX_DELIVERED`] bytes (then only counted).
+    /// Text went to the client: counted, and kept (if `keep`) up to [`MAX_DELIVERED`] bytes.
     /// Whether there was any.
-    fn push_text(&mut self, text: &str) -> bool {
-        if self.text.len() + text.len() > MAX_DELIVERED {
+    fn push_text(&mut self, text: &str, keep: bool) -> bool {
+        self.text_len += text.len();
+        if self.text_len > MAX_DELIVERED {
             self.too_long = true;
             self.text = String::new();
-        }
-        if !self.too_long {
+        } else if keep {
             self.text.push_str(text);
         }
         !text.is_empty()
@@ -108,7 +112,7 @@ impl Delivered {
     /// arguments a tool call, reasoning text reasoning, refusal text a refusal.
     pub(super) fn add_responses(&mut self, data: &ResponsesData) {
         match data {
-            ResponsesData::OutputTextDelta(delta) if self.push_text(&delta.delta) => {
+            ResponsesData::OutputTextDelta(delta) if self.push_text(&delta.delta, false) => {
                 self.tokens += 1;
             }
             ResponsesData::OutputItemAdded(added)
@@ -263,13 +267,13 @@ impl fmt::Display for NotCarried {
 }
 
 /// The request that carries a stream of the original `body` (of `format`) on, after
-/// `delivered` reached its client, as `mode` allows; `in_place`: whether a continuation's text
-/// has a place to go on in (a Responses answer's text all in the message part the client has
-/// open; always, for the other formats).
+/// `delivered` reached its client, as `mode` allows; `text`: the answer's text where a
+/// continuation goes on from it (`None`: a Responses answer's text is not all in the message
+/// part the client has open, the one place it could go on in).
 pub(super) fn carry_on(
     mode: FailoverMode,
     body: &Bytes,
-    (format, in_place): (Format, bool),
+    (format, text): (Format, Option<&str>),
     delivered: &Delivered,
 ) -> Result<CarryOn, NotCarried> {
     if mode == FailoverMode::Off {
@@ -307,14 +311,14 @@ pub(super) fn carry_on(
     if delivered.too_long {
         return Err(NotCarried::TooLong);
     }
+    let Some(text) = text else {
+        return Err(NotCarried::Scattered);
+    };
     match format {
         Format::Messages => {
-            let message = json!({"role": "assistant", "content": delivered.text});
-            return Ok(continue_conversation(
-                request, "messages", message, delivered,
-            ));
+            let message = json!({"role": "assistant", "content": text});
+            return Ok(continue_conversation(request, "messages", message, text));
         }
-        Format::Responses if !in_place => return Err(NotCarried::Scattered),
         Format::Responses => {
             let format = request
                 .get("text")
@@ -332,8 +336,8 @@ pub(super) fn carry_on(
             }
             // An output message in progress, as OpenAI defines an input item of the kind.
             let item = json!({"type": "message", "role": "assistant", "status": "in_progress",
-                "content": [{"type": "output_text", "text": delivered.text, "annotations": []}]});
-            return Ok(continue_conversation(request, "input", item, delivered));
+                "content": [{"type": "output_text", "text": text, "annotations": []}]});
+            return Ok(continue_conversation(request, "input", item, text));
         }
         Format::Chat | Format::Text => {}
     }
@@ -363,23 +367,21 @@ pub(super) fn carry_on(
     }
     request.insert("continue_final_message".to_owned(), true.into());
     request.insert("add_generation_prompt".to_owned(), false.into());
-    let message = json!({"role": "assistant", "content": delivered.text});
-    Ok(continue_conversation(
-        request, "messages", message, delivered,
-    ))
+    let message = json!({"role": "assistant", "content": text});
+    Ok(continue_conversation(request, "messages", message, text))
 }
 
-/// A request carried on after `delivered`: its conversation (`key`: chat's and Messages'
-/// `messages`, Responses' `input`, a string being one user message) with `message`,
-/// the delivered text as a final assistant message (the prefill the model goes on from), or
-/// the delivered text added to the request's own final assistant message.
+/// A request carried on after `delivered` (the text delivered): its conversation (`key`: chat's
+/// and Messages' `messages`, Responses' `input`, a string being one user message) with
+/// `message`, the delivered text as a final assistant message (the prefill the model goes on
+/// from), or the delivered text added to the request's own final assistant message.
 fn continue_conversation(
     mut request: Map<String, Value>,
     key: &str,
     message: Value,
-    delivered: &Delivered,
+    delivered: &str,
 ) -> CarryOn {
-    let mut sent = delivered.text.clone();
+    let mut sent = delivered.to_owned();
     let conversation = request
         .entry(key)
         .or_insert_with(|| Value::Array(Vec::new()));
@@ -389,7 +391,7 @@ fn continue_conversation(
     if let Value::Array(messages) = conversation {
         match messages.last_mut().and_then(prefill_text) {
             Some(text) => {
-                text.push_str(&delivered.text);
+                text.push_str(delivered);
                 sent = text.clone();
             }
             None => messages.push(message),
@@ -451,7 +453,7 @@ mod tests {
         }) = carry_on(
             FailoverMode::Continue,
             &original,
-            (Format::Chat, true),
+            (Format::Chat, Some("t0 t1 t2 ")),
             &delivered("t0 t1 t2 ", 3),
         )
         else {
@@ -481,7 +483,7 @@ mod tests {
         }) = carry_on(
             FailoverMode::Continue,
             &prefilled,
-            (Format::Chat, true),
+            (Format::Chat, Some("t0 ")),
             &delivered("t0 ", 1),
         )
         else {
@@ -496,7 +498,7 @@ mod tests {
 
     /// The body a continuation sends, and the message it carries.
     fn continued(original: Value, format: Format, delivered: &Delivered) -> (Value, String) {
-        let how = (format, true);
+        let how = (format, Some(delivered.text.as_str()));
         match carry_on(FailoverMode::Continue, &body(original), how, delivered) {
             Ok(CarryOn::Continue { body, message }) => {
                 (serde_json::from_slice(&body).unwrap(), message)
@@ -568,7 +570,12 @@ mod tests {
         let original = body(json!({"model": "m", "max_tokens": 3, "messages": []}));
         for mode in [FailoverMode::Restart, FailoverMode::Continue] {
             assert_eq!(
-                carry_on(mode, &original, (Format::Chat, true), &Delivered::default()),
+                carry_on(
+                    mode,
+                    &original,
+                    (Format::Chat, Some("")),
+                    &Delivered::default()
+                ),
                 Ok(CarryOn::Restart(original.clone()))
             );
         }
@@ -576,7 +583,7 @@ mod tests {
             carry_on(
                 FailoverMode::Continue,
                 &original,
-                (Format::Chat, true),
+                (Format::Chat, Some("a b c")),
                 &delivered("a b c", 3)
             ),
             Ok(CarryOn::Whole)
@@ -590,7 +597,7 @@ mod tests {
             carry_on(
                 FailoverMode::Continue,
                 &body(request),
-                (format, true),
+                (format, Some(delivered.text.as_str())),
                 delivered,
             )
             .unwrap_err()
@@ -635,7 +642,7 @@ mod tests {
         let scattered = carry_on(
             FailoverMode::Continue,
             &body(json!({"model": "m", "input": "hi"})),
-            (Format::Responses, false),
+            (Format::Responses, None),
             &text,
         );
         assert_eq!(scattered, Err(NotCarried::Scattered));
@@ -644,7 +651,7 @@ mod tests {
             carry_on(
                 FailoverMode::Restart,
                 &original,
-                (Format::Chat, true),
+                (Format::Chat, Some("t0 ")),
                 &text
             ),
             Err(NotCarried::Delivered)
@@ -653,7 +660,7 @@ mod tests {
             carry_on(
                 FailoverMode::Off,
                 &original,
-                (Format::Chat, true),
+                (Format::Chat, Some("")),
                 &Delivered::default()
             ),
             Err(NotCarried::Off)
@@ -684,6 +691,21 @@ mod tests {
         }
         assert_eq!((delivered.text.as_str(), delivered.tokens), ("t0 t1 ", 2));
         assert!(!delivered.is_empty());
+        // A Responses answer's text is counted here, and kept in its outline.
+        let mut delivered = Delivered::default();
+        let delta = json!({"type": "response.output_text.delta", "item_id": "msg_1",
+            "output_index": 0, "content_index": 0, "delta": "t0 "});
+        let event = streamgate::sse::SseEvent::data(delta.to_string());
+        let event = streamgate::responses::ResponsesEvent::from_sse(&event).unwrap();
+        delivered.add_responses(event.data());
+        assert_eq!(
+            (
+                delivered.text.as_str(),
+                delivered.text_len,
+                delivered.tokens
+            ),
+            ("", 3, 1)
+        );
     }
 
     #[test]
@@ -701,7 +723,7 @@ mod tests {
             carry_on(
                 FailoverMode::Continue,
                 &original,
-                (Format::Chat, true),
+                (Format::Chat, Some(delivered.text.as_str())),
                 &delivered
             ),
             Err(NotCarried::TooLong)

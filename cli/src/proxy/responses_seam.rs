@@ -154,19 +154,17 @@ impl Outline {
         self.response.as_ref()?.id.as_deref()
     }
 
-    /// Whether the client's text is all in the one part of the message item it has open, that
-    /// part still going on: the one place a continuation's text can go on in.
-    pub(super) fn holds(&self, text: &str) -> bool {
-        let Some(open) = self.open.as_ref().filter(|open| open.kind == "message") else {
-            return false;
+    /// The client's text (`len` bytes of it) when it is all in the one part of the message
+    /// item it has open, that part still going on: the one place a continuation's text can go
+    /// on in.
+    pub(super) fn holding(&self, len: usize) -> Option<&str> {
+        let open = self.open.as_ref().filter(|open| open.kind == "message")?;
+        let [part] = open.parts.as_slice() else {
+            return None;
         };
-        match open.parts.as_slice() {
-            [part] => {
-                let going_on = part.index == 0 && !part.text_done && !part.done;
-                going_on && part.kind == "output_text" && !part.text.cut && part.text.text == text
-            }
-            _ => false,
-        }
+        let going_on = part.index == 0 && !part.text_done && !part.done;
+        let all = !part.text.cut && part.text.text.len() == len;
+        (going_on && part.kind == "output_text" && all).then_some(part.text.text.as_str())
     }
 
     /// Whether the text of the part the client has open is final (its `output_text.done`
@@ -613,8 +611,8 @@ mod tests {
     #[test]
     fn a_continuation_goes_on_in_the_open_part_as_one_response() {
         let outline = outline("t0 ");
-        assert!(outline.holds("t0 "));
-        assert!(!outline.holds("t0 t1 "), "text elsewhere too");
+        assert_eq!(outline.holding(3), Some("t0 "));
+        assert_eq!(outline.holding(6), None, "text elsewhere too");
         let mut seam = ResponsesSeam::new(&outline, &["t0 "], 1);
         // llama.cpp's continuation: its own ids, no indices, no sequence numbers.
         let theirs = [
@@ -787,7 +785,7 @@ mod tests {
         ] {
             outline.saw(ResponsesEvent::from_sse(&event(data)).unwrap().data());
         }
-        assert!(!outline.holds("t0 "), "the text part is done");
+        assert_eq!(outline.holding(3), None, "the text part is done");
         let events = outline.close(("r", "m"), "stopped");
         assert_eq!(
             types(&events),

@@ -900,8 +900,12 @@ impl Pump {
         };
         let original = &self.request.body.bytes;
         // A Responses continuation goes on in the part the client has open.
-        let in_place = self.format != Format::Responses || sent.outline.holds(&sent.delivered.text);
-        let how = (self.format, in_place);
+        let text = match self.format {
+            Format::Responses => sent.outline.holding(sent.delivered.text_len),
+            _ => Some(sent.delivered.text.as_str()),
+        };
+        let text = text.map(str::to_owned);
+        let how = (self.format, text.as_deref());
         let (bytes, carried, message) =
             match failover::carry_on(config.failover, original, how, &sent.delivered) {
                 Ok(CarryOn::Whole) => {
@@ -948,9 +952,9 @@ impl Pump {
                     *upstream = carried_on;
                     // A continuation's server may echo the message sent, or the delivered text.
                     let delivered = &sent.delivered;
-                    let echoes: Vec<&str> = match &message {
-                        Some(message) => vec![message.as_str(), delivered.text.as_str()],
-                        None => Vec::new(),
+                    let echoes: Vec<&str> = match (&message, &text) {
+                        (Some(message), Some(text)) => vec![message.as_str(), text.as_str()],
+                        _ => Vec::new(),
                     };
                     let tokens = delivered.tokens;
                     sent.seam = Some(match self.format {
