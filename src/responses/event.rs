@@ -145,17 +145,40 @@ impl Chunk for ResponsesEvent {
 /// [`control`](SseEvent::control).
 impl From<ResponsesEvent> for SseEvent {
     fn from(event: ResponsesEvent) -> SseEvent {
-        let kind = event.kind();
-        let event_type = match &event.data {
-            ResponsesData::Unknown(unknown) => unknown.event_type(),
-            known => Some(known.event_type()),
-        };
-        typed_sse(event_type, event.data.to_json(), kind, event.id)
+        encode(&event.data, event.id)
     }
 }
 
 impl From<ResponsesData> for SseEvent {
     fn from(data: ResponsesData) -> SseEvent {
-        ResponsesEvent::new(data).into()
+        encode(&data, None)
     }
+}
+
+/// As from a [`ResponsesData`], which stays the caller's (to read on after sending it).
+///
+/// # Examples
+///
+/// ```
+/// use streamgate::responses::ResponsesData;
+/// use streamgate::sse::SseEvent;
+///
+/// let data = ResponsesData::error("server_error", "the upstream went away");
+/// let sse = SseEvent::from(&data);
+/// assert_eq!(sse.event(), Some("error"));
+/// assert_eq!(data.sequence_number(), None);
+/// ```
+impl From<&ResponsesData> for SseEvent {
+    fn from(data: &ResponsesData) -> SseEvent {
+        encode(data, None)
+    }
+}
+
+/// `data` as an SSE event with `id`.
+fn encode(data: &ResponsesData, id: Option<String>) -> SseEvent {
+    let event_type = match data {
+        ResponsesData::Unknown(unknown) => unknown.event_type(),
+        known => Some(known.event_type()),
+    };
+    typed_sse(event_type, data.to_json(), data.kind(), id)
 }

@@ -326,7 +326,7 @@ pub(super) fn numbered(
         }
     }
     let event = match changed {
-        true => SseEvent::from(ResponsesEvent::new(data.clone())),
+        true => SseEvent::from(&data),
         false => event,
     };
     Ok(Passed {
