@@ -2,8 +2,7 @@
 //! (in process) and of a hostile upstream (`common/hostile.rs`): what a client sees, what
 //! reaches the upstream, and the proxy's memory where an upstream sends too much.
 
-#[path = "../../tests/common/raw.rs"]
-mod client;
+mod common;
 #[path = "common/hostile.rs"]
 mod hostile;
 #[path = "common/proxy_setup.rs"]
@@ -12,9 +11,12 @@ mod setup;
 use std::path::PathBuf;
 use std::time::Duration;
 
+// `setup` names the raw client `crate::client`.
+use common as client;
+
 use client::{
-    BodyEnd, HANG, RawResponse, assert_sse_headers, content, data, id, is_heartbeat, rss, stats,
-    wait_for_within,
+    BodyEnd, HANG, RawResponse, STARVED_KV, assert_sse_headers, content, data, id, is_heartbeat,
+    rss, stats, wait_for_within,
 };
 use hostile::{Case, Hostile};
 use serde_json::Value;
@@ -440,19 +442,8 @@ async fn metrics_page(addr: std::net::SocketAddr) -> String {
 /// other tests share) grows by at least them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_and_stats_describe_the_proxy() {
-    // 3 KV blocks; every stream stalls at token 20 (the streams here that reach it are the
-    // leaver and the block holder).
-    let flags = [
-        "--step-ms",
-        "1",
-        "--kv-blocks",
-        "3",
-        "--stall-at",
-        "20",
-        "--stall-ms",
-        "60000",
-    ];
-    let (sim, _) = start_sim(&flags);
+    // The streams here that reach token 20 and stall are the leaver and the block holder.
+    let (sim, _) = start_sim(&STARVED_KV);
     let proxy = start_proxy(&format!("http://{sim}"), &[]);
     let before = metrics_page(proxy).await;
 
@@ -481,13 +472,9 @@ async fn metrics_and_stats_describe_the_proxy() {
         s["generators_running"] == 0 && s["kv_blocks_in_use"] == 0
     })
     .await;
-    // A stream on sim itself holds two of the three blocks, stalled at token 20; the next one
-    // through the proxy takes the third and runs out at token 16.
-    let mut holder = RawResponse::post(sim, CHAT, "", &chat(32)).await;
-    for _ in 0..20 {
-        holder.expect_frame().await;
-    }
-    wait_for_within(sim, "two blocks held", HANG, |s| s["kv_blocks_in_use"] == 2).await;
+    // A stream on sim itself holds two of the three blocks; the next one through the proxy
+    // takes the third and runs out at token 16.
+    let holder = client::hold_two_kv_blocks(sim).await;
     let mut starved = stream(proxy, "x-request-id: starved\r\n", 48).await;
     let (frames, _) = events(&mut starved).await;
     assert_eq!(text(&frames), sim_text(16), "{frames:?}");
