@@ -369,33 +369,17 @@ async fn a_client_that_detaches_and_resumes_across_a_failover_sees_one_stream() 
 #[tokio::test]
 async fn a_replica_killed_mid_stream_by_sigkill_is_continued_by_another_in_its_pool() {
     for die_after in [1, 15, 29] {
-        let dying =
-            Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
-        let other = Replica::start(&["--step-ms", "1"]).await;
-        let toml = format!(
-            "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
-            dying.url(),
-            other.url()
-        );
-        let proxy = configured("killed", &toml, &[]);
-        // Ties go at random: until the dying one has served a stream (and died in it).
-        let deadline = tokio::time::Instant::now() + HANG;
-        loop {
+        let (stats, dying) = killed_mid_stream(die_after, |proxy| async move {
             let read = fleet_setup::read(stream(proxy, "sim", 30).await).await;
             assert_one_stream(&read, 30, "length");
-            let stats = common::stats(proxy).await;
-            if upstream(&stats, &dying.url())["picks"] != 0 {
-                assert_eq!(stats["failovers"]["continued"], 1, "{die_after}: {stats}");
-                assert_eq!(
-                    upstream(&stats, &dying.url())["failures_by_cause"]["cut"],
-                    1,
-                    "{stats}"
-                );
-                break;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "{stats}");
-        }
-        assert!(!answers(&dying), "{die_after}: it died");
+        })
+        .await;
+        assert_eq!(stats["failovers"]["continued"], 1, "{die_after}: {stats}");
+        assert_eq!(
+            upstream(&stats, &dying)["failures_by_cause"]["cut"],
+            1,
+            "{stats}"
+        );
     }
 }
 
@@ -411,40 +395,57 @@ async fn a_replica_killed_mid_stream_by_sigkill_is_continued_by_another_in_its_p
 async fn a_messages_or_responses_stream_whose_replica_dies_is_continued_as_one_answer() {
     for api in Api::ALL {
         for die_after in [1, 15, 29] {
-            let dying =
-                Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
-            let other = Replica::start(&["--step-ms", "1"]).await;
-            let toml = format!(
-                "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
-                dying.url(),
-                other.url()
-            );
-            let proxy = configured("apis", &toml, &[]);
             let at = format!("{api:?} after {die_after}");
-            let deadline = tokio::time::Instant::now() + HANG;
-            loop {
-                let body = api.body(30, true, None);
-                let mut response = RawResponse::post(proxy, api.path(), "", &body).await;
-                let events = read_all(api, &response.rest().await);
-                assert_one_answer(api, &events, &at);
-                let stats = common::stats(proxy).await;
-                if upstream(&stats, &dying.url())["picks"] != 0 {
-                    // Killed after its first token, it may die before its response began: an
-                    // attempt retried, not a failover.
-                    let n = |v: &Value| v.as_u64().unwrap_or(0);
-                    let carried = n(&stats["failovers"]["continued"])
-                        + n(&stats["failovers"]["restarted"])
-                        + n(&stats["attempts_retried"]);
-                    assert_eq!(carried, 1, "{at}: {stats}");
-                    if die_after > 1 {
-                        assert_eq!(stats["failovers"]["continued"], 1, "{at}: {stats}");
-                    }
-                    break;
+            let (stats, _) = killed_mid_stream(die_after, |proxy| {
+                let at = at.clone();
+                async move {
+                    let body = api.body(30, true, None);
+                    let mut response = RawResponse::post(proxy, api.path(), "", &body).await;
+                    let events = read_all(api, &response.rest().await);
+                    assert_one_answer(api, &events, &at);
                 }
-                assert!(tokio::time::Instant::now() < deadline, "{stats}");
+            })
+            .await;
+            // Killed after its first token, it may die before its response began: an attempt
+            // retried, not a failover.
+            let n = |v: &Value| v.as_u64().unwrap_or(0);
+            let carried = n(&stats["failovers"]["continued"])
+                + n(&stats["failovers"]["restarted"])
+                + n(&stats["attempts_retried"]);
+            assert_eq!(carried, 1, "{at}: {stats}");
+            if die_after > 1 {
+                assert_eq!(stats["failovers"]["continued"], 1, "{at}: {stats}");
             }
-            assert!(!answers(&dying), "{at}: it died");
         }
+    }
+}
+
+/// A pool of two replicas, one killed (SIGKILL) by its own `--die-after die_after` mid-stream,
+/// behind a proxy: `serve` streams through it and checks what the client got, again until the
+/// dying replica has served a stream (ties go at random) and died in it. The proxy's stats
+/// then, and the dead replica's URL.
+async fn killed_mid_stream<F: Future<Output = ()>>(
+    die_after: u64,
+    serve: impl Fn(SocketAddr) -> F,
+) -> (Value, String) {
+    let dying = Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
+    let other = Replica::start(&["--step-ms", "1"]).await;
+    let toml = format!(
+        "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
+        dying.url(),
+        other.url()
+    );
+    // Named by the port: tests run side by side.
+    let proxy = configured(&format!("killed-{}", dying.addr().port()), &toml, &[]);
+    let deadline = tokio::time::Instant::now() + HANG;
+    loop {
+        serve(proxy).await;
+        let stats = common::stats(proxy).await;
+        if upstream(&stats, &dying.url())["picks"] != 0 {
+            assert!(!answers(&dying), "after {die_after}: it died");
+            return (stats, dying.url());
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{stats}");
     }
 }
 
