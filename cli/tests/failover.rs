@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use common::formats::{self, Api, read_all, text, tokens};
 use common::provider::{Behaviour, ErrorCode, Failure, Provider, Script, Stream};
+use common::python;
 use common::replica::Replica;
 use common::{HANG, RawResponse, id, wait_for};
 use fleet_setup::{Read, chat, configured, stream, upstream};
@@ -417,6 +418,43 @@ async fn a_messages_or_responses_stream_whose_replica_dies_is_continued_as_one_a
                 assert_eq!(stats["failovers"]["continued"], 1, "{at}: {stats}");
             }
         }
+    }
+}
+
+/// The SDKs' own accumulators (the anthropic SDK's `messages.stream`, the openai SDK's
+/// `responses.stream`) read a stream whose replica died mid-answer as one answer: the text
+/// their events carried and the final message's are the whole answer's, its output tokens
+/// all of them, its end the model's (sim completes a Responses answer at its limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_read_a_stream_whose_replica_died_as_one_answer() {
+    let test = "the_sdks_read_a_stream_whose_replica_died_as_one_answer";
+    // The anthropic SDK's base URL is the server's, the openai SDK's its `/v1`.
+    for (api, module, base, ended) in [
+        (Api::Messages, "anthropic", "", "max_tokens"),
+        (Api::Responses, "openai", "/v1", "completed"),
+    ] {
+        if !python::installed(test, module).await {
+            continue;
+        }
+        let (stats, _) = killed_mid_stream(15, |proxy| async move {
+            let name = api.path().trim_start_matches("/v1/");
+            let args = vec![
+                format!("http://{proxy}{base}"),
+                name.to_owned(),
+                "30".to_owned(),
+            ];
+            let output = python::python(test, module, "sdk_one_answer.py", args).await;
+            let got = &python::lines(&output.unwrap())[0];
+            assert_eq!(got["text"], tokens(0..30), "{api:?}: {got}");
+            assert_eq!(got["final"], tokens(0..30), "{api:?}: {got}");
+            assert_eq!(
+                (&got["output_tokens"], &got["ended"]),
+                (&json!(30), &json!(ended)),
+                "{api:?}: {got}"
+            );
+        })
+        .await;
+        assert_eq!(stats["failovers"]["continued"], 1, "{api:?}: {stats}");
     }
 }
 

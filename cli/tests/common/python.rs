@@ -9,16 +9,7 @@ use serde_json::Value;
 /// Runs `python3 tests/clients/SCRIPT ARGS` off the runtime's threads (the server runs on
 /// them), if the Python `module` is installed; `None` (the test says SKIPPED) when it is not.
 pub async fn python(test: &str, module: &str, script: &str, args: Vec<String>) -> Option<Output> {
-    let run = |args: Vec<String>| {
-        tokio::task::spawn_blocking(move || Command::new("python3").args(args).output())
-    };
-    let import = vec!["-c".to_owned(), format!("import {module}")];
-    let installed = run(import).await.unwrap();
-    if !installed.is_ok_and(|output| output.status.success()) {
-        eprintln!(
-            "\n*** SKIPPED {test}: the {module} Python package is not installed \
-             (`python3 -m pip install {module}`) ***\n"
-        );
+    if !installed(test, module).await {
         return None;
     }
     let path = format!("{}/tests/clients/{script}", env!("CARGO_MANIFEST_DIR"));
@@ -36,6 +27,25 @@ pub async fn python(test: &str, module: &str, script: &str, args: Vec<String>) -
         String::from_utf8_lossy(&output.stderr)
     );
     Some(output)
+}
+
+/// Whether the Python `module` is installed; when it is not, `test` says SKIPPED.
+pub async fn installed(test: &str, module: &str) -> bool {
+    let import = vec!["-c".to_owned(), format!("import {module}")];
+    let installed = run(import).await.unwrap();
+    let installed = installed.is_ok_and(|output| output.status.success());
+    if !installed {
+        eprintln!(
+            "\n*** SKIPPED {test}: the {module} Python package is not installed \
+             (`python3 -m pip install {module}`) ***\n"
+        );
+    }
+    installed
+}
+
+/// `python3 ARGS`, off the runtime's threads.
+fn run(args: Vec<String>) -> tokio::task::JoinHandle<std::io::Result<Output>> {
+    tokio::task::spawn_blocking(move || Command::new("python3").args(args).output())
 }
 
 /// The JSON lines a script printed.
