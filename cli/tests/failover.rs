@@ -421,6 +421,79 @@ async fn a_messages_or_responses_stream_whose_replica_dies_is_continued_as_one_a
     }
 }
 
+/// A stop that comes while a Messages or Responses stream's failover waits on its fallback
+/// ends the stream in its API's own way, from what the client has (Messages: the open text
+/// block stopped, a `message_delta` and `message_stop`; Responses: `response.incomplete` with
+/// its output, under the client's response id), every token once and numbered without a gap;
+/// the fallback's request is dropped and every lease released.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_during_a_messages_or_responses_failover_ends_it_in_its_api() {
+    for api in Api::ALL {
+        let dying = Replica::start(&["--step-ms", "1", "--die-after", "5"]).await;
+        let silent = Provider::start(Script::always(Behaviour::Silent)).await;
+        let toml = format!(
+            "[[pool]]\nname = \"a\"\nmodels = [\"sim\"]\nupstreams = [\"{}\"]\n[[pool]]\nname = \"b\"\nmodels = [\"n\"]\nupstreams = [\"{}\"]\n[fallbacks]\nsim = \"n\"\n",
+            dying.url(),
+            silent.url()
+        );
+        let name = format!("stop-{}", dying.addr().port());
+        let proxy = configured(&name, &toml, &["--resume-grace-ms", "10000"]);
+        let header = format!("x-request-id: {name}\r\n");
+        let mut response =
+            RawResponse::post(proxy, api.path(), &header, &api.body(30, true, None)).await;
+        let mut seen = Vec::new();
+        while seen.len() < api.opening().len() + 5 {
+            seen.extend(read_all(api, &[response.expect_frame().await]));
+        }
+        silent
+            .until("the failover's attempt", |p| p.attempt_count() == 1)
+            .await;
+        let mut stopped =
+            RawResponse::post(proxy, &format!("{}/{name}/cancel", api.path()), "", "").await;
+        assert_eq!(stopped.status(), 200, "{api:?}");
+        let answer: Value = serde_json::from_str(&stopped.text().await).unwrap();
+        assert_eq!(answer["cancelled"], true, "{api:?}");
+        seen.extend(read_all(api, &response.rest().await));
+        let ids: Vec<_> = seen.iter().map(|event| event.id).collect();
+        let expected: Vec<_> = (0..seen.len() as u64).map(Some).collect();
+        assert_eq!(ids, expected, "{api:?}: {seen:?}");
+        assert_eq!(text(&seen), tokens(0..5), "{api:?}");
+        let last = &seen[seen.len() - 1].data;
+        match api {
+            Api::Messages => {
+                let ends: Vec<&str> = kinds(&seen).into_iter().rev().take(3).collect();
+                assert_eq!(
+                    ends,
+                    ["message_stop", "message_delta", "content_block_stop"]
+                );
+                assert_eq!(
+                    seen[seen.len() - 2].data["delta"]["stop_reason"],
+                    "end_turn"
+                );
+            }
+            Api::Responses => {
+                assert_eq!(seen[seen.len() - 1].kind, "response.incomplete", "{seen:?}");
+                let response = &last["response"];
+                assert_eq!(response["id"], seen[0].data["response"]["id"]);
+                assert_eq!(response["output"][0]["content"][0]["text"], tokens(0..5));
+            }
+        }
+        let stats = wait_for(proxy, "the stream and its leases end", |s| {
+            s["streams_running"] == 0
+                && s["upstreams"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .all(|u| u["in_flight"] == 0)
+        })
+        .await;
+        assert_eq!(stats["streams_ended"]["cancelled"], 1, "{api:?}: {stats}");
+        silent
+            .until("its connection closed", |p| p.connections() == 0)
+            .await;
+    }
+}
+
 /// The SDKs' own accumulators (the anthropic SDK's `messages.stream`, the openai SDK's
 /// `responses.stream`) read a stream whose replica died mid-answer as one answer: the text
 /// their events carried and the final message's are the whole answer's, its output tokens
