@@ -102,6 +102,34 @@ async fn a_resume_through_another_instance_continues_the_same_generation() {
     }
 }
 
+/// A stream's second name, given through one instance, is known on the other; a name given
+/// again names the later stream; a store that is down says so (a name is never guessed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_given_through_one_instance_resolves_through_the_other() {
+    let Some(mut redis) = RedisServer::start("aliases") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    here.alias("resp_1", "req-1").await.unwrap();
+    assert_eq!(
+        there.resolve("resp_1").await.unwrap().as_deref(),
+        Some("req-1")
+    );
+    assert_eq!(
+        there.resolve("req-1").await.unwrap(),
+        None,
+        "an id is no name"
+    );
+    there.alias("resp_1", "req-2").await.unwrap();
+    assert_eq!(
+        here.resolve("resp_1").await.unwrap().as_deref(),
+        Some("req-2")
+    );
+    redis.kill();
+    assert!(here.resolve("resp_1").await.is_err());
+    assert!(here.alias("resp_3", "req-3").await.is_err());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_holds_the_generator_within_the_read_ahead_on_either_instance() {
     let Some(redis) = RedisServer::start("read-ahead") else {

@@ -319,26 +319,14 @@ async fn a_responses_upstream_that_numbers_nothing_is_numbered_by_the_proxy() {
 
 /// A client resumes a Responses stream by the id its `response.created` named, the upstream's
 /// own (`resp_1`, as llama.cpp names its responses), as the `openai` SDK does: the proxy knows
-/// which of its streams that is, and a response it holds no stream of goes to the upstream.
+/// which of its streams that is, and so does every instance sharing its Redis store; a
+/// response it holds no stream of goes to the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_responses_stream_resumes_by_the_upstreams_own_response_id() {
-    let upstream = answering(UNNUMBERED.to_owned()).await;
+    let upstream = format!("http://{}", answering(UNNUMBERED.to_owned()).await);
     let flags = ["--resume-grace-ms", "10000"];
-    let proxy = start_proxy(&format!("http://{upstream}"), &flags);
-    let mut first = post_api(proxy, Api::Responses, "x-request-id: up-1\r\n", 2).await;
-    let mut seen = Vec::new();
-    while seen.len() < 4 {
-        seen.extend(read_all(Api::Responses, &[first.expect_frame().await]));
-    }
-    drop(first);
-    assert_eq!(seen[0].data["response"]["id"], "resp_1");
-    let path = "/v1/responses/resp_1?stream=true&starting_after=3";
-    let mut resumed = RawResponse::get(proxy, path, "").await;
-    assert_eq!(resumed.status(), 200);
-    seen.extend(read_all(Api::Responses, &resumed.rest().await));
-    assert_numbered(&seen);
-    assert_eq!(text(&seen), "Hello there");
-    assert_eq!(seen.last().unwrap().kind, "response.completed");
+    let proxy = start_proxy(&upstream, &flags);
+    resumed_by_response_id(proxy, proxy).await;
     // An id it holds no stream of is the upstream's to answer: this one has no such route, and
     // says so with an empty 404 (the proxy's own would be a JSON error).
     let mut unknown = RawResponse::get(proxy, "/v1/responses/resp_2?stream=true", "").await;
@@ -346,6 +334,42 @@ async fn a_responses_stream_resumes_by_the_upstreams_own_response_id() {
         (unknown.status(), unknown.text().await),
         (404, String::new())
     );
+    let Some(redis) = common::redis_server::RedisServer::start("response-ids") else {
+        return;
+    };
+    let url = redis.url();
+    let shared = [flags.as_slice(), &["--resume-store", &url]].concat();
+    let (a, b) = (
+        start_proxy(&upstream, &shared),
+        start_proxy(&upstream, &shared),
+    );
+    resumed_by_response_id(a, b).await;
+    // A stop by that id through the other instance finds the (ended) stream too.
+    let mut stopped = RawResponse::post(b, "/v1/responses/resp_1/cancel", "", "").await;
+    let stopped: Value = serde_json::from_str(&stopped.text().await).unwrap();
+    assert_eq!(
+        stopped,
+        serde_json::json!({"id": "up-1", "cancelled": false})
+    );
+}
+
+/// A Responses stream begun through `first` whose client left after 4 events, resumed through
+/// `then` by the upstream's response id: the rest, numbered on, once.
+async fn resumed_by_response_id(first: SocketAddr, then: SocketAddr) {
+    let mut response = post_api(first, Api::Responses, "x-request-id: up-1\r\n", 2).await;
+    let mut seen = Vec::new();
+    while seen.len() < 4 {
+        seen.extend(read_all(Api::Responses, &[response.expect_frame().await]));
+    }
+    drop(response);
+    assert_eq!(seen[0].data["response"]["id"], "resp_1");
+    let path = "/v1/responses/resp_1?stream=true&starting_after=3";
+    let mut resumed = RawResponse::get(then, path, "").await;
+    assert_eq!(resumed.status(), 200);
+    seen.extend(read_all(Api::Responses, &resumed.rest().await));
+    assert_numbered(&seen);
+    assert_eq!(text(&seen), "Hello there");
+    assert_eq!(seen.last().unwrap().kind, "response.completed");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -21,6 +21,7 @@
 
 #[cfg(feature = "redis")]
 mod adoption;
+mod aliases;
 mod claim;
 mod error;
 mod memory;
@@ -33,6 +34,7 @@ mod subscriber;
 
 #[cfg(feature = "redis")]
 pub use self::adoption::Adoption;
+pub use self::aliases::MAX_ALIASES;
 pub use self::claim::Claim;
 pub use self::error::{AdoptError, AttachError, ClaimError, RegisterError, StoreError};
 pub use self::options::{

@@ -304,6 +304,55 @@ where
         }
     }
 
+    /// Names the stream `id` also `alias`, for [`resolve`](Registry::resolve): a client that
+    /// was told another name for its stream (an upstream's own response id, which the `openai`
+    /// SDK resumes a Responses stream by) finds the stream by it. A name given again names the
+    /// later stream. A memory store keeps the last [`MAX_ALIASES`](super::MAX_ALIASES) names;
+    /// Redis keeps each for a day, for every instance sharing it. A name may outlive its
+    /// stream: the id it resolves to is then unknown to [`attach`](Registry::attach).
+    ///
+    /// # Errors
+    ///
+    /// If the store fails (Redis).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::resume::{Registry, ResumeOptions};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let registry = Registry::<String>::memory(ResumeOptions::default());
+    /// registry.alias("resp_68a1", "req-1").await?;
+    /// assert_eq!(registry.resolve("resp_68a1").await?.as_deref(), Some("req-1"));
+    /// assert_eq!(registry.resolve("resp_other").await?, None);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn alias(&self, alias: &str, id: &str) -> Result<(), StoreError> {
+        match &self.inner.store {
+            Store::Memory(memory) => {
+                memory.aliases.alias(alias, id);
+                Ok(())
+            }
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.alias(alias, id).await,
+        }
+    }
+
+    /// The id of the stream `alias` names (see [`alias`](Registry::alias)), if it names one.
+    ///
+    /// # Errors
+    ///
+    /// If the store fails (Redis).
+    pub async fn resolve(&self, alias: &str) -> Result<Option<String>, StoreError> {
+        match &self.inner.store {
+            Store::Memory(memory) => Ok(memory.aliases.resolve(alias)),
+            #[cfg(feature = "redis")]
+            Store::Redis(redis) => redis.resolve(alias).await,
+        }
+    }
+
     /// Takes over the running stream `id` when the instance that pumped it died (in Redis:
     /// its pump's lease, renewed every 100 ms, lapsed two seconds ago): of two instances
     /// adopting it at once, one wins, and the old pump, were it only stalled, appends nothing

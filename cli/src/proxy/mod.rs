@@ -68,9 +68,9 @@
 //!   /v1/chat/completions/{id}/stream` and `POST /v1/chat/completions/{id}/cancel`, the same
 //!   under `/v1/messages/`, and `GET /v1/responses/{id}?stream=true&starting_after=N` and `POST
 //!   /v1/responses/{id}/cancel` (as `sim` serves them; `{id}` is the request id, which a
-//!   resumed stream of any API is found by, or, for a Responses stream served by this
-//!   instance, the upstream's own response id its `response.created` named, as the `openai`
-//!   SDK resumes it; through another instance sharing a Redis store, by its request id); they
+//!   resumed stream of any API is found by, or, for a Responses stream, the upstream's own
+//!   response id its `response.created` named, as the `openai` SDK resumes it: the
+//!   registry's alias of the stream, through any instance sharing a Redis store); they
 //!   shadow the upstream's paths of the same name (other methods on them, `GET
 //!   /v1/responses/{id}` without `stream=true`, and the two Responses paths for an id the
 //!   proxy holds no stream of pass through). Without a grace they all pass through to the
@@ -267,7 +267,6 @@ mod kept;
 mod messages_seam;
 mod pages;
 mod peek;
-mod response_ids;
 mod responses_seam;
 mod resume;
 mod routes;
@@ -289,7 +288,6 @@ use streamgate::transport::TunedListener;
 pub use self::config::{Config, InjectedStall};
 pub use self::failover::FailoverMode;
 use self::fleet::Fleet;
-use self::response_ids::ResponseIds;
 pub use self::routes::{PoolConfig, Routes};
 pub use self::state::Proxy;
 use self::stats::Stats;
@@ -336,7 +334,6 @@ pub fn app(
                 .max_buffered_bytes
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         )),
-        response_ids: ResponseIds::default(),
         config,
     });
     let mut app = Router::new()

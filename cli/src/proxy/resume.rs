@@ -47,8 +47,8 @@ fn attached(proxy: &Arc<Proxy>, frames: Subscriber, id: &str) -> Response {
 
 /// `GET /v1/responses/{request_id}?stream=true[&starting_after=N]`: the events after sequence
 /// number N (a Responses stream's sequence numbers are the proxy's event ids) of a running or
-/// retained stream, as [`resume`] serves them; a stream registered here is found by its
-/// upstream's response id too (see `ResponseIds`). An id the proxy holds no stream of (a
+/// retained stream, as [`resume`] serves them; a stream is found by its upstream's response id
+/// too, through any instance sharing its store. An id the proxy holds no stream of (a
 /// background response the upstream stores) is the upstream's: the
 /// request passes through, as it does without `stream=true` (a stored response, retrieved).
 pub(super) async fn response(
@@ -60,8 +60,10 @@ pub(super) async fn response(
     if !streamed {
         return forward::forward(State(proxy), request).await;
     }
-    // The id the stream's `response.created` named (the upstream's), or its request id.
-    let id = proxy.response_ids.stream_of(&id).unwrap_or(id);
+    let id = match stream_named(&proxy, id).await {
+        Ok(id) => id,
+        Err(failure) => return resume::attach_error(&failure),
+    };
     match proxy.store.attach(&id, after).await {
         Ok(frames) => attached(&proxy, frames, &id),
         Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
@@ -76,10 +78,23 @@ pub(super) async fn response_cancel(
     Path(id): Path<String>,
     request: Request,
 ) -> Response {
-    let id = proxy.response_ids.stream_of(&id).unwrap_or(id);
+    let id = match stream_named(&proxy, id).await {
+        Ok(id) => id,
+        Err(failure) => return resume::attach_error(&failure),
+    };
     match proxy.store.stop(&id).await {
         Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
         stopped => stopped_answer(&id, stopped),
+    }
+}
+
+/// The request id of the Responses stream `id` names: the upstream's response id its
+/// `response.created` named (the registry's alias of the stream, on every instance sharing
+/// it), or its request id.
+async fn stream_named(proxy: &Proxy, id: String) -> Result<String, AttachError> {
+    match proxy.store.resolve(&id).await {
+        Ok(stream) => Ok(stream.unwrap_or(id)),
+        Err(failure) => Err(AttachError::Unavailable(failure)),
     }
 }
 

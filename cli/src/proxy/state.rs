@@ -17,7 +17,6 @@ use super::chunk::Relayed;
 use super::config::Config;
 use super::error;
 use super::fleet::Fleet;
-use super::response_ids::ResponseIds;
 use super::stats::Stats;
 use super::upstream::{REQUEST_ID, Upstream, UpstreamError};
 use super::url::UpstreamUrl;
@@ -47,8 +46,6 @@ pub struct Proxy {
     /// The bytes of request bodies being read or waiting to go upstream, process-wide
     /// (`--max-buffered-bytes`): a permit per byte.
     pub(super) buffered: Arc<tokio::sync::Semaphore>,
-    /// The upstreams' own ids of the Responses streams registered here.
-    pub(super) response_ids: ResponseIds,
 }
 
 impl fmt::Debug for Proxy {

@@ -802,8 +802,20 @@ impl Pump {
         if let (false, Some(response), true) =
             (opened, sent.outline.response_id(), self.proxy.resumable())
         {
-            // A client resumes the response by the id it was told.
-            self.proxy.response_ids.remember(response, &self.id);
+            // A client resumes the response by the id it was told, through any instance; the
+            // event does not wait on the store for it.
+            if response != self.id.as_str() {
+                let (store, response, id) = (
+                    self.proxy.store.clone(),
+                    response.to_owned(),
+                    self.id.clone(),
+                );
+                tokio::spawn(async move {
+                    if let Err(failure) = store.alias(&response, &id).await {
+                        eprintln!("proxy: naming stream {id} {response}: {failure}");
+                    }
+                });
+            }
         }
         sent.passed_kind = Some(kind);
         if sent.first.is_none() {

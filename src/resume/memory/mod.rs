@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use self::pump::pump;
 use self::reader::Reader;
 use self::stream::{Registered, Streams};
+use super::aliases::Aliases;
 use super::claim::Claim;
 use super::error::AttachError;
 use super::options::ResumeOptions;
@@ -35,6 +36,8 @@ pub(crate) struct Memory<C> {
     options: ResumeOptions,
     streams: Arc<Streams<C>>,
     counters: Arc<Counters>,
+    /// The streams' second names.
+    pub(crate) aliases: Aliases,
 }
 
 impl<C> Memory<C>
@@ -46,6 +49,7 @@ where
             options,
             streams: Arc::new(Mutex::new(HashMap::new())),
             counters: Arc::new(Counters::default()),
+            aliases: Aliases::default(),
         }
     }
 

@@ -41,6 +41,11 @@ impl Keys {
     }
 }
 
+/// The key of a stream's second name `alias`, whose value is the stream's id.
+pub(crate) fn alias_key(alias: &str) -> String {
+    format!("streamgate:alias:{{{alias}}}")
+}
+
 /// Log entries as `XRANGE` returns them: each id, with its fields and values in turn.
 pub(crate) type Entries = Vec<(String, Vec<Vec<u8>>)>;
 

@@ -4,11 +4,11 @@ use redis::{Client, RedisError};
 
 use super::adopt::{Adopted, adopt};
 use super::claim::Reservation;
-use super::keys::{Keys, millis};
+use super::keys::{Keys, alias_key, millis};
 use super::pump::{HOLD, Logged, Pumping, pump};
 use super::reader::RedisReader;
 use super::shared::{Pumped, Shared, StopHook};
-use super::timing::{BLOCK, PUMP_LEASE, RUNNING_TTL};
+use super::timing::{ALIAS_TTL, BLOCK, PUMP_LEASE, RUNNING_TTL};
 use crate::chunk::Chunk;
 use crate::ext::GateExt;
 use crate::gate::Consumer;
@@ -280,6 +280,28 @@ impl RedisLogs {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
             pumped.moved.notify_one();
         }
+    }
+
+    /// `alias` names the stream `id`, for a day, on every instance.
+    pub(crate) async fn alias(&self, alias: &str, id: &str) -> Result<(), StoreError> {
+        let mut set = redis::pipe();
+        set.cmd("SET")
+            .arg(alias_key(alias))
+            .arg(id)
+            .arg("PX")
+            .arg(millis(ALIAS_TTL))
+            .ignore();
+        self.shared.query::<()>(&set).await.map_err(unavailable)
+    }
+
+    /// The id of the stream `alias` names, if it names one.
+    pub(crate) async fn resolve(&self, alias: &str) -> Result<Option<String>, StoreError> {
+        let (id,): (Option<String>,) = self
+            .shared
+            .query(redis::pipe().get(alias_key(alias)))
+            .await
+            .map_err(unavailable)?;
+        Ok(id)
     }
 
     /// Whether Redis answers.
