@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use common::gate::Releases;
 use common::redis_server::RedisServer;
-use common::subscriber::{expected, register, register_as, rest, take, tokens};
+use common::subscriber::{expected, register, register_as, rest, second_names, take, tokens};
 use futures_util::StreamExt;
 use streamgate::probe::HopProbe;
 use streamgate::resume::{AdoptError, AttachError, ClaimError, Registry, ResumeOptions};
@@ -102,29 +102,16 @@ async fn a_resume_through_another_instance_continues_the_same_generation() {
     }
 }
 
-/// A stream's second name, given through one instance, is known on the other; a name given
-/// again names the later stream; a store that is down says so (a name is never guessed).
+/// A stream's second name, given through one instance, is known on the other for as long as
+/// the stream is (see `second_names`); a store that is down says so (a name is never guessed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_given_through_one_instance_resolves_through_the_other() {
     let Some(mut redis) = RedisServer::start("aliases") else {
         return;
     };
-    let (here, there) = instances(&redis, ResumeOptions::default());
-    here.alias("resp_1", "req-1").await.unwrap();
-    assert_eq!(
-        there.resolve("resp_1").await.unwrap().as_deref(),
-        Some("req-1")
-    );
-    assert_eq!(
-        there.resolve("req-1").await.unwrap(),
-        None,
-        "an id is no name"
-    );
-    there.alias("resp_1", "req-2").await.unwrap();
-    assert_eq!(
-        here.resolve("resp_1").await.unwrap().as_deref(),
-        Some("req-2")
-    );
+    let options = ResumeOptions::default().retain(Duration::from_secs(2));
+    let (here, there) = instances(&redis, options);
+    second_names(&here, &there).await;
     redis.kill();
     assert!(here.resolve("resp_1").await.is_err());
     assert!(here.alias("resp_3", "req-3").await.is_err());

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::Rng;
 use common::gate::Releases;
-use common::subscriber::{expected, read, register, register_as, rest, take, tokens};
+use common::subscriber::{expected, read, register, register_as, rest, second_names, take, tokens};
 use futures_util::{FutureExt, StreamExt};
 use streamgate::resume::{AttachError, ClaimError, Registry, ResumeOptions, Subscriber};
 use streamgate::sse::ErrorShape;
@@ -752,4 +752,12 @@ async fn a_stop_cancels_the_signal_a_claim_gave_out_instead_of_the_gate() {
     assert_eq!(events.last().map(|(_, t)| t.as_str()), Some("stopped"));
     releases.wait_for(1).await;
     assert_eq!(releases.once().0, EndReason::Completed);
+}
+
+/// A stream's second name resolves to the stream it was given to while that stream is kept,
+/// never to one registered later under its id (see `second_names`).
+#[tokio::test]
+async fn a_name_resolves_to_its_stream_while_it_is_kept() {
+    let registry = Registry::memory(ResumeOptions::default().retain(Duration::from_millis(100)));
+    second_names(&registry, &registry).await;
 }

@@ -318,15 +318,22 @@ async fn a_responses_upstream_that_numbers_nothing_is_numbered_by_the_proxy() {
 }
 
 /// A client resumes a Responses stream by the id its `response.created` named, the upstream's
-/// own (`resp_1`, as llama.cpp names its responses), as the `openai` SDK does: the proxy knows
-/// which of its streams that is, and so does every instance sharing its Redis store; a
-/// response it holds no stream of goes to the upstream.
+/// own (`resp_1`, where llama.cpp's are `resp_` and random letters), as the `openai` SDK does:
+/// the proxy knows which of its streams that is, and so does every instance sharing its Redis
+/// store (a stream whose request id is the name comes first); a response it holds no stream of
+/// goes to the upstream.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_responses_stream_resumes_by_the_upstreams_own_response_id() {
     let upstream = format!("http://{}", answering(UNNUMBERED.to_owned()).await);
     let flags = ["--resume-grace-ms", "10000"];
     let proxy = start_proxy(&upstream, &flags);
     resumed_by_response_id(proxy, proxy).await;
+    // A stream whose request id is that name is found by its request id first.
+    let mut named = post_api(proxy, Api::Responses, "x-request-id: resp_1\r\n", 2).await;
+    let _ = named.rest().await;
+    let path = "/v1/responses/resp_1?stream=true&starting_after=0";
+    let resumed = RawResponse::get(proxy, path, "").await;
+    assert_eq!(resumed.header("x-request-id").as_deref(), Some("resp_1"));
     // An id it holds no stream of is the upstream's to answer: this one has no such route, and
     // says so with an empty 404 (the proxy's own would be a JSON error).
     let mut unknown = RawResponse::get(proxy, "/v1/responses/resp_2?stream=true", "").await;

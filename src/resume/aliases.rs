@@ -16,7 +16,8 @@ pub(crate) struct Aliases {
 }
 
 impl Aliases {
-    /// `alias` names the stream `id` (a name given again names the later stream).
+    /// `alias` names the stream `id` (a name given again names the later stream; the store
+    /// checks that the stream still has the name).
     pub(crate) fn alias(&self, alias: &str, id: &str) {
         let mut names = self.names();
         let (by_alias, order) = &mut *names;

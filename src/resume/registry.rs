@@ -306,10 +306,12 @@ where
 
     /// Names the stream `id` also `alias`, for [`resolve`](Registry::resolve): a client that
     /// was told another name for its stream (an upstream's own response id, which the `openai`
-    /// SDK resumes a Responses stream by) finds the stream by it. A name given again names the
-    /// later stream. A memory store keeps the last [`MAX_ALIASES`](super::MAX_ALIASES) names;
-    /// Redis keeps each for a day, for every instance sharing it. A name may outlive its
-    /// stream: the id it resolves to is then unknown to [`attach`](Registry::attach).
+    /// SDK resumes a Responses stream by) finds the stream by it. A stream has one second name
+    /// (a later one replaces it), kept while the stream is registered: a name resolves only to
+    /// the stream it was given to, never to one registered later under the same id, and
+    /// naming no registered stream does nothing. A name given again names the later stream.
+    /// A memory store keeps the last [`MAX_ALIASES`](super::MAX_ALIASES) names (the caller
+    /// bounds their length); Redis keeps each for every instance sharing it.
     ///
     /// # Errors
     ///
@@ -318,21 +320,29 @@ where
     /// # Examples
     ///
     /// ```
+    /// use streamgate::Gate;
     /// use streamgate::resume::{Registry, ResumeOptions};
     ///
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// let registry = Registry::<String>::memory(ResumeOptions::default());
+    /// let registry = Registry::memory(ResumeOptions::default());
+    /// let claim = registry.claim("req-1").await?;
+    /// let consumer = Gate::new().spawn(|_, mut tx| async move {
+    ///     tx.send("a".to_owned()).await?;
+    ///     Ok::<_, streamgate::SendError<String>>(())
+    /// });
+    /// let subscriber = registry.register(claim, consumer).await?;
     /// registry.alias("resp_68a1", "req-1").await?;
     /// assert_eq!(registry.resolve("resp_68a1").await?.as_deref(), Some("req-1"));
     /// assert_eq!(registry.resolve("resp_other").await?, None);
+    /// # drop(subscriber);
     /// # Ok(())
     /// # }
     /// ```
     pub async fn alias(&self, alias: &str, id: &str) -> Result<(), StoreError> {
         match &self.inner.store {
             Store::Memory(memory) => {
-                memory.aliases.alias(alias, id);
+                memory.alias(alias, id);
                 Ok(())
             }
             #[cfg(feature = "redis")]
@@ -347,7 +357,7 @@ where
     /// If the store fails (Redis).
     pub async fn resolve(&self, alias: &str) -> Result<Option<String>, StoreError> {
         match &self.inner.store {
-            Store::Memory(memory) => Ok(memory.aliases.resolve(alias)),
+            Store::Memory(memory) => Ok(memory.resolve(alias)),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => redis.resolve(alias).await,
         }

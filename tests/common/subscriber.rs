@@ -126,3 +126,54 @@ pub fn tokens(
             Ok::<_, streamgate::SendError<String>>(())
         })
 }
+
+/// A stream's second name, given through `here`: `there` resolves it to the stream it was
+/// given to while that stream is kept; an id is no name, and naming no stream does nothing;
+/// once the stream's retention ends and its id is registered anew, the old name names nothing.
+pub async fn second_names(here: &Registry<String>, there: &Registry<String>) {
+    let releases = Releases::default();
+    let mut first = register(
+        here,
+        "named",
+        tokens(&releases, 3, Duration::ZERO, Arc::default()),
+    )
+    .await;
+    here.alias("resp_1", "named").await.unwrap();
+    assert_eq!(
+        there.resolve("resp_1").await.unwrap().as_deref(),
+        Some("named")
+    );
+    assert_eq!(
+        there.resolve("named").await.unwrap(),
+        None,
+        "an id is no name"
+    );
+    here.alias("resp_2", "unknown").await.unwrap();
+    assert_eq!(
+        there.resolve("resp_2").await.unwrap(),
+        None,
+        "no stream, no name"
+    );
+    assert_eq!(rest(&mut first).await.0, expected(0..3));
+    releases.wait_for(1).await;
+    let deadline = std::time::Instant::now() + HANG;
+    let claim = loop {
+        if let Ok(claim) = there.claim("named").await {
+            break claim;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the id was never free again"
+        );
+        sleep(Duration::from_millis(50)).await;
+    };
+    let again = Releases::default();
+    let consumer = tokens(&again, 3, Duration::ZERO, Arc::default());
+    let mut second = there.register(claim, consumer).await.expect("registered");
+    assert_eq!(
+        here.resolve("resp_1").await.unwrap(),
+        None,
+        "not the later stream"
+    );
+    assert_eq!(rest(&mut second).await.0, expected(0..3));
+}

@@ -71,6 +71,10 @@ async fn carry_on(proxy: &Arc<Proxy>, mut adoption: Adoption) {
     let format = kept.as_ref().map(|(_, format)| *format);
     let consumer = match (logged(adoption.frames(), format).await, kept) {
         (Logged::Sent(sent), Some((request, format))) if adoption.start() == 0 => {
+            // Named again, should the name given where it began not have reached the store.
+            if let Some(response) = sent.response_id() {
+                proxy.name_response(response, adoption.id());
+            }
             stream::adopted(proxy, adoption.id(), format, Arc::new(request), stop, sent)
         }
         // Its end was logged, the pump gone before the end marker: its readers get the end.

@@ -47,8 +47,8 @@ fn attached(proxy: &Arc<Proxy>, frames: Subscriber, id: &str) -> Response {
 
 /// `GET /v1/responses/{request_id}?stream=true[&starting_after=N]`: the events after sequence
 /// number N (a Responses stream's sequence numbers are the proxy's event ids) of a running or
-/// retained stream, as [`resume`] serves them; a stream is found by its upstream's response id
-/// too, through any instance sharing its store. An id the proxy holds no stream of (a
+/// retained stream, as [`resume`] serves them; a stream is found by its request id, else by
+/// its upstream's response id, through any instance sharing its store. An id the proxy holds no stream of (a
 /// background response the upstream stores) is the upstream's: the
 /// request passes through, as it does without `stream=true` (a stored response, retrieved).
 pub(super) async fn response(
@@ -60,11 +60,20 @@ pub(super) async fn response(
     if !streamed {
         return forward::forward(State(proxy), request).await;
     }
-    let id = match stream_named(&proxy, id).await {
-        Ok(id) => id,
-        Err(failure) => return resume::attach_error(&failure),
-    };
-    match proxy.store.attach(&id, after).await {
+    // By its request id, else by the name the stream's `response.created` gave it.
+    let mut attached_to = proxy.store.attach(&id, after).await;
+    let mut id = id;
+    if let Err(AttachError::Unknown) = attached_to {
+        match named(&proxy, &id).await {
+            Ok(Some(stream)) => {
+                attached_to = proxy.store.attach(&stream, after).await;
+                id = stream;
+            }
+            Ok(None) => {}
+            Err(failure) => attached_to = Err(failure),
+        }
+    }
+    match attached_to {
         Ok(frames) => attached(&proxy, frames, &id),
         Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
         Err(failure) => resume::attach_error(&failure),
@@ -78,24 +87,33 @@ pub(super) async fn response_cancel(
     Path(id): Path<String>,
     request: Request,
 ) -> Response {
-    let id = match stream_named(&proxy, id).await {
-        Ok(id) => id,
-        Err(failure) => return resume::attach_error(&failure),
-    };
-    match proxy.store.stop(&id).await {
+    let mut stopped = proxy.store.stop(&id).await;
+    let mut id = id;
+    if let Err(AttachError::Unknown) = stopped {
+        match named(&proxy, &id).await {
+            Ok(Some(stream)) => {
+                stopped = proxy.store.stop(&stream).await;
+                id = stream;
+            }
+            Ok(None) => {}
+            Err(failure) => stopped = Err(failure),
+        }
+    }
+    match stopped {
         Err(AttachError::Unknown) => forward::forward(State(proxy), request).await,
         stopped => stopped_answer(&id, stopped),
     }
 }
 
-/// The request id of the Responses stream `id` names: the upstream's response id its
-/// `response.created` named (the registry's alias of the stream, on every instance sharing
-/// it), or its request id.
-async fn stream_named(proxy: &Proxy, id: String) -> Result<String, AttachError> {
-    match proxy.store.resolve(&id).await {
-        Ok(stream) => Ok(stream.unwrap_or(id)),
-        Err(failure) => Err(AttachError::Unavailable(failure)),
-    }
+/// The request id of the Responses stream the upstream's response id `name` names (its
+/// `response.created`'s: the registry's alias of the stream, on every instance sharing it),
+/// asked when no stream has `name` as its request id.
+async fn named(proxy: &Proxy, name: &str) -> Result<Option<String>, AttachError> {
+    proxy
+        .store
+        .resolve(name)
+        .await
+        .map_err(AttachError::Unavailable)
 }
 
 /// `POST /v1/chat/completions/{request_id}/cancel`: an explicit stop. The upstream is dropped

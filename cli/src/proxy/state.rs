@@ -73,6 +73,22 @@ impl Proxy {
         }
     }
 
+    /// Names the stream `id` also by `response`, the upstream's own response id its
+    /// `response.created` gave, which a client resumes and stops it by through any instance
+    /// sharing the store: when that is a valid id (as an `x-request-id` is) other than `id`. The
+    /// stream's events do not wait on the store for it.
+    pub(super) fn name_response(&self, response: &str, id: &str) {
+        if response == id || !request_id::is_valid(response) {
+            return;
+        }
+        let (store, response, id) = (self.store.clone(), response.to_owned(), id.to_owned());
+        tokio::spawn(async move {
+            if let Err(failure) = store.alias(&response, &id).await {
+                eprintln!("proxy: naming stream {id} by its response id {response}: {failure}");
+            }
+        });
+    }
+
     /// The answer when the upstream at `url` gave no response, counted.
     pub(super) fn upstream_failed(&self, url: &UpstreamUrl, failure: &UpstreamError) -> Response {
         self.stats.upstream_failed(failure.cause());

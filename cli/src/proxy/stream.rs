@@ -468,6 +468,11 @@ enum Closing {
 }
 
 impl Sent {
+    /// The id of the Responses answer the client was told (its `response.created`'s), once it was.
+    pub(super) fn response_id(&self) -> Option<&str> {
+        self.outline.response_id()
+    }
+
     /// The client got an event of a Messages or Responses stream (`data`, as read, of `kind`,
     /// ending the answer as `ending` says): where a failover or the proxy's own end goes on
     /// from. A Messages `message_delta` with a `stop_reason` finishes the answer (its
@@ -797,25 +802,12 @@ impl Pump {
             data,
         } = passed;
         let carrying = self.proxy.config.failover != FailoverMode::Off;
-        let opened = sent.outline.response_id().is_some();
+        let opened = sent.response_id().is_some();
         sent.passed(data.as_ref(), kind, ending, carrying);
-        if let (false, Some(response), true) =
-            (opened, sent.outline.response_id(), self.proxy.resumable())
+        if let (false, Some(response), true) = (opened, sent.response_id(), self.proxy.resumable())
         {
-            // A client resumes the response by the id it was told, through any instance; the
-            // event does not wait on the store for it.
-            if response != self.id.as_str() {
-                let (store, response, id) = (
-                    self.proxy.store.clone(),
-                    response.to_owned(),
-                    self.id.clone(),
-                );
-                tokio::spawn(async move {
-                    if let Err(failure) = store.alias(&response, &id).await {
-                        eprintln!("proxy: naming stream {id} {response}: {failure}");
-                    }
-                });
-            }
+            // A client resumes the response by the id it was told.
+            self.proxy.name_response(response, &self.id);
         }
         sent.passed_kind = Some(kind);
         if sent.first.is_none() {

@@ -37,7 +37,7 @@ pub(crate) struct Memory<C> {
     streams: Arc<Streams<C>>,
     counters: Arc<Counters>,
     /// The streams' second names.
-    pub(crate) aliases: Aliases,
+    aliases: Aliases,
 }
 
 impl<C> Memory<C>
@@ -102,6 +102,25 @@ where
             entry.id.clone(),
             reader.sse().error_shape(entry.shape).starting_at(next),
         ))
+    }
+
+    /// `alias` names the stream `id` while it is registered (its one second name: a later one
+    /// replaces it); nothing, with no stream `id`.
+    pub(crate) fn alias(&self, alias: &str, id: &str) {
+        let Some(entry) = lock(&self.streams).get(id).cloned() else {
+            return;
+        };
+        *lock(&entry.alias) = Some(alias.into());
+        self.aliases.alias(alias, id);
+    }
+
+    /// The id of the stream `alias` names: one registered under that id that still has that
+    /// name (not one registered later under the same id).
+    pub(crate) fn resolve(&self, alias: &str) -> Option<String> {
+        let id = self.aliases.resolve(alias)?;
+        let entry = lock(&self.streams).get(id.as_str()).cloned()?;
+        let named = lock(&entry.alias).as_deref() == Some(alias);
+        named.then_some(id)
     }
 
     /// From now on the log of `id` takes every event at once (a stopped stream's last events

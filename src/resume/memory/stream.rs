@@ -39,6 +39,8 @@ pub(crate) struct Registered<C> {
     pub(crate) handle: GateHandle,
     /// The error shape of its readers' ends (`Claim::error_shape`).
     pub(crate) shape: ErrorShape,
+    /// Its second name (`Registry::alias`), once it has one.
+    pub(crate) alias: Mutex<Option<Box<str>>>,
     /// How long it goes on with nobody attached.
     grace: Duration,
     /// The registry's: an expiry is counted there.
@@ -104,6 +106,7 @@ impl<C: Chunk + Clone> Registered<C> {
             id,
             handle,
             shape,
+            alias: Mutex::new(None),
             grace: options.grace,
             counters,
             state: Mutex::new(State {

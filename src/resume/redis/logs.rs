@@ -30,6 +30,14 @@ if state and state ~= 'ended' then
 end
 return state";
 
+/// Names the stream whose meta key is KEYS[1] ARGV[1], if it exists: whether it did.
+const ALIAS: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('HSET', KEYS[1], 'alias', ARGV[1])
+    return 1
+end
+return 0";
+
 /// Streams kept in Redis, reachable from every instance sharing it.
 pub(crate) struct RedisLogs {
     shared: Arc<Shared>,
@@ -282,8 +290,19 @@ impl RedisLogs {
         }
     }
 
-    /// `alias` names the stream `id`, for a day, on every instance.
+    /// `alias` names the stream `id` on every instance, in its meta key (which goes with the
+    /// stream) and in a key of the name's own (kept a day), if the stream exists.
     pub(crate) async fn alias(&self, alias: &str, id: &str) -> Result<(), StoreError> {
+        let mut name = redis::pipe();
+        name.cmd("EVAL")
+            .arg(ALIAS)
+            .arg(1)
+            .arg(Keys::new(id).meta)
+            .arg(alias);
+        let (named,): (bool,) = self.shared.query(&name).await.map_err(unavailable)?;
+        if !named {
+            return Ok(());
+        }
         let mut set = redis::pipe();
         set.cmd("SET")
             .arg(alias_key(alias))
@@ -294,14 +313,22 @@ impl RedisLogs {
         self.shared.query::<()>(&set).await.map_err(unavailable)
     }
 
-    /// The id of the stream `alias` names, if it names one.
+    /// The id of the stream `alias` names: one whose meta key still has that name.
     pub(crate) async fn resolve(&self, alias: &str) -> Result<Option<String>, StoreError> {
         let (id,): (Option<String>,) = self
             .shared
             .query(redis::pipe().get(alias_key(alias)))
             .await
             .map_err(unavailable)?;
-        Ok(id)
+        let Some(id) = id else {
+            return Ok(None);
+        };
+        let (named,): (Option<String>,) = self
+            .shared
+            .query(redis::pipe().hget(Keys::new(&id).meta, "alias"))
+            .await
+            .map_err(unavailable)?;
+        Ok((named.as_deref() == Some(alias)).then_some(id))
     }
 
     /// Whether Redis answers.
