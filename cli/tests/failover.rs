@@ -539,7 +539,8 @@ async fn killed_mid_stream<F: Future<Output = ()>>(
     die_after: u64,
     serve: impl Fn(SocketAddr) -> F,
 ) -> (Value, String) {
-    let dying = Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
+    let mut dying =
+        Replica::start(&["--step-ms", "1", "--die-after", &die_after.to_string()]).await;
     let other = Replica::start(&["--step-ms", "1"]).await;
     let toml = format!(
         "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
@@ -553,7 +554,7 @@ async fn killed_mid_stream<F: Future<Output = ()>>(
         serve(proxy).await;
         let stats = common::stats(proxy).await;
         if upstream(&stats, &dying.url())["picks"] != 0 {
-            assert!(!answers(&dying), "after {die_after}: it died");
+            assert!(dying.exited(), "after {die_after}: it died");
             return (stats, dying.url());
         }
         assert!(tokio::time::Instant::now() < deadline, "{stats}");
@@ -610,11 +611,6 @@ fn assert_one_answer(api: Api, events: &[formats::Read], at: &str) {
 /// The types of `events`.
 fn kinds(events: &[formats::Read]) -> Vec<&str> {
     events.iter().map(|event| event.kind.as_str()).collect()
-}
-
-/// Whether the replica's process still takes connections (its `--die-after` killed it, or not).
-fn answers(replica: &Replica) -> bool {
-    std::net::TcpStream::connect(replica.addr()).is_ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,14 @@
-//! The real Python SDKs as the tests run them: a script of `tests/clients/`, off the runtime's
-//! threads, skipped (loudly) when its package is not installed.
+//! The real Python SDKs as the tests run them: a script of `tests/clients/` as a child process,
+//! skipped (loudly) when its package is not installed.
 
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::Value;
+use tokio::process::Command;
 
-/// Runs `python3 tests/clients/SCRIPT ARGS` off the runtime's threads (the server runs on
-/// them), if the Python `module` is installed; `None` (the test says SKIPPED) when it is not.
+/// Runs `python3 tests/clients/SCRIPT ARGS` as a child process (killed if it takes over a
+/// minute), if the Python `module` is installed; `None` (the test says SKIPPED) when it is not.
 pub async fn python(test: &str, module: &str, script: &str, args: Vec<String>) -> Option<Output> {
     if !installed(test, module).await {
         return None;
@@ -18,7 +19,6 @@ pub async fn python(test: &str, module: &str, script: &str, args: Vec<String>) -
     let output = tokio::time::timeout(Duration::from_secs(60), run(command))
         .await
         .expect("the SDK finished in time")
-        .unwrap()
         .expect("python3 runs");
     assert!(
         output.status.success(),
@@ -32,8 +32,9 @@ pub async fn python(test: &str, module: &str, script: &str, args: Vec<String>) -
 /// Whether the Python `module` is installed; when it is not, `test` says SKIPPED.
 pub async fn installed(test: &str, module: &str) -> bool {
     let import = vec!["-c".to_owned(), format!("import {module}")];
-    let installed = run(import).await.unwrap();
-    let installed = installed.is_ok_and(|output| output.status.success());
+    let installed = run(import)
+        .await
+        .is_ok_and(|output| output.status.success());
     if !installed {
         eprintln!(
             "\n*** SKIPPED {test}: the {module} Python package is not installed \
@@ -43,9 +44,13 @@ pub async fn installed(test: &str, module: &str) -> bool {
     installed
 }
 
-/// `python3 ARGS`, off the runtime's threads.
-fn run(args: Vec<String>) -> tokio::task::JoinHandle<std::io::Result<Output>> {
-    tokio::task::spawn_blocking(move || Command::new("python3").args(args).output())
+/// `python3 ARGS`, killed when the future is dropped.
+async fn run(args: Vec<String>) -> std::io::Result<Output> {
+    Command::new("python3")
+        .args(args)
+        .kill_on_drop(true)
+        .output()
+        .await
 }
 
 /// The JSON lines a script printed.

@@ -66,6 +66,14 @@ impl Replica {
         self.child.as_ref()?.id()
     }
 
+    /// Whether the process ended by itself (its `--die-after`): it has exited, and was not
+    /// killed here.
+    pub fn exited(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| child.try_wait().is_ok_and(|status| status.is_some()))
+    }
+
     /// Whether a process is running (not yet killed).
     pub fn running(&self) -> bool {
         self.child.is_some()
