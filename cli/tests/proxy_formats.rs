@@ -20,6 +20,10 @@ use axum::routing::post;
 use common::formats::{Api, Read, heartbeats_between, read_all, text, tokens};
 use common::python::{lines, python};
 use common::replica::Replica;
+use common::sdk_runs::{
+    anthropic_args, assert_anthropic_sdk_streamed, assert_openai_sdk_streamed_and_resumed,
+    openai_args,
+};
 use common::{LONG, RawResponse, assert_sse_headers, stats, wait_for};
 use serde_json::Value;
 use setup::{start_proxy, start_sim};
@@ -69,6 +73,27 @@ async fn heartbeats_bridge_a_stall_in_each_api() {
         let beats = heartbeats_between(&frames, "t1", "t2");
         assert!(beats >= 2, "heartbeats in the 400 ms stall: {frames:?}");
         assert_eq!(text(&read_all(api, &frames)), tokens(0..4));
+    }
+}
+
+/// The SDKs through the proxy in front of sim, which stalls for 1.5 s at token 3 and sends no
+/// heartbeat of its own in it: the anthropic SDK's `messages.stream` and the openai SDK's
+/// `responses.stream`, reading at most 0.5 s each, pass the stall on the proxy's heartbeats;
+/// the openai SDK resumes its response through the proxy by `starting_after`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdks_stream_through_the_proxy_across_a_stall_and_resume() {
+    let sim_flags = ["--step-ms", "1", "--stall-at", "3", "--stall-ms", "1500"];
+    let (sim, _) = start_sim(&sim_flags);
+    let flags = ["--heartbeat-ms", "100", "--resume-grace-ms", "10000"];
+    let proxy = start_proxy(&format!("http://{sim}"), &flags);
+    let test = "the_sdks_stream_through_the_proxy_across_a_stall_and_resume";
+    if let Some(output) = python(test, "anthropic", "anthropic_sdk.py", anthropic_args(proxy)).await
+    {
+        assert_anthropic_sdk_streamed(&output);
+    }
+    let args = openai_args(proxy, "sdk-proxied");
+    if let Some(output) = python(test, "openai", "openai_responses.py", args).await {
+        assert_openai_sdk_streamed_and_resumed(&output, "sdk-proxied");
     }
 }
 

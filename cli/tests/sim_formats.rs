@@ -13,8 +13,12 @@ mod common;
 use std::net::SocketAddr;
 
 use common::formats::{Api, Read, heartbeats_between, read_all, text, tokens};
-use common::python::{lines, python};
+use common::python::python;
 use common::reference::start;
+use common::sdk_runs::{
+    anthropic_args, assert_anthropic_sdk_streamed, assert_openai_sdk_streamed_and_resumed,
+    openai_args,
+};
 use common::{LONG, RawResponse, assert_sse_headers, records_by_request, stats, wait_for};
 use serde_json::Value;
 
@@ -429,54 +433,20 @@ const SDK_SIM: [&str; 10] = [
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_anthropic_sdk_streams_a_message_through_a_stall() {
     let addr = start(&SDK_SIM);
-    // Reads wait at most 0.5 s: the stall passes on heartbeats alone.
-    let args = vec![format!("http://{addr}"), "40".to_owned(), "0.5".to_owned()];
     let test = "the_anthropic_sdk_streams_a_message_through_a_stall";
-    let Some(output) = python(test, "anthropic", "anthropic_sdk.py", args).await else {
-        return;
-    };
-    let lines = lines(&output);
-    let streamed = &lines[0];
-    assert_eq!(streamed["text"], tokens(0..40), "{streamed}");
-    assert_eq!(streamed["final"], tokens(0..40));
-    assert_eq!(streamed["stop_reason"], "max_tokens");
-    assert_eq!(streamed["output_tokens"], 40);
-    // Sim's 400 in Anthropic's shape is the SDK's BadRequestError.
-    assert_eq!(lines[1]["error"], "BadRequestError", "{}", lines[1]);
-    assert_eq!(lines[1]["status"], 400);
+    if let Some(output) = python(test, "anthropic", "anthropic_sdk.py", anthropic_args(addr)).await
+    {
+        assert_anthropic_sdk_streamed(&output);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_openai_sdk_streams_a_response_through_a_stall_and_resumes_it_after_its_last_event() {
     let addr = start(&SDK_SIM);
-    // Reads wait at most 0.5 s: the stall passes on heartbeats alone.
-    let args = vec![
-        format!("http://{addr}/v1"),
-        "40".to_owned(),
-        "sdk-1".to_owned(),
-        "0.5".to_owned(),
-    ];
     let test =
         "the_openai_sdk_streams_a_response_through_a_stall_and_resumes_it_after_its_last_event";
-    let Some(output) = python(test, "openai", "openai_responses.py", args).await else {
-        return;
-    };
-    let got = &lines(&output)[0];
-    assert_eq!(got["response_id"], "sdk-1", "{got}");
-    // Three events before the first delta: the fifth delta is event 7.
-    assert_eq!(got["last"], 7, "{got}");
-    assert_eq!(got["first"], tokens(0..5));
-    // Resumed after event 7: the rest, each event once, numbered on.
-    assert_eq!(got["resumed"], tokens(5..40), "{got}");
-    let numbers: Vec<u64> = got["numbers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_u64().unwrap())
-        .collect();
-    let after: Vec<u64> = (8..8 + 35 + 4).collect();
-    assert_eq!(numbers, after, "{got}");
-    assert_eq!(got["final"], tokens(0..40));
-    assert_eq!(got["status"], "completed");
-    assert_eq!(got["skipped"], tokens(5..40), "the server's starting_after");
+    let args = openai_args(addr, "sdk-1");
+    if let Some(output) = python(test, "openai", "openai_responses.py", args).await {
+        assert_openai_sdk_streamed_and_resumed(&output, "sdk-1");
+    }
 }

@@ -1,8 +1,9 @@
 //! What the command's tests share: the library tests' raw HTTP/1.1 client over a real TCP
 //! socket (it sees exactly the bytes and the chunking the server sends, and can stop reading or
 //! vanish whenever a test says), the reference server served in process ([`reference`]) and a
-//! client of its resumable streams ([`resume_client`]), a reader of its Messages and Responses
-//! streams ([`formats`]) and of its hop records; for the proxy in front of a fleet, a fake
+//! client of its resumable streams ([`resume_client`]), the SDK scripts several tests run
+//! ([`sdk_runs`]), a reader of its Messages and Responses streams ([`formats`]) and of its hop
+//! records; for the proxy in front of a fleet, a fake
 //! provider that fails as providers fail ([`provider`]), TLS made at test time ([`tls`]) and
 //! the reference server as a process to kill and restart ([`replica`]).
 
@@ -14,6 +15,7 @@ pub mod python;
 pub mod reference;
 pub mod replica;
 pub mod resume_client;
+pub mod sdk_runs;
 pub mod tls;
 
 #[path = "../../../tests/common/deaf.rs"]
