@@ -14,7 +14,10 @@ use common as client;
 
 use std::net::SocketAddr;
 
+use std::convert::Infallible;
+
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use common::formats::{Api, Read, heartbeats_between, read_all, text, tokens};
@@ -306,19 +309,119 @@ const UNNUMBERED: &str = concat!(
     "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"id\":\"resp_1\",\"object\":\"response\",\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"id\":\"msg_1\",\"role\":\"assistant\",\"status\":\"completed\",\"content\":[{\"type\":\"output_text\",\"text\":\"Hello there\",\"annotations\":[]}]}]}}\n\n",
 );
 
-/// A Responses upstream on 127.0.0.1 that answers every `POST /v1/responses` with `body` as
-/// its event stream; its address.
+/// A Messages and Responses upstream on 127.0.0.1 that answers every `POST /v1/messages` and
+/// `POST /v1/responses` with `body` as its event stream; its address.
 async fn answering(body: String) -> SocketAddr {
-    let app = Router::new().route(
-        "/v1/responses",
-        post(
-            move || async move { ([("content-type", "text/event-stream")], body).into_response() },
-        ),
-    );
+    answering_in(body, usize::MAX).await
+}
+
+/// As [`answering`], writing `body` in pieces of `piece` bytes (an event split across reads).
+async fn answering_in(body: String, piece: usize) -> SocketAddr {
+    let answer = move || {
+        let pieces: Vec<Result<Bytes, Infallible>> = body
+            .as_bytes()
+            .chunks(piece)
+            .map(|piece| Ok(Bytes::copy_from_slice(piece)))
+            .collect();
+        async move {
+            let body = Body::from_stream(futures_util::stream::iter(pieces));
+            ([("content-type", "text/event-stream")], body).into_response()
+        }
+    };
+    let app = Router::new()
+        .route("/v1/responses", post(answer.clone()))
+        .route("/v1/messages", post(answer));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let upstream = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     upstream
+}
+
+/// A Messages stream with, between its two text deltas, an event whose JSON is cut off and an
+/// event of a type the crate does not know.
+const MESSAGES_WITH_HOSTILE_EVENTS: &str = concat!(
+    "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"m\",\"stop_reason\":null,\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n",
+    "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hello\"}}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\n\n",
+    "event: content_block_annotation\ndata: {\"type\":\"content_block_annotation\",\"index\":0}\n\n",
+    "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\" there\"}}\n\n",
+    "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+    "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":2}}\n\n",
+    "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+);
+
+/// Hostile input in each API, split across reads of 7 bytes: an event whose JSON is cut off
+/// is dropped and counted (an SDK would raise on it), an unknown event type passes, the rest
+/// is one stream numbered without a gap; a 10 MB delta (past the decoder's 1 MiB event) ends
+/// the stream with the API's own error event, after what came before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_events_in_each_api_are_dropped_passed_or_end_it_clearly() {
+    let cut = "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"delta\":\n\n";
+    let unknown = "event: response.future_event\ndata: {\"type\":\"response.future_event\",\"item_id\":\"msg_1\"}\n\n";
+    let mut events: Vec<&str> = UNNUMBERED.split_inclusive("\n\n").collect();
+    events.splice(4..4, [cut, unknown]);
+    let responses = events.concat();
+    for (api, body, unknown) in [
+        (
+            Api::Messages,
+            MESSAGES_WITH_HOSTILE_EVENTS.to_owned(),
+            "content_block_annotation",
+        ),
+        (Api::Responses, responses, "response.future_event"),
+    ] {
+        let upstream = answering_in(body, 7).await;
+        let proxy = start_proxy(&format!("http://{upstream}"), &[]);
+        let frames = post_api(proxy, api, "", 2).await.rest().await;
+        let ids: Vec<_> = frames.iter().map(|frame| common::id(frame)).collect();
+        let expected: Vec<_> = (0..frames.len() as u64).map(Some).collect();
+        assert_eq!(ids, expected, "{api:?}: numbered without a gap: {frames:?}");
+        let (unknowns, known): (Vec<String>, Vec<String>) = frames
+            .into_iter()
+            .partition(|frame| frame.starts_with(&format!("event: {unknown}\n")));
+        assert_eq!(unknowns.len(), 1, "{api:?}: the unknown type passes");
+        let events = read_all(api, &known);
+        assert_eq!(text(&events), "Hello there", "{api:?}: {events:?}");
+        assert_eq!(kinds(&events).last(), api.closing().last());
+        let stats = stats(proxy).await;
+        assert_eq!(stats["events_dropped_invalid"], 1, "{api:?}: {stats}");
+        // A 10 MB delta after the opening.
+        let huge = match api {
+            Api::Messages => format!(
+                "event: content_block_delta\ndata: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"text_delta\",\"text\":\"{}\"}}}}\n\n",
+                "x".repeat(10 << 20)
+            ),
+            Api::Responses => format!(
+                "event: response.output_text.delta\ndata: {{\"type\":\"response.output_text.delta\",\"item_id\":\"msg_1\",\"delta\":\"{}\"}}\n\n",
+                "x".repeat(10 << 20)
+            ),
+        };
+        let opening = match api {
+            Api::Messages => MESSAGES_WITH_HOSTILE_EVENTS
+                .split_inclusive("\n\n")
+                .take(2)
+                .collect::<String>(),
+            Api::Responses => UNNUMBERED.split_inclusive("\n\n").take(3).collect(),
+        };
+        let upstream = answering(opening + &huge).await;
+        let proxy = start_proxy(&format!("http://{upstream}"), &[]);
+        let events = read_all(api, &post_api(proxy, api, "", 2).await.rest().await);
+        assert_eq!(
+            kinds(&events)[..api.opening().len()],
+            *api.opening(),
+            "{api:?}"
+        );
+        let last = events.last().unwrap();
+        assert_eq!(last.kind, "error", "{api:?}: {events:?}");
+        let message = match api {
+            Api::Messages => &last.data["error"]["message"],
+            Api::Responses => &last.data["message"],
+        };
+        assert!(
+            message.as_str().unwrap().contains("sse line longer than"),
+            "{last:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
