@@ -755,9 +755,9 @@ async fn a_stop_cancels_the_signal_a_claim_gave_out_instead_of_the_gate() {
 }
 
 /// A stream's second name resolves to the stream it was given to while that stream is kept,
-/// never to one registered later under its id (see `second_names`).
+/// never to one claimed later under its id (see `second_names`).
 #[tokio::test]
 async fn a_name_resolves_to_its_stream_while_it_is_kept() {
-    let registry = Registry::memory(ResumeOptions::default().retain(Duration::from_millis(100)));
+    let registry = Registry::memory(ResumeOptions::default().retain(Duration::from_secs(1)));
     second_names(&registry, &registry).await;
 }

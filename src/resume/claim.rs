@@ -142,6 +142,11 @@ impl Claim {
     }
 
     /// The table this claim is held in.
+    /// Tells this claim from an earlier or later one of the same id.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
     pub(crate) fn is_from(&self, claims: &Arc<Claims>) -> bool {
         Arc::ptr_eq(&self.claims, claims)
     }
@@ -243,6 +248,11 @@ impl Claims {
             request: None,
             shape: ErrorShape::OpenAi,
         })
+    }
+
+    /// The generation of the claim held on `id`, if one is.
+    pub(crate) fn generation(&self, id: &str) -> Option<u64> {
+        self.lock().get(id).map(|held| held.generation)
     }
 
     /// Whether a claim on `id` is held.

@@ -306,12 +306,14 @@ where
 
     /// Names the stream `id` also `alias`, for [`resolve`](Registry::resolve): a client that
     /// was told another name for its stream (an upstream's own response id, which the `openai`
-    /// SDK resumes a Responses stream by) finds the stream by it. A stream has one second name
-    /// (a later one replaces it), kept while the stream is registered: a name resolves only to
-    /// the stream it was given to, never to one registered later under the same id, and
-    /// naming no registered stream does nothing. A name given again names the later stream.
-    /// A memory store keeps the last [`MAX_ALIASES`](super::MAX_ALIASES) names (the caller
-    /// bounds their length); Redis keeps each for every instance sharing it.
+    /// SDK resumes a Responses stream by) finds the stream by it. The stream may be claimed
+    /// and not yet registered (a name its first event gives), running, or retained; naming an
+    /// id no stream has does nothing. A name resolves only to the stream it was given to,
+    /// while that stream is kept, never to one claimed later under the same id; a stream may
+    /// have several names, and a name given again names the later stream. A memory store keeps
+    /// the last [`MAX_ALIASES`](super::MAX_ALIASES) names (the caller bounds their length);
+    /// Redis keeps each, for every instance sharing it, for the retention and an hour more
+    /// from when it was given (a stream running longer is then found by its id only).
     ///
     /// # Errors
     ///
@@ -342,7 +344,7 @@ where
     pub async fn alias(&self, alias: &str, id: &str) -> Result<(), StoreError> {
         match &self.inner.store {
             Store::Memory(memory) => {
-                memory.alias(alias, id);
+                memory.alias(&self.inner.claims, alias, id);
                 Ok(())
             }
             #[cfg(feature = "redis")]
@@ -357,7 +359,7 @@ where
     /// If the store fails (Redis).
     pub async fn resolve(&self, alias: &str) -> Result<Option<String>, StoreError> {
         match &self.inner.store {
-            Store::Memory(memory) => Ok(memory.resolve(alias)),
+            Store::Memory(memory) => Ok(memory.resolve(&self.inner.claims, alias)),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => redis.resolve(alias).await,
         }

@@ -20,7 +20,7 @@ use self::pump::pump;
 use self::reader::Reader;
 use self::stream::{Registered, Streams};
 use super::aliases::Aliases;
-use super::claim::Claim;
+use super::claim::{Claim, Claims};
 use super::error::AttachError;
 use super::options::ResumeOptions;
 use super::stats::{Counters, RegistryStats};
@@ -69,7 +69,7 @@ where
         let id: Arc<str> = claim.id().into();
         let entry = Arc::new(Registered::new(
             id.clone(),
-            (consumer.handle(), claim.shape),
+            (consumer.handle(), claim.shape, claim.generation()),
             &self.options,
             self.counters.clone(),
         ));
@@ -104,23 +104,27 @@ where
         ))
     }
 
-    /// `alias` names the stream `id` while it is registered (its one second name: a later one
-    /// replaces it); nothing, with no stream `id`.
-    pub(crate) fn alias(&self, alias: &str, id: &str) {
-        let Some(entry) = lock(&self.streams).get(id).cloned() else {
-            return;
-        };
-        *lock(&entry.alias) = Some(alias.into());
-        self.aliases.alias(alias, id);
+    /// `alias` names the stream `id`, claimed (`claims`) or registered, while it is kept;
+    /// nothing, with no such stream.
+    pub(crate) fn alias(&self, claims: &Claims, alias: &str, id: &str) {
+        if let Some(generation) = self.generation(claims, id) {
+            self.aliases.alias(alias, id, generation);
+        }
     }
 
-    /// The id of the stream `alias` names: one registered under that id that still has that
-    /// name (not one registered later under the same id).
-    pub(crate) fn resolve(&self, alias: &str) -> Option<String> {
-        let id = self.aliases.resolve(alias)?;
-        let entry = lock(&self.streams).get(id.as_str()).cloned()?;
-        let named = lock(&entry.alias).as_deref() == Some(alias);
-        named.then_some(id)
+    /// The id of the stream `alias` names: the stream it was given to, claimed or registered
+    /// (not one claimed later under the same id).
+    pub(crate) fn resolve(&self, claims: &Claims, alias: &str) -> Option<String> {
+        let (id, generation) = self.aliases.resolve(alias)?;
+        (self.generation(claims, &id) == Some(generation)).then_some(id)
+    }
+
+    /// The generation of the stream `id`: its claim's while it is held, then (retained) its
+    /// registered entry's.
+    fn generation(&self, claims: &Claims, id: &str) -> Option<u64> {
+        claims
+            .generation(id)
+            .or_else(|| lock(&self.streams).get(id).map(|entry| entry.generation))
     }
 
     /// From now on the log of `id` takes every event at once (a stopped stream's last events

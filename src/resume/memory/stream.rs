@@ -39,8 +39,8 @@ pub(crate) struct Registered<C> {
     pub(crate) handle: GateHandle,
     /// The error shape of its readers' ends (`Claim::error_shape`).
     pub(crate) shape: ErrorShape,
-    /// Its second name (`Registry::alias`), once it has one.
-    pub(crate) alias: Mutex<Option<Box<str>>>,
+    /// Its claim's generation: tells it from an earlier or later stream of the same id.
+    pub(crate) generation: u64,
     /// How long it goes on with nobody attached.
     grace: Duration,
     /// The registry's: an expiry is counted there.
@@ -98,7 +98,7 @@ impl<C: Chunk + Clone> Registered<C> {
     /// The stream `id` of the gate `handle`, kept as `options` says.
     pub(crate) fn new(
         id: Arc<str>,
-        (handle, shape): (GateHandle, ErrorShape),
+        (handle, shape, generation): (GateHandle, ErrorShape, u64),
         options: &crate::resume::ResumeOptions,
         counters: Arc<Counters>,
     ) -> Self {
@@ -106,7 +106,7 @@ impl<C: Chunk + Clone> Registered<C> {
             id,
             handle,
             shape,
-            alias: Mutex::new(None),
+            generation,
             grace: options.grace,
             counters,
             state: Mutex::new(State {

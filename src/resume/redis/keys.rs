@@ -46,6 +46,11 @@ pub(crate) fn alias_key(alias: &str) -> String {
     format!("streamgate:alias:{{{alias}}}")
 }
 
+/// The field of a stream's meta key that says it has the second name `alias`.
+pub(crate) fn alias_field(alias: &str) -> String {
+    format!("alias:{alias}")
+}
+
 /// Log entries as `XRANGE` returns them: each id, with its fields and values in turn.
 pub(crate) type Entries = Vec<(String, Vec<Vec<u8>>)>;
 

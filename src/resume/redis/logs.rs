@@ -4,7 +4,7 @@ use redis::{Client, RedisError};
 
 use super::adopt::{Adopted, adopt};
 use super::claim::Reservation;
-use super::keys::{Keys, alias_key, millis};
+use super::keys::{Keys, alias_field, alias_key, millis};
 use super::pump::{HOLD, Logged, Pumping, pump};
 use super::reader::RedisReader;
 use super::shared::{Pumped, Shared, StopHook};
@@ -30,10 +30,11 @@ if state and state ~= 'ended' then
 end
 return state";
 
-/// Names the stream whose meta key is KEYS[1] ARGV[1], if it exists: whether it did.
+/// Gives the stream whose meta key is KEYS[1] the name field ARGV[1], if it exists: whether
+/// it did.
 const ALIAS: &str = r"
 if redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('HSET', KEYS[1], 'alias', ARGV[1])
+    redis.call('HSET', KEYS[1], ARGV[1], 1)
     return 1
 end
 return 0";
@@ -291,14 +292,15 @@ impl RedisLogs {
     }
 
     /// `alias` names the stream `id` on every instance, in its meta key (which goes with the
-    /// stream) and in a key of the name's own (kept a day), if the stream exists.
+    /// stream) and in a key of the name's own (kept for the retention and an hour), if the
+    /// stream exists (claimed, running or retained).
     pub(crate) async fn alias(&self, alias: &str, id: &str) -> Result<(), StoreError> {
         let mut name = redis::pipe();
         name.cmd("EVAL")
             .arg(ALIAS)
             .arg(1)
             .arg(Keys::new(id).meta)
-            .arg(alias);
+            .arg(alias_field(alias));
         let (named,): (bool,) = self.shared.query(&name).await.map_err(unavailable)?;
         if !named {
             return Ok(());
@@ -308,7 +310,7 @@ impl RedisLogs {
             .arg(alias_key(alias))
             .arg(id)
             .arg("PX")
-            .arg(millis(ALIAS_TTL))
+            .arg(millis(self.shared.options.retain + ALIAS_TTL))
             .ignore();
         self.shared.query::<()>(&set).await.map_err(unavailable)
     }
@@ -323,12 +325,12 @@ impl RedisLogs {
         let Some(id) = id else {
             return Ok(None);
         };
-        let (named,): (Option<String>,) = self
+        let (named,): (bool,) = self
             .shared
-            .query(redis::pipe().hget(Keys::new(&id).meta, "alias"))
+            .query(redis::pipe().hexists(Keys::new(&id).meta, alias_field(alias)))
             .await
             .map_err(unavailable)?;
-        Ok((named.as_deref() == Some(alias)).then_some(id))
+        Ok(named.then_some(id))
     }
 
     /// Whether Redis answers.

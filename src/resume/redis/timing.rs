@@ -15,9 +15,10 @@ pub(super) const PUMP_LEASE: Duration = Duration::from_secs(2);
 /// The TTL of a running (or claimed) stream's keys, renewed while it runs: the keys of an
 /// instance that died go away this long after it.
 pub(super) const RUNNING_TTL: Duration = Duration::from_secs(10);
-/// How long a stream's second name's own key is kept (its stream's meta key keeps the name
-/// while the stream is kept; past that, the name resolves to nothing).
-pub(super) const ALIAS_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long a stream's second name's own key is kept beyond the retention, from when it was
+/// given (the stream's meta key says it has the name while the stream is kept; past either,
+/// the name resolves to nothing).
+pub(super) const ALIAS_TTL: Duration = Duration::from_secs(60 * 60);
 /// The least a finished stream's keys are kept, so attached readers can read its tail.
 pub(super) const MIN_RETAIN: Duration = LEASE;
 /// How long one `XREAD BLOCK` waits before a reader looks at its stream again.
