@@ -22,7 +22,7 @@ use common::provider::{Behaviour, ErrorCode, Failure, Provider, Script, Stream};
 use common::python;
 use common::replica::Replica;
 use common::{HANG, RawResponse, id, wait_for};
-use fleet_setup::{Read, chat, configured, stream, upstream};
+use fleet_setup::{Read, all_ended, chat, configured, stream, upstream};
 use serde_json::{Value, json};
 use setup::{CHAT, start_sim};
 use streamgate::timeline::{Blame, Timeline};
@@ -289,15 +289,7 @@ async fn a_client_that_leaves_during_a_failover_ends_it_and_every_lease() {
         .until("the failover's attempt", |p| p.attempt_count() == 1)
         .await;
     drop(response);
-    let stats = wait_for(proxy, "the stream and its leases end", |s| {
-        s["streams_running"] == 0
-            && s["upstreams"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|u| u["in_flight"] == 0)
-    })
-    .await;
+    let stats = all_ended(proxy).await;
     assert_eq!(stats["streams_ended"]["consumer_gone"], 1, "{stats}");
     silent
         .until("its connection closed", |p| p.connections() == 0)
@@ -478,15 +470,7 @@ async fn a_stop_during_a_messages_or_responses_failover_ends_it_in_its_api() {
                 assert_eq!(response["output"][0]["content"][0]["text"], tokens(0..5));
             }
         }
-        let stats = wait_for(proxy, "the stream and its leases end", |s| {
-            s["streams_running"] == 0
-                && s["upstreams"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .all(|u| u["in_flight"] == 0)
-        })
-        .await;
+        let stats = all_ended(proxy).await;
         assert_eq!(stats["streams_ended"]["cancelled"], 1, "{api:?}: {stats}");
         silent
             .until("its connection closed", |p| p.connections() == 0)

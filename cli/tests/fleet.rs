@@ -22,7 +22,7 @@ use common::provider::{
 use common::replica::Replica;
 use common::tls::Authority;
 use common::{BodyEnd, HANG, RawResponse, content, data, stats, wait_for};
-use fleet_setup::{chat, configured, file, read, replicas, stream, upstream};
+use fleet_setup::{all_ended, chat, configured, file, read, replicas, stream, upstream};
 use serde_json::Value;
 use setup::CHAT;
 use tokio::io::AsyncWriteExt;
@@ -598,15 +598,7 @@ async fn in_flight_counts_return_to_zero_after_a_thousand_streams_that_end_every
         let ends = batch.iter().map(|client| end_as(proxy, *client));
         futures_util::future::join_all(ends).await;
     }
-    let stats = wait_for(proxy, "every stream ended and its lease with it", |s| {
-        s["streams_running"] == 0
-            && s["upstreams"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|u| u["in_flight"] == 0)
-    })
-    .await;
+    let stats = all_ended(proxy).await;
     let picks: u64 = stats["upstreams"]
         .as_array()
         .unwrap()

@@ -10,7 +10,7 @@ use serde_json::Value;
 use streamgate_cli::proxy;
 
 use crate::common::provider::Answer;
-use crate::common::{BodyEnd, RawResponse, content, data};
+use crate::common::{BodyEnd, RawResponse, content, data, wait_for};
 use crate::setup::{CHAT, args, serve_proxy};
 
 /// A proxy with `flags`, served in process; its address.
@@ -144,4 +144,17 @@ pub fn upstream<'a>(stats: &'a Value, url: &str) -> &'a Value {
         .iter()
         .find(|u| u["url"].as_str().unwrap().starts_with(prefix))
         .unwrap_or_else(|| panic!("no upstream {url} in {stats}"))
+}
+
+/// The proxy's stats once every stream has ended and every upstream's lease with it.
+pub async fn all_ended(proxy: SocketAddr) -> Value {
+    wait_for(proxy, "every stream and its leases end", |s| {
+        s["streams_running"] == 0
+            && s["upstreams"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|u| u["in_flight"] == 0)
+    })
+    .await
 }
