@@ -141,12 +141,12 @@ impl Claim {
         self.shape = shape;
     }
 
-    /// The table this claim is held in.
     /// Tells this claim from an earlier or later one of the same id.
     pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
+    /// The table this claim is held in.
     pub(crate) fn is_from(&self, claims: &Arc<Claims>) -> bool {
         Arc::ptr_eq(&self.claims, claims)
     }

@@ -48,9 +48,9 @@ fn attached(proxy: &Arc<Proxy>, frames: Subscriber, id: &str) -> Response {
 /// `GET /v1/responses/{request_id}?stream=true[&starting_after=N]`: the events after sequence
 /// number N (a Responses stream's sequence numbers are the proxy's event ids) of a running or
 /// retained stream, as [`resume`] serves them; a stream is found by its request id, else by
-/// its upstream's response id, through any instance sharing its store. An id the proxy holds no stream of (a
-/// background response the upstream stores) is the upstream's: the
-/// request passes through, as it does without `stream=true` (a stored response, retrieved).
+/// its upstream's response id, through any instance sharing its store. An id the proxy holds
+/// no stream of (a background response the upstream stores) is the upstream's: the request
+/// passes through, as it does without `stream=true` (a stored response, retrieved).
 pub(super) async fn response(
     State(proxy): State<Arc<Proxy>>,
     Path(id): Path<String>,
