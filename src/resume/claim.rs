@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use tokio_util::sync::CancellationToken;
 
+use super::error::ClaimError;
 use crate::sse::ErrorShape;
 
 /// A new stream's hold on its id, from [`Registry::claim`](super::Registry::claim): no other
@@ -216,15 +217,21 @@ impl Claims {
         self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A claim on `id`, unless one is held; `reserved` is what the store keeps of it.
+    /// A claim on `id`, unless one is held ([`ClaimError::Running`]) or, asked while no claim
+    /// can be taken or given back, `retained` says the store still keeps a finished stream
+    /// under it ([`ClaimError::Retained`]); `reserved` is what the store keeps of it.
     pub(crate) fn try_claim(
         self: &Arc<Self>,
         id: &str,
         reserved: Option<Box<dyn Reservation>>,
-    ) -> Option<Claim> {
+        retained: impl FnOnce() -> bool,
+    ) -> Result<Claim, ClaimError> {
         let mut held = self.lock();
         if held.contains_key(id) {
-            return None;
+            return Err(ClaimError::Running);
+        }
+        if retained() {
+            return Err(ClaimError::Retained);
         }
         let id: Arc<str> = id.into();
         let generation = self.next_generation.fetch_add(1, Ordering::Relaxed);
@@ -239,7 +246,7 @@ impl Claims {
                 gate: None,
             },
         );
-        Some(Claim {
+        Ok(Claim {
             id,
             generation,
             stop,

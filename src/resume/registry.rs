@@ -182,21 +182,16 @@ where
     pub async fn claim(&self, id: &str) -> Result<Claim, ClaimError> {
         let claims = &self.inner.claims;
         match &self.inner.store {
-            Store::Memory(memory) => {
-                if memory.contains(id) && !claims.is_held(id) {
-                    return Err(ClaimError::Retained);
-                }
-                claims.try_claim(id, None).ok_or(ClaimError::Running)
-            }
+            // Decided under the table's lock: a stream's entry is in the store before its claim
+            // is given back, and leaves it after.
+            Store::Memory(memory) => claims.try_claim(id, None, || memory.contains(id)),
             #[cfg(feature = "redis")]
             Store::Redis(redis) => {
                 if claims.is_held(id) {
                     return Err(ClaimError::Running);
                 }
                 let reserved = redis.claim(id).await?;
-                claims
-                    .try_claim(id, Some(Box::new(reserved)))
-                    .ok_or(ClaimError::Running)
+                claims.try_claim(id, Some(Box::new(reserved)), || false)
             }
         }
     }
@@ -304,16 +299,16 @@ where
         }
     }
 
-    /// Names the stream `id` also `alias`, for [`resolve`](Registry::resolve): a client that
-    /// was told another name for its stream (an upstream's own response id, which the `openai`
-    /// SDK resumes a Responses stream by) finds the stream by it. The stream may be claimed
-    /// and not yet registered (a name its first event gives), running, or retained; naming an
-    /// id no stream has does nothing. A name resolves only to the stream it was given to,
-    /// while that stream is kept, never to one claimed later under the same id; a stream may
-    /// have several names, and a name given again names the later stream. A memory store keeps
-    /// the last [`MAX_ALIASES`](super::MAX_ALIASES) names (the caller bounds their length);
-    /// Redis keeps each, for every instance sharing it, for the retention and an hour more
-    /// from when it was given (a stream running longer is then found by its id only).
+    /// Names the stream that holds `id` now also `alias`, for [`resolve`](Registry::resolve): a
+    /// client that was told another name for its stream (an upstream's own response id, which
+    /// the `openai` SDK resumes a Responses stream by) finds the stream by it. The stream may
+    /// be claimed and not yet registered (a name its first event gives), running, or retained;
+    /// naming an id no stream has does nothing. A name resolves only to the stream it was given
+    /// to, while that stream is kept, never to one claimed later under the same id; a stream
+    /// may have several names, and a name given again names the later stream. A memory store
+    /// keeps the last [`MAX_ALIASES`](super::MAX_ALIASES) names (the caller bounds their
+    /// length); Redis keeps each, for every instance sharing it, for the retention and an hour
+    /// more from when it was given (a stream running longer is then found by its id only).
     ///
     /// # Errors
     ///

@@ -5,7 +5,7 @@ use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use streamgate::resume::{Registry, Subscriber};
+use streamgate::resume::{ClaimError, Registry, Subscriber};
 use streamgate::sse::{ErrorShape, SseFrame};
 use streamgate::{Consumer, EndReason};
 
@@ -154,12 +154,17 @@ pub async fn second_names(here: &Registry<String>, there: &Registry<String>) {
     );
     assert_eq!(rest(&mut first).await.0, expected(0..3));
     releases.wait_for(1).await;
+    // Once its claim is given back, the retained stream keeps the id, and the name.
+    let deadline = std::time::Instant::now() + HANG;
+    while !matches!(there.claim("named").await, Err(ClaimError::Retained)) {
+        assert!(std::time::Instant::now() < deadline, "never retained");
+        sleep(Duration::from_millis(5)).await;
+    }
     assert_eq!(
         there.resolve("resp_1").await.unwrap().as_deref(),
         Some("named"),
         "retained"
     );
-    let deadline = std::time::Instant::now() + HANG;
     let claim = loop {
         if let Ok(claim) = there.claim("named").await {
             break claim;
@@ -173,7 +178,16 @@ pub async fn second_names(here: &Registry<String>, there: &Registry<String>) {
     assert_eq!(
         here.resolve("resp_1").await.unwrap(),
         None,
+        "not the later claim"
+    );
+    let again = Releases::default();
+    let consumer = tokens(&again, 3, Duration::ZERO, Arc::default());
+    let mut second = there.register(claim, consumer).await.expect("registered");
+    assert_eq!(rest(&mut second).await.0, expected(0..3));
+    again.wait_for(1).await;
+    assert_eq!(
+        here.resolve("resp_1").await.unwrap(),
+        None,
         "not the later stream"
     );
-    drop(claim);
 }

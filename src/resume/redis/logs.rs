@@ -158,8 +158,8 @@ impl RedisLogs {
         } = adopt(&self.shared, id).await?;
         // Its pump here stopped just now, and its claim has not been given back yet.
         let mut claim = claims
-            .try_claim(id, Some(Box::new(reservation)))
-            .ok_or(AdoptError::Pumped)?;
+            .try_claim(id, Some(Box::new(reservation)), || false)
+            .map_err(|_| AdoptError::Pumped)?;
         claim.error_shape(shape);
         let next = frames
             .iter()

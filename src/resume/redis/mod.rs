@@ -20,13 +20,17 @@
 //!   name of the claim whose pump runs the stream), `pump` (that pump's lease: its expiry in
 //!   Unix milliseconds, renewed every tick), `request` (what the claim kept for an adopter),
 //!   `start` (the first event id the log can replay), `end` (once ended: the id after the last
-//!   event), `stop` (set by an explicit stop), `looks` (the pump's looks so far).
+//!   event), `stop` (set by an explicit stop), `looks` (the pump's looks so far), and an
+//!   `alias:{name}` field for each second name the stream was given (`Registry::alias`).
 //! - `streamgate:{id}:readers`: a sorted set of the attached readers, each scored by the expiry
 //!   (Unix milliseconds) of a lease it renews while it lives.
 //! - `streamgate:{id}:positions`: a hash of the next event id each reader on another instance
 //!   than the pump needs (the pump knows its own instance's readers' positions in memory).
 //! - `streamgate:{id}:cut`: the readers on other instances that the pump cut off for holding
 //!   the log back past their lag limit.
+//! - `streamgate:alias:{name}`: the id of the stream last given the second name `name`, kept
+//!   for the retention and an hour from then; it names the stream only while that stream's
+//!   meta key has the name's field.
 //!
 //! A running stream whose pump's lease lapsed (its instance died) can be adopted by another
 //! instance (`adopt.rs`): one atomic step makes it the claim's and the lease its own, and its
