@@ -263,6 +263,7 @@ impl Claims {
     }
 
     /// Whether a claim on `id` is held.
+    #[cfg(feature = "redis")]
     pub(crate) fn is_held(&self, id: &str) -> bool {
         self.lock().contains_key(id)
     }
