@@ -101,6 +101,10 @@
 //!   `otel::inject`). The API crate only: the application brings its SDK and exporter.
 //! - `tracing`: a span per probed stream; events for stalls and ends.
 //! - `serde`: `Serialize` for the probe snapshots.
+//! - `browser`: the user's screen as a hop: `browser::SCRIPT`, a script for the page that
+//!   records `client.recv` and `client.render` per event (and long frames), and
+//!   `browser::BrowserProbe`, which tags a stream's response with its token and takes the
+//!   page's records into a `RecordSink` (axum routes).
 //! - `redis`: `resume::Registry::redis`, the replay logs, claims and stops in Redis Streams,
 //!   so a client resumes (and stops) a stream through any instance.
 //! - `openai`: `openai::ChatCompletionChunk`, OpenAI chunks that parse, encode and coalesce
@@ -143,6 +147,9 @@ pub struct ReadmeDoctests;
 #[cfg(feature = "anthropic")]
 #[cfg_attr(docsrs, doc(cfg(feature = "anthropic")))]
 pub mod anthropic;
+#[cfg(feature = "browser")]
+#[cfg_attr(docsrs, doc(cfg(feature = "browser")))]
+pub mod browser;
 mod chunk;
 mod end;
 mod ext;

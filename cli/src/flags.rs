@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
+use streamgate::browser::BrowserProbe;
 use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::resume::{DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, Registry, ResumeOptions};
 use streamgate::transport::{
@@ -86,6 +87,14 @@ impl RecordSample {
             Some(sink) => HopProbe::new(name).records(sink.clone(), self.share),
             None => HopProbe::new(name),
         }
+    }
+
+    /// The page's hops, taking the records of the same share of requests into `records`, if
+    /// any.
+    pub fn browser(&self, records: &Option<RecordSink>) -> Option<BrowserProbe> {
+        records
+            .as_ref()
+            .map(|sink| BrowserProbe::new(sink.clone(), self.share))
     }
 }
 

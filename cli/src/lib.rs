@@ -6,6 +6,7 @@ pub mod client;
 pub mod diagnose;
 pub mod flags;
 pub mod loadgen;
+pub mod page;
 pub mod plot;
 pub mod proxy;
 pub mod request_id;

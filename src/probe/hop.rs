@@ -205,8 +205,8 @@ impl HopProbe {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn records(self, sink: RecordSink, sample: f64) -> Self {
-        let threshold = (sample.clamp(0.0, 1.0) * u64::MAX as f64) as u64;
         let stall = Duration::from_nanos(self.inner.stall_ns);
+        let threshold = sample_threshold(sample);
         let probe = HopProbe::build(self.inner.name.clone(), stall, Some((sink, threshold)));
         #[cfg(feature = "otel")]
         let probe = probe.with_otel_of(&self);
@@ -266,8 +266,19 @@ impl HopProbe {
         self.inner
             .records
             .as_ref()
-            .is_some_and(|(_, threshold)| *threshold > 0 && stable_hash(request) <= *threshold)
+            .is_some_and(|(_, threshold)| in_sample(request, *threshold))
     }
+}
+
+/// The hash threshold of a sampled share (`0.0` to `1.0`) of requests.
+pub(crate) fn sample_threshold(share: f64) -> u64 {
+    (share.clamp(0.0, 1.0) * u64::MAX as f64) as u64
+}
+
+/// Whether `request` is in the sample of `threshold` ([`sample_threshold`]): the same choice in
+/// every hop and process.
+pub(crate) fn in_sample(request: &str, threshold: u64) -> bool {
+    threshold > 0 && stable_hash(request) <= threshold
 }
 
 /// A stable hash, the same in every process and version: FNV-1a, then a 64-bit finalizer

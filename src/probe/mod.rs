@@ -106,13 +106,17 @@ pub use self::counters::{GapCounters, POSITION_CLASSES, PositionGaps};
 pub use self::export::{METRIC_BUCKETS, describe_metrics};
 pub use self::histogram::Histogram;
 pub use self::hop::{DEFAULT_STALL, HopProbe, HopSnapshot};
+#[cfg(feature = "browser")]
+pub(crate) use self::hop::{in_sample, sample_threshold};
 pub use self::observe::{Observation, Observed, Seen};
 pub use self::probed::Probed;
-#[cfg(feature = "timeline")]
+#[cfg(any(feature = "timeline", feature = "browser"))]
 pub(crate) use self::record::cut;
 pub(crate) use self::record::json_string;
 pub use self::record::{
     HopRecord, MAX_ATTR_KEY, MAX_ATTR_VALUE, MAX_RECORD_ATTRS, MAX_RECORD_REQUEST, RecordKind,
 };
 pub use self::recorder::{Recorder, StreamEnd, StreamSummary};
+#[cfg(feature = "browser")]
+pub(crate) use self::sink::Pending;
 pub use self::sink::{DEFAULT_RECORD_QUEUE, RecordSink};

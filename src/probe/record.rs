@@ -158,6 +158,7 @@ impl HopRecord {
             t_ns: self.t_ns,
             bytes: self.bytes,
             kind: self.kind,
+            busy_ns: 0,
             attrs: &attrs,
         };
         record.write(&mut line);
@@ -208,8 +209,8 @@ pub(crate) fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-/// One record's fields, to write as its JSON line; `attrs` is an `attrs` object's text
-/// ([`encode_attrs`]), empty for none.
+/// One record's fields, to write as its JSON line; `busy_ns` is 0 when the hop told none, and
+/// `attrs` is an `attrs` object's text ([`encode_attrs`]), empty for none.
 pub(super) struct Line<'a> {
     pub(super) request: &'a str,
     pub(super) hop: &'a str,
@@ -217,6 +218,7 @@ pub(super) struct Line<'a> {
     pub(super) t_ns: u64,
     pub(super) bytes: u64,
     pub(super) kind: RecordKind,
+    pub(super) busy_ns: u64,
     pub(super) attrs: &'a str,
 }
 
@@ -237,6 +239,9 @@ impl Line<'_> {
         );
         if let Some((reason, idle_ns)) = self.kind.end() {
             let _ = write!(out, ",\"reason\":\"{reason}\",\"idle_ns\":{idle_ns}");
+        }
+        if self.busy_ns > 0 {
+            let _ = write!(out, ",\"busy_ns\":{}", self.busy_ns);
         }
         if !self.attrs.is_empty() {
             out.push_str(",\"attrs\":");

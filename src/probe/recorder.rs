@@ -587,6 +587,7 @@ impl Recorder {
                 t_ns,
                 bytes,
                 kind,
+                busy_ns: 0,
                 attrs: attrs.clone(),
             });
             if !queued {

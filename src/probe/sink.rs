@@ -15,6 +15,8 @@ pub(crate) struct Pending {
     pub(crate) t_ns: u64,
     pub(crate) bytes: u64,
     pub(crate) kind: RecordKind,
+    /// How long the hop's thread was busy within the gap this record ended (0: not told).
+    pub(crate) busy_ns: u64,
     /// The record's `attrs` object text, when the stream's attributes changed with it.
     pub(crate) attrs: Option<Arc<str>>,
 }
@@ -205,6 +207,7 @@ fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts
                         t_ns: r.t_ns,
                         bytes: r.bytes,
                         kind: r.kind,
+                        busy_ns: r.busy_ns,
                         attrs: r.attrs.as_deref().unwrap_or(""),
                     };
                     line.write(text);

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use axum::http::HeaderName;
 use streamgate::fleet::AttemptOptions;
 
 use super::failover::FailoverMode;
@@ -166,6 +167,17 @@ pub struct Config {
     pub hop_records: Option<String>,
     #[command(flatten)]
     pub hop_records_sample: flags::RecordSample,
+    /// A request header whose value `proxy.recv`'s hop records carry as an attribute under
+    /// its name, for `diagnose --by NAME` (a client version, a region); repeatable, up to 5
+    /// (beside `upstream`, `pool` and `model`, which they always carry).
+    #[arg(long = "record-header", value_name = "NAME", value_parser = record_header)]
+    pub record_headers: Vec<HeaderName>,
+}
+
+/// A header name for `--record-header`, lowercase as HTTP/2 and hop records spell it.
+fn record_header(name: &str) -> Result<HeaderName, String> {
+    HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+        .map_err(|_| format!("`{name}` is not a header name"))
 }
 
 impl Config {

@@ -294,7 +294,11 @@ use self::stats::Stats;
 use self::upstream::Upstream;
 pub use self::url::{Scheme, UpstreamUrl};
 use crate::request_id::RequestIds;
-use crate::serving;
+use crate::{page, serving};
+
+/// The most `--record-header`s: with `upstream`, `pool` and `model`, a hop record's
+/// attributes.
+const MAX_RECORD_HEADERS: usize = streamgate::probe::MAX_RECORD_ATTRS - 3;
 
 /// Binds the listener (with the crate's kernel-aware defaults, as `--sndbuf`,
 /// `--notsent-lowat` and `--user-timeout-ms` adjust them) and builds the app for `config`;
@@ -312,6 +316,11 @@ pub fn app(
     config: Config,
     prometheus: PrometheusHandle,
 ) -> Result<(TunedListener, Router, Arc<Proxy>), String> {
+    if config.record_headers.len() > MAX_RECORD_HEADERS {
+        return Err(format!(
+            "--record-header: at most {MAX_RECORD_HEADERS} headers"
+        ));
+    }
     let fleet = Arc::new(Fleet::new(config.routes()?));
     let upstream = Upstream::new(config.connect_timeout, config.upstream_ca.as_deref())?;
     let records = serving::record_sink(config.hop_records.as_deref())?;
@@ -324,6 +333,7 @@ pub fn app(
         fleet,
         recv: config.hop_records_sample.hop(&records, "proxy.recv"),
         write: config.hop_records_sample.hop(&records, "proxy.write"),
+        browser: config.hop_records_sample.browser(&records),
         records,
         stats: Stats::default(),
         store: config.resume.open(&config.gate)?,
@@ -361,7 +371,10 @@ pub fn app(
                 post(resume::response_cancel).fallback(forward::forward),
             );
     }
-    let app = app.fallback(forward::forward).with_state(proxy.clone());
+    let app = app
+        .merge(page::routes(proxy.browser.as_ref()))
+        .fallback(forward::forward)
+        .with_state(proxy.clone());
     Fleet::check_health(&proxy.fleet, &proxy.upstream);
     Ok((listener, app, proxy))
 }

@@ -8,6 +8,7 @@ use axum::http::header::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::GateExt;
+use streamgate::browser::BrowserProbe;
 use streamgate::probe::{HopProbe, RecordSink};
 use streamgate::resume::Registry;
 use streamgate::sse::SseFrame;
@@ -39,6 +40,9 @@ pub struct Proxy {
     pub(super) store: Registry<Relayed>,
     pub(super) recv: HopProbe,
     pub(super) write: HopProbe,
+    /// The page's hops (`client.recv`, `client.render`): tokens for the streams it records,
+    /// and the intake of its records, with `--hop-records`.
+    pub(super) browser: Option<BrowserProbe>,
     pub(super) prometheus: PrometheusHandle,
     /// Generated request ids (`sg-` and 32 hex digits): unique across instances sharing a
     /// store, and not to be guessed (an id is what a resume asks for).
@@ -96,7 +100,8 @@ impl Proxy {
     }
 
     /// A stream's frames as the client's response: heartbeats, the `proxy.write` probe, the
-    /// streaming headers and `x-request-id`.
+    /// streaming headers, `x-request-id` and, for a request in the sample of hop records, the
+    /// page's probe token.
     pub(super) fn sse_response(
         &self,
         frames: impl futures_core::Stream<Item = SseFrame> + Send + 'static,
@@ -108,6 +113,9 @@ impl Proxy {
         let mut response = SseResponse::new(frames).into_response();
         if let Ok(id) = HeaderValue::from_str(id) {
             response.headers_mut().insert(REQUEST_ID, id);
+        }
+        if let Some(browser) = &self.browser {
+            browser.tag(id, response.headers_mut());
         }
         response
     }

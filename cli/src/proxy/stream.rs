@@ -384,14 +384,27 @@ struct Upstream {
 }
 
 impl Upstream {
-    /// Names this upstream (its URL, and the model asked of it) in the `proxy.recv` hop
-    /// records from the next event on: a stall the diagnosis finds there names who served the
-    /// stream when it went quiet.
-    fn serves(&self, recv: &mut Recorder) {
-        if let Some(lease) = &self.lease {
-            let url = lease.replica().to_string();
-            recv.attrs(&[("upstream", &url), ("model", lease.model())]);
+    /// Names this upstream (its URL, its pool, and the model asked of it) and the request's
+    /// `--record-header`s in the `proxy.recv` hop records from the next event on: a stall the
+    /// diagnosis finds there names who served the stream when it went quiet, and `diagnose
+    /// --by` slices by them.
+    fn serves(&self, pump: &Pump, recv: &mut Recorder) {
+        let Some(lease) = &self.lease else { return };
+        let url = lease.replica().to_string();
+        let model = lease.model();
+        let pool = pump
+            .proxy
+            .fleet
+            .pool_for(model)
+            .map_or("", |pool| &pool.name);
+        let mut attrs = vec![("upstream", url.as_str()), ("pool", pool), ("model", model)];
+        for name in &pump.proxy.config.record_headers {
+            let value = pump.request.headers.get(name).and_then(|v| v.to_str().ok());
+            if let Some(value) = value {
+                attrs.push((name.as_str(), value));
+            }
         }
+        recv.attrs(&attrs);
     }
 
     /// None yet (a stream adopted from a proxy instance that died).
@@ -561,7 +574,7 @@ impl Pump {
             },
             Answer::Adopted(sent) => (Upstream::none(), None, *sent, true),
         };
-        upstream.serves(&mut recv);
+        upstream.serves(&self, &mut recv);
         // The idle deadline: one timer, moved only when it fires (an event only reads the
         // clock), as the heartbeat's. It runs only while the upstream is awaited: a wait for
         // room in the gate (a slow client) is not the upstream's.
@@ -657,7 +670,7 @@ impl Pump {
                     let broke = (failure, why, frame);
                     match self.carry_on(&mut upstream, broke, &mut sent).await {
                         Ok(Some(first)) => {
-                            upstream.serves(&mut recv);
+                            upstream.serves(&self, &mut recv);
                             pending = Some(Ok(first));
                             waiting_since = Instant::now();
                         }

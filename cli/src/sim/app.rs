@@ -13,7 +13,7 @@ use super::handlers::{
     cancel, chat_completions, messages, metrics, response_get, responses, resume, stats, stream_get,
 };
 use super::state::Sim;
-use crate::serving;
+use crate::{page, serving};
 
 /// Binds the listener and builds the app for `config`; the caller serves it.
 ///
@@ -42,6 +42,8 @@ pub fn app(
         .route("/v1/stream", get(stream_get))
         .route("/stats", get(stats))
         .route("/metrics", get(metrics))
+        .route(page::EXAMPLE_PATH, get(page::example))
+        .merge(page::routes(sim.browser.as_ref()))
         .with_state(sim.clone());
     Ok((listener, app, sim))
 }

@@ -33,6 +33,15 @@ impl Format {
         }
     }
 
+    /// Its name in hop records' `api` attribute: `chat`, `messages`, `responses`.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Format::Chat => "chat",
+            Format::Messages => "messages",
+            Format::Responses => "responses",
+        }
+    }
+
     /// Its place in [`ALL`](Format::ALL).
     pub(super) fn index(self) -> usize {
         self as usize

@@ -106,6 +106,13 @@ impl Worker {
         let config = &self.sim.config;
         let mut decode = self.sim.decode.recorder(self.meta.stream.as_str());
         let mut publish = self.sim.publish.recorder(self.meta.stream.as_str());
+        // What a diagnosis slices the worker's records by (`diagnose --by model`).
+        let attrs = [
+            ("model", self.meta.model.as_str()),
+            ("api", self.meta.format.name()),
+        ];
+        decode.attrs(&attrs);
+        publish.attrs(&attrs);
         let gone = |_| "the stream ended";
         let mut finish = FinishReason::Length;
         let Output { tokens, first_id } = self.output.clone();

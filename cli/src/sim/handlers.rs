@@ -17,7 +17,7 @@ use super::request::{self, BadRequest, Request, Start};
 use super::state::Sim;
 use super::stream;
 use crate::resume::{self, ResumeAfter, StartingAfter};
-use crate::{request_id, serving};
+use crate::{page, request_id, serving};
 
 /// `POST /v1/chat/completions`: a new answer, or the continuation of a final assistant
 /// message, streamed or whole, named by the client's `x-request-id` when it is a valid one.
@@ -192,6 +192,7 @@ pub(super) async fn response_get(
 pub(super) async fn stats(State(sim): State<Arc<Sim>>) -> Response {
     let mut fields = sim.stats.fields(sim.kv.in_use());
     resume::stats_fields(&sim.store.stats(), &mut fields);
+    page::stats_fields(sim.browser.as_ref(), &mut fields);
     serving::json_response(StatusCode::OK, Value::Object(fields))
 }
 

@@ -6,6 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::Group;
+use streamgate::browser::BrowserProbe;
 use streamgate::probe::{HopProbe, RecordSink};
 
 use super::config::Config;
@@ -29,6 +30,8 @@ pub struct Sim {
     pub(super) publish: HopProbe,
     pub(super) write: HopProbe,
     pub(super) sent: HopProbe,
+    /// The page's hops (`client.recv`, `client.render`), with `--hop-records`.
+    pub(super) browser: Option<BrowserProbe>,
     pub(super) prometheus: PrometheusHandle,
     /// Where hop records go (`--hop-records`), if anywhere: sync it before exiting.
     pub records: Option<RecordSink>,
@@ -73,6 +76,7 @@ impl Sim {
             publish: sample.hop(&records, "worker.publish"),
             write: sample.hop(&records, "worker.write"),
             sent: sample.hop(&records, "worker.sent"),
+            browser: sample.browser(&records),
             prometheus,
             config,
             records,

@@ -19,7 +19,8 @@ use super::state::Sim;
 use crate::{request_id, resume};
 
 /// The SSE response for the `frames` of the stream `name` (its request id: the response's
-/// `x-request-id`, and the `request` of its hop records).
+/// `x-request-id`, and the `request` of its hop records), with the page's probe token when it
+/// is in the sample.
 pub(super) fn respond(
     sim: &Sim,
     frames: impl Stream<Item = SseFrame> + Send + 'static,
@@ -37,6 +38,9 @@ pub(super) fn respond(
         None => SseResponse::new(frames).into_response(),
     };
     named(&mut response, name);
+    if let Some(browser) = &sim.browser {
+        browser.tag(name, response.headers_mut());
+    }
     response
 }
 
