@@ -1851,3 +1851,31 @@ fn the_reorder_window_restores_order_within_it_and_claims_nothing_beyond_it() {
     }
     assert!(beyond > 200, "{beyond} cases beyond the window");
 }
+
+/// Records a filter leaves out (another request, before a `read_last` window) never enter the
+/// reorder window: they do not push out the records it holds.
+#[test]
+fn filtered_records_take_no_place_in_the_reorder_window() {
+    let mut text = String::new();
+    text.push_str(&line("r", W, 1, 12_000 * MS, "visible"));
+    text.push('\n');
+    for seq in 0..100 {
+        text.push_str(&line("other", W, seq, seq * MS, "visible"));
+        text.push('\n');
+    }
+    text.push_str(&line("r", W, 0, 10_000 * MS, "visible"));
+    text.push('\n');
+    let mut timeline = Timeline::new([W], Duration::from_secs(1))
+        .reorder_window(1)
+        .request("r");
+    timeline
+        .read_last("w", Cursor::new(&text), Duration::from_secs(5))
+        .unwrap();
+    let d = timeline.diagnose();
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+    assert_eq!((d.records, d.filtered), (2, 100));
+    assert_eq!(
+        verdicts(&d),
+        [("r".into(), W.into(), Some(0), Some(1), Blame::Began)]
+    );
+}

@@ -93,11 +93,12 @@
 //! each hop sorted by seq (then time). When a record leaves the window, its request at its hop
 //! takes, in seq order, every pending record from the same source up to it. So a record finds
 //! its place when it arrives at most that many records, of the whole input, after the record
-//! it belongs before; the same seq twice is still a duplicate. Records after an end record
-//! (a resumed stream) continue the hop's seqs, so the order holds across a resume; records of
-//! one request at one hop from different sources (a resume through another instance, its seqs
-//! possibly replaying the last few) are not ordered against each other, but taken as they
-//! leave the window.
+//! it belongs before; the same seq twice is still a duplicate. A stream resumed later on the
+//! same clock continues the hop's seqs, so the order holds across the resume (its first
+//! record, numbered like the end record before it, comes after it in time). Records of one
+//! request at one hop from different sources (a resume through another instance, its seqs
+//! possibly replaying the last few before the end) are not ordered against each other, but
+//! taken as they leave the window, as they would be read.
 //!
 //! A record that arrives after its request at its hop took a later one is **beyond the
 //! window**: it is reported (out of order) and skipped, and nothing is claimed from what is
