@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use common::Rng;
 use streamgate::probe::{HopRecord, MAX_RECORD_REQUEST, RecordKind};
-use streamgate::timeline::{Blame, Diagnosis, ProblemKind, Stall, Timeline};
+use streamgate::timeline::{
+    Blame, DEFAULT_REORDER_WINDOW, Diagnosis, ProblemKind, Stall, Timeline,
+};
 use streamgate::{EndReason, Kind};
 
 // ---- Memory: a counting allocator, per thread (tests run on threads of their own).
@@ -943,8 +945,9 @@ fn a_resumed_stream_continues_its_seqs_without_a_gap_across_the_resume() {
     );
 
     // The same file twice is not a resume: the second copy is reported, not analysed again.
+    // Without a reorder window, its records come after the end record.
     let text = hop("r", W, 0, &steady(0..5, 0, None), Some((60, "completed")));
-    let mut timeline = Timeline::new([W], Duration::from_secs(1));
+    let mut timeline = Timeline::new([W], Duration::from_secs(1)).reorder_window(0);
     timeline.add_lines("w.jsonl", &format!("{text}{text}"));
     let d = timeline.diagnose();
     assert_eq!(d.hops[0].resumes, 0);
@@ -955,6 +958,13 @@ fn a_resumed_stream_continues_its_seqs_without_a_gap_across_the_resume() {
         "the second end record"
     );
     assert_eq!(d.problems.examples[0].line, Some(7));
+    // Within the window, each is put beside its first copy: six duplicates.
+    let mut timeline = Timeline::new([W], Duration::from_secs(1));
+    timeline.add_lines("w.jsonl", &format!("{text}{text}"));
+    let d = timeline.diagnose();
+    assert_eq!((d.hops[0].resumes, d.records), (0, 6));
+    assert_eq!(d.problems.count(ProblemKind::Duplicate), 6);
+    assert_eq!(d.problems.total, 6);
 }
 
 #[test]
@@ -1147,19 +1157,19 @@ fn bad_input_is_reported_line_by_line_and_skipped() {
     let text = [
         line("r", g, 0, 100, "visible"),
         r#"{"request":"r","hop":"gateway.recv","seq":1,"t_ns""#.to_owned(), // truncated
-        line("r", g, 1, 200, "visible"),
-        line("r", g, 1, 250, "visible"), // duplicate
+        line("r", g, 2, 200, "visible"),
+        line("r", g, 2, 250, "visible"), // duplicate
         line("r", g, 4, 150, "visible"), // time backwards
         line("r", "edge.cdn", 5, 1, "visible"),
         "not json at all".to_owned(),
         String::new(),
-        line("r", g, 0, 300, "visible"), // out of order
+        line("r", g, 1, 150, "visible"), // out of order (beyond the window: there is none)
         line("r", g, 5, 300, "loud"),
         "\u{0}\u{ff}{{{{[[[".to_owned(),
         line("r", g, 5, 300, "visible"),
     ]
     .join("\n");
-    let mut timeline = Timeline::new([g], Duration::from_secs(1));
+    let mut timeline = Timeline::new([g], Duration::from_secs(1)).reorder_window(0);
     timeline.add_lines("gateway.jsonl", &text);
     let d = timeline.diagnose();
     let found: Vec<(Option<u64>, ProblemKind)> = d
@@ -1197,7 +1207,7 @@ fn bad_input_is_reported_line_by_line_and_skipped() {
             .contains("unknown kind `loud`")
     );
     assert_eq!(d.problems.total, 8);
-    // What could be read still counts: gaps 0->1 (100 ns) and 1->5 (100 ns).
+    // What could be read still counts: gaps 0->2 (100 ns) and 2->5 (100 ns).
     assert_eq!((d.records, d.lines), (3, 12));
     assert_eq!(d.hops[0].gaps, 2);
     assert!(d.report().contains("8 problems in the input (bad_record 4, unknown_hop 1, duplicate 1, out_of_order 1, time_backwards 1):"),
@@ -1209,6 +1219,31 @@ fn bad_input_is_reported_line_by_line_and_skipped() {
     assert_eq!(json["problems"]["examples"][1]["kind"], "duplicate");
     assert_eq!(json["problems"]["examples"][1]["line"], 4);
     assert_eq!(json["requests"], 1);
+
+    // Within a reorder window, seq 1 is put back in its place: not a problem. The problems of
+    // a record are found when it leaves the window, after those of the lines read.
+    let mut timeline = Timeline::new([g], Duration::from_secs(1));
+    timeline.add_lines("gateway.jsonl", &text);
+    let d = timeline.diagnose();
+    let found: Vec<(Option<u64>, ProblemKind)> = d
+        .problems
+        .examples
+        .iter()
+        .map(|p| (p.line, p.kind))
+        .collect();
+    assert_eq!(
+        found,
+        [
+            (Some(2), ProblemKind::BadRecord),
+            (Some(6), ProblemKind::UnknownHop),
+            (Some(7), ProblemKind::BadRecord),
+            (Some(10), ProblemKind::BadRecord),
+            (Some(11), ProblemKind::BadRecord),
+            (Some(4), ProblemKind::Duplicate),
+            (Some(5), ProblemKind::TimeBackwards),
+        ]
+    );
+    assert_eq!((d.records, d.hops[0].gaps), (4, 3));
 }
 
 #[test]
@@ -1271,7 +1306,8 @@ impl Read for Repeat {
 
 #[test]
 fn a_million_duplicates_take_bounded_memory() {
-    let mut timeline = Timeline::new(["gateway.recv"], Duration::from_secs(1));
+    // Without a reorder window (its own bound is tested below).
+    let mut timeline = Timeline::new(["gateway.recv"], Duration::from_secs(1)).reorder_window(0);
     let mut record = line("r", "gateway.recv", 7, 1000, "visible").into_bytes();
     record.push(b'\n');
     let (result, peak) = peak_during(|| {
@@ -1346,7 +1382,8 @@ fn many_requests_take_memory_per_request_not_per_record() {
             }
         }
     }
-    let mut timeline = Timeline::new(path, Duration::from_secs(1));
+    // Without a reorder window, then with one of 4,096 records.
+    let mut timeline = Timeline::new(path, Duration::from_secs(1)).reorder_window(0);
     let (result, peak) = peak_during(|| timeline.read("many", text.as_bytes()));
     result.unwrap();
     assert_eq!(timeline.diagnose().records, 600_000);
@@ -1354,6 +1391,17 @@ fn many_requests_take_memory_per_request_not_per_record() {
     // 60 MB of records.
     let per_stream = peak / 6000;
     assert!(per_stream < 400, "{per_stream} bytes per request and hop");
+
+    let mut timeline = Timeline::new(path, Duration::from_secs(1)).reorder_window(4096);
+    let (result, windowed) = peak_during(|| timeline.read("many", text.as_bytes()));
+    result.unwrap();
+    assert_eq!(timeline.diagnose().records, 600_000);
+    // What the docs say the window costs: about 300 bytes per record it holds.
+    let per_pending = windowed.saturating_sub(peak) / 4096;
+    assert!(
+        per_pending < 400,
+        "{per_pending} bytes per record in the window"
+    );
 }
 
 // ---- Limits.
@@ -1614,4 +1662,220 @@ fn a_window_needs_no_separate_pass() {
     assert_eq!((d.requests, d.records, d.lines), (0, 0, 0));
     assert_eq!(d.problems.count(ProblemKind::Unreadable), 1);
     assert_eq!(d.problems.examples[0].message, "the disk went away");
+}
+
+// ---- Records out of order: the reorder window.
+
+/// The records of `requests` requests at W, G and C (events 10 ms apart plus up to 3 ms of
+/// jitter, a hidden one every 7th, then an end record), each hop on a clock with its own
+/// offset, one `stall` of 1.5 s injected at (request, hop index, seq): every later hop inherits
+/// it. Lines as (hop index, line), merged in the order the events happened.
+fn merged(
+    rng: &mut Rng,
+    requests: usize,
+    events: u64,
+    stall: (usize, usize, u64),
+) -> Vec<(usize, String)> {
+    let mut timed = Vec::new();
+    for r in 0..requests {
+        let id = format!("r{r}");
+        for (h, name) in [W, G, C].into_iter().enumerate() {
+            let offset_ms = rng.below(1 << 30);
+            let recorded: Vec<_> = (0..events)
+                .map(|seq| {
+                    let delay = if (r, seq) >= (stall.0, stall.2) && r == stall.0 && h >= stall.1 {
+                        1500
+                    } else {
+                        0
+                    };
+                    let t_ms = 10 * seq + h as u64 + rng.below(3) + delay;
+                    let kind = if seq % 7 == 6 { "hidden" } else { "visible" };
+                    (seq, t_ms, kind)
+                })
+                .collect();
+            let end_ms = recorded.last().map_or(0, |&(_, t, _)| t) + 1;
+            let text = hop(&id, name, offset_ms, &recorded, Some((end_ms, "completed")));
+            let times = recorded.iter().map(|&(_, t, _)| t).chain([end_ms]);
+            for (t_ms, line) in times.zip(text.lines()) {
+                timed.push((t_ms, h, r, line.to_owned()));
+            }
+        }
+    }
+    timed.sort();
+    timed.into_iter().map(|(_, h, _, line)| (h, line)).collect()
+}
+
+/// The diagnosis of `lines` read in that order, each from its hop's file, with a reorder
+/// window of `window` records.
+fn diagnose_merged(lines: &[(usize, String)], window: usize) -> Diagnosis {
+    let mut timeline = Timeline::new([W, G, C], Duration::from_secs(1)).reorder_window(window);
+    for (h, line) in lines {
+        timeline.add_lines([W, G, C][*h], line);
+    }
+    timeline.diagnose()
+}
+
+/// What a diagnosis says of each stall: request, hop, span and blame.
+type Verdicts = Vec<(String, String, Option<u64>, Option<u64>, Blame)>;
+
+fn verdicts(d: &Diagnosis) -> Verdicts {
+    d.stalls
+        .iter()
+        .map(|s| {
+            (
+                s.request.clone(),
+                s.hop.clone(),
+                s.after,
+                s.seq,
+                s.blame.clone(),
+            )
+        })
+        .collect()
+}
+
+/// `lines` moved each by up to `reach` places later (ties keep their order).
+fn displaced(rng: &mut Rng, lines: &[(usize, String)], reach: u64) -> Vec<(usize, String)> {
+    let mut keyed: Vec<_> = lines
+        .iter()
+        .enumerate()
+        .map(|(at, line)| (at as u64 + rng.below(reach + 1), at, line.clone()))
+        .collect();
+    keyed.sort();
+    keyed.into_iter().map(|(_, _, line)| line).collect()
+}
+
+/// Lines out of order (a log shipper, several writers) used to leave a remnant in order whose
+/// gaps were reported as stalls, most unknown and some blamed on a hop that had none, while
+/// the one real stall was not found. Within the default window they are put back.
+#[test]
+fn lines_out_of_order_are_put_back_and_the_real_stall_is_found() {
+    let mut rng = Rng(0x0dd);
+    let ordered = merged(&mut rng, 3, 40, (1, 1, 20));
+    // Each file's lines shuffled in blocks of 16, as a shipper with 16 threads would.
+    let mut shuffled = Vec::new();
+    for block in ordered.chunks(16) {
+        let mut block = block.to_vec();
+        for i in (1..block.len()).rev() {
+            block.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        shuffled.extend(block);
+    }
+    let d = diagnose_merged(&shuffled, DEFAULT_REORDER_WINDOW);
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+    assert_eq!(
+        verdicts(&d),
+        [("r1".into(), G.into(), Some(19), Some(20), Blame::Began)],
+        "{}",
+        d.report()
+    );
+    assert_eq!(d.records, ordered.len() as u64);
+    assert_eq!(verdicts(&d), verdicts(&diagnose_merged(&ordered, 0)));
+}
+
+/// Records displaced within the window give the verdicts of the ordered input, exactly; a
+/// record displaced beyond it makes its request's stalls at its hop unknown, and never makes
+/// a stall blamed on a hop that had none.
+#[test]
+fn the_reorder_window_restores_order_within_it_and_claims_nothing_beyond_it() {
+    let mut rng = Rng(0x7e0);
+    let mut beyond = 0;
+    for case in 0..300 {
+        let requests = 1 + rng.below(3) as usize;
+        let events = 12 + rng.below(20);
+        let stall = (
+            rng.below(requests as u64) as usize,
+            rng.below(3) as usize,
+            1 + rng.below(events - 1),
+        );
+        let ordered = merged(&mut rng, requests, events, stall);
+        let expected = verdicts(&diagnose_merged(&ordered, 0));
+        let (r, h, seq) = stall;
+        assert_eq!(
+            expected,
+            [(
+                format!("r{r}"),
+                [W, G, C][h].to_owned(),
+                Some(seq - 1),
+                Some(seq),
+                Blame::Began
+            )],
+            "case {case}"
+        );
+
+        // Within: each line moved by at most half the window (so any two lines of a stream
+        // that swap places arrive at most a window apart); a small window, or the default.
+        let window = [16, DEFAULT_REORDER_WINDOW][case % 2];
+        let reach = if window == 16 { 7 } else { 1000 };
+        let within = displaced(&mut rng, &ordered, reach);
+        let d = diagnose_merged(&within, window);
+        assert!(d.problems.is_empty(), "case {case}: {:?}", d.problems);
+        assert_eq!(verdicts(&d), expected, "case {case}");
+
+        // Beyond: one line from the first half moved to the end, past a window of 8, after
+        // its stream has taken a later record.
+        let mut late = ordered.clone();
+        let at = rng.below(late.len() as u64 / 2) as usize;
+        let moved = late.remove(at);
+        let moved_hop = [W, G, C][moved.0];
+        let moved_request = moved.1.split('"').nth(3).unwrap_or_default().to_owned();
+        late.push(moved);
+        let d = diagnose_merged(&late, 8);
+        let out_of_order = d.problems.count(ProblemKind::OutOfOrder);
+        assert!(out_of_order <= 1, "case {case}: {:?}", d.problems);
+        if out_of_order == 0 {
+            // The stream's end record, moved: still past its last seq, so in order.
+            continue;
+        }
+        beyond += 1;
+        assert!(
+            d.problems.examples[0]
+                .message
+                .ends_with("out of order beyond the reorder window of 8 records"),
+            "{:?}",
+            d.problems.examples[0]
+        );
+        for stall in verdicts(&d) {
+            if (stall.0.as_str(), stall.1.as_str()) == (moved_request.as_str(), moved_hop) {
+                let why = format!(
+                    "records of this request at {moved_hop} arrived out of order beyond the \
+                     reorder window of 8 records"
+                );
+                assert_eq!(stall.4, Blame::Unknown(why), "case {case}");
+            } else if stall.4 == Blame::Began {
+                assert!(
+                    expected.contains(&stall),
+                    "case {case}: {stall:?} not in {expected:?}"
+                );
+            }
+        }
+    }
+    assert!(beyond > 200, "{beyond} cases beyond the window");
+}
+
+/// Records a filter leaves out (another request, before a `read_last` window) never enter the
+/// reorder window: they do not push out the records it holds.
+#[test]
+fn filtered_records_take_no_place_in_the_reorder_window() {
+    let mut text = String::new();
+    text.push_str(&line("r", W, 1, 12_000 * MS, "visible"));
+    text.push('\n');
+    for seq in 0..100 {
+        text.push_str(&line("other", W, seq, seq * MS, "visible"));
+        text.push('\n');
+    }
+    text.push_str(&line("r", W, 0, 10_000 * MS, "visible"));
+    text.push('\n');
+    let mut timeline = Timeline::new([W], Duration::from_secs(1))
+        .reorder_window(1)
+        .request("r");
+    timeline
+        .read_last("w", Cursor::new(&text), Duration::from_secs(5))
+        .unwrap();
+    let d = timeline.diagnose();
+    assert!(d.problems.is_empty(), "{:?}", d.problems);
+    assert_eq!((d.records, d.filtered), (2, 100));
+    assert_eq!(
+        verdicts(&d),
+        [("r".into(), W.into(), Some(0), Some(1), Blame::Began)]
+    );
 }

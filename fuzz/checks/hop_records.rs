@@ -21,9 +21,15 @@ pub const MAX_PROBLEMS: usize = 4;
 pub const MAX_STALLS: usize = 2;
 pub const MAX_DETAILS: u64 = 6;
 pub const MAX_POSITIONS: usize = 4;
+pub const REORDER_WINDOW: usize = 2;
 
 fn timeline() -> Timeline {
+    timeline_with(REORDER_WINDOW)
+}
+
+fn timeline_with(reorder_window: usize) -> Timeline {
     Timeline::new(PATH, STALL)
+        .reorder_window(reorder_window)
         .max_line(MAX_LINE)
         .max_requests(MAX_REQUESTS)
         .max_problems(MAX_PROBLEMS)
@@ -49,14 +55,20 @@ impl Read for Trickle<'_> {
 
 /// The diagnosis of `data`, read in one piece.
 pub fn diagnose(data: &[u8]) -> Diagnosis {
-    let mut timeline = timeline();
+    diagnose_with(data, REORDER_WINDOW)
+}
+
+/// The diagnosis of `data`, read in one piece with a reorder window of `reorder_window`.
+fn diagnose_with(data: &[u8], reorder_window: usize) -> Diagnosis {
+    let mut timeline = timeline_with(reorder_window);
     timeline.read("fuzz", data).expect("a slice reads");
     timeline.diagnose()
 }
 
 /// Arbitrary bytes as hop records: no panic (debug builds check overflow), every limit kept,
-/// the counts consistent, the JSON output valid and the same as the diagnosis, reading in
-/// pieces the same as in one, and every line that parses round-trips through its JSON line.
+/// the counts consistent, nothing claimed from records out of order beyond the reorder window,
+/// the JSON output valid and the same as the diagnosis, reading in pieces the same as in one,
+/// and every line that parses round-trips through its JSON line.
 pub fn check(data: &[u8]) {
     let diagnosis = diagnose(data);
 
@@ -96,13 +108,28 @@ pub fn check(data: &[u8]) {
         match &stall.blame {
             Blame::Began => assert_eq!(first, stall.upstream_gap.is_none(), "{stall:?}"),
             // At the first hop only the hop after it can leave a stall unknown: its details,
-            // which say whether it pushed the stall back, were not all kept.
+            // which say whether it pushed the stall back, were not all kept; or records of the
+            // request at either arrived out of order beyond the reorder window.
             Blame::Unknown(why) if first => {
                 let next = format!("{}'s ", PATH[1]);
-                assert!(why.starts_with(&next) && why.contains("not"), "{stall:?}");
+                assert!(
+                    (why.starts_with(&next) && why.contains("not"))
+                        || PATH[..2].iter().any(|hop| *why == disordered(hop)),
+                    "{stall:?}"
+                );
             }
             Blame::Unknown(why) => assert!(!why.is_empty(), "{stall:?}"),
             other => panic!("{other:?}"),
+        }
+        // Unknown for records out of order only when some were.
+        if PATH
+            .iter()
+            .any(|hop| stall.blame == Blame::Unknown(disordered(hop)))
+        {
+            assert!(
+                diagnosis.problems.count(ProblemKind::OutOfOrder) > 0,
+                "{stall:?}"
+            );
         }
         assert!(
             stall.end_reason.is_none() || stall.seq.is_none(),
@@ -152,6 +179,15 @@ pub fn check(data: &[u8]) {
     }
 }
 
+/// Why a stall is unknown when records of its request at `hop` arrived out of order beyond
+/// the reorder window.
+fn disordered(hop: &str) -> String {
+    format!(
+        "records of this request at {hop} arrived out of order beyond the reorder window of \
+         {REORDER_WINDOW} records"
+    )
+}
+
 /// What an input reaches: each limit, each problem kind, each verdict of the blame rule.
 pub fn reach(data: &[u8]) -> Vec<(&'static str, bool)> {
     let d = diagnose(data);
@@ -171,6 +207,20 @@ pub fn reach(data: &[u8]) -> Vec<(&'static str, bool)> {
         ("unknown hop", problem(ProblemKind::UnknownHop)),
         ("duplicate", problem(ProblemKind::Duplicate)),
         ("out of order", problem(ProblemKind::OutOfOrder)),
+        (
+            "put back in order",
+            diagnose_with(data, 0)
+                .problems
+                .count(ProblemKind::OutOfOrder)
+                > d.problems.count(ProblemKind::OutOfOrder),
+        ),
+        (
+            "unknown for records out of order",
+            d.stalls.iter().any(|s| {
+                PATH.iter()
+                    .any(|hop| s.blame == Blame::Unknown(disordered(hop)))
+            }),
+        ),
         ("time backwards", problem(ProblemKind::TimeBackwards)),
         ("bad idle", problem(ProblemKind::BadIdle)),
         ("after end", problem(ProblemKind::AfterEnd)),

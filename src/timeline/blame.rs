@@ -26,11 +26,13 @@ pub(super) enum Verdict {
 pub(super) struct Judge<'a> {
     pub(super) path: &'a [Box<str>],
     pub(super) stall_ns: u64,
+    pub(super) reorder_window: usize,
 }
 
 /// Judges `spell`, seen at `stream` (hop `path[stream.hop]`), with `upstream` and
 /// `downstream` the same request's streams at the hops just before and after it in the path,
-/// if it has them.
+/// if it has them. A stream whose records arrived out of order beyond the reorder window
+/// decides nothing: its own stalls are unknown, and so is a verdict that would need it.
 pub(super) fn judge(
     judge: &Judge<'_>,
     stream: &RequestAtHop,
@@ -38,6 +40,9 @@ pub(super) fn judge(
     downstream: Option<&RequestAtHop>,
     spell: &Spell,
 ) -> Verdict {
+    if stream.disordered() {
+        return Verdict::Unknown(disordered(judge, stream));
+    }
     let verdict = from_upstream(judge, stream, upstream, spell);
     if matches!(verdict, Verdict::PassedOn | Verdict::Hidden) {
         return verdict;
@@ -46,6 +51,12 @@ pub(super) fn judge(
     let Some(down) = downstream else {
         return verdict;
     };
+    if down.disordered() {
+        return match verdict {
+            Verdict::Began(_) => Verdict::Unknown(disordered(judge, down)),
+            other => other,
+        };
+    }
     match pushed_back(judge, down, spell) {
         Push::Yes => Verdict::PushedBack,
         Push::No => verdict,
@@ -72,6 +83,9 @@ fn from_upstream(
     let Some(up) = upstream else {
         return Verdict::Unknown(format!("no records of this request at {up_name}"));
     };
+    if up.disordered() {
+        return Verdict::Unknown(disordered(judge, up));
+    }
     let (after, seq) = (spell.after, spell.seq);
     // 3. The span's ends must be known upstream.
     for end in [after, seq].into_iter().flatten() {
@@ -205,6 +219,14 @@ fn missing(up: &RequestAtHop, name: &str, seq: u64) -> String {
         _ => why.push_str(" (a dropped record, or a hop that filtered it)"),
     }
     why
+}
+
+fn disordered(judge: &Judge<'_>, stream: &RequestAtHop) -> String {
+    let name = &judge.path[usize::from(stream.hop)];
+    format!(
+        "records of this request at {name} arrived out of order beyond the reorder window of {} records",
+        judge.reorder_window
+    )
 }
 
 fn lost(stream: &RequestAtHop, name: &str) -> String {

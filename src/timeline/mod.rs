@@ -84,6 +84,30 @@
 //!   last visible event to the end), from a bounded histogram, and the longest and mean gap at
 //!   each output position.
 //!
+//! # Records out of order
+//!
+//! The records of a request at a hop are analysed in seq order, whatever order their lines
+//! arrive in (a log shipper, several writers to one file, merged rotations), within a
+//! **reorder window** ([`Timeline::reorder_window`], default [`DEFAULT_REORDER_WINDOW`]
+//! records): the last records read, across all sources, are held back, each request's at
+//! each hop sorted by seq (then time). When a record leaves the window, its request at its hop
+//! takes, in seq order, every pending record from the same source up to it. So a record finds
+//! its place when it arrives at most that many records, of the whole input, after the record
+//! it belongs before; the same seq twice is still a duplicate. A stream resumed later on the
+//! same clock continues the hop's seqs, so the order holds across the resume (its first
+//! record, numbered like the end record before it, comes after it in time). Records of one
+//! request at one hop from different sources (a resume through another instance, its seqs
+//! possibly replaying the last few before the end) are not ordered against each other, but
+//! taken as they leave the window, as they would be read.
+//!
+//! A record that arrives after its request at its hop took a later one is **beyond the
+//! window**: it is reported (out of order) and skipped, and nothing is claimed from what is
+//! left. Every stall of that request at that hop is unknown ("records of this request at H
+//! arrived out of order beyond the reorder window of N records"), and so is every verdict that
+//! needs that hop as the upstream or downstream one (never passed on, pushed back or began
+//! from it). [`Timeline::diagnose`] first takes in every record still in the window: a record
+//! read after it that belongs before one taken is beyond the window.
+//!
 //! # Bounded memory, hostile input
 //!
 //! Lines are read with a length limit (a longer line is one problem, never held whole). A
@@ -94,9 +118,12 @@
 //! most 256 stalls (later ones are counted and reported, and what needs them is unknown), so
 //! judging one stall against the hops beside it stays cheap. The number of requests, of
 //! problems kept as examples and of stalls listed are limited too (counts are kept past each
-//! limit). Bad lines, duplicates, seqs out of order, times going backwards,
-//! records after the end, `u64::MAX` seqs and times are reported, line by line, and skipped;
-//! arithmetic saturates; nothing panics.
+//! limit). The reorder window holds at most its size in records, about 300 bytes each (plus
+//! the attributes they set), whatever the number of requests: some 20 MB for the default.
+//! Bad lines, duplicates, seqs out of order beyond the window, times going backwards,
+//! records after the end, `u64::MAX` seqs and times are reported, line by line (a record's
+//! problems with its stream as it leaves the window), and skipped; arithmetic saturates;
+//! nothing panics.
 //!
 //! # Examples
 //!
@@ -129,13 +156,16 @@ mod budget;
 mod lines;
 mod parse;
 mod problems;
+mod reorder;
 mod report;
 mod request_at_hop;
 mod table;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::probe::HopRecord;
@@ -146,6 +176,7 @@ use self::budget::DetailBudget;
 use self::lines::{Line, each_line};
 use self::parse::Parsed;
 use self::problems::ProblemLog;
+use self::reorder::{Key, Pending, Reorder};
 use self::request_at_hop::{Ctx, Rec, RequestAtHop};
 use self::table::HopTable;
 
@@ -169,6 +200,9 @@ pub const DEFAULT_MAX_STALLS: usize = 10_000;
 pub const DEFAULT_MAX_DETAILS: u64 = 1 << 22;
 /// Output positions tracked per hop by default (for the gap-by-position plot).
 pub const DEFAULT_MAX_POSITIONS: usize = 4096;
+/// The reorder window by default: the last 65,536 records read (about 20 MB while full; see
+/// [`Timeline::reorder_window`]).
+pub const DEFAULT_REORDER_WINDOW: usize = 1 << 16;
 
 /// The most hops a path may have.
 pub const MAX_PATH: usize = 64;
@@ -228,7 +262,8 @@ pub struct Timeline {
     max_stalls: usize,
     only: Option<Box<str>>,
     sources: Vec<Box<str>>,
-    requests: HashMap<Box<str>, Vec<RequestAtHop>>,
+    requests: HashMap<Arc<str>, Vec<RequestAtHop>>,
+    reorder: Reorder,
     tables: Vec<HopTable>,
     problems: ProblemLog,
     budget: DetailBudget,
@@ -254,7 +289,7 @@ impl Timeline {
     ///
     /// // The hops in path order, and the shortest quiet spell that is a stall.
     /// let path = ["worker.publish", "gateway.write", "client.recv"];
-    /// let timeline = Timeline::new(path, Duration::from_millis(500));
+    /// let mut timeline = Timeline::new(path, Duration::from_millis(500));
     /// let diagnosis = timeline.diagnose();
     /// assert_eq!(diagnosis.stall, Duration::from_millis(500));
     /// assert_eq!(diagnosis.hops[1].hop, "gateway.write");
@@ -286,6 +321,7 @@ impl Timeline {
             only: None,
             sources: Vec::new(),
             requests: HashMap::new(),
+            reorder: Reorder::new(DEFAULT_REORDER_WINDOW),
             tables: path
                 .iter()
                 .map(|_| HopTable::new(DEFAULT_MAX_POSITIONS))
@@ -463,6 +499,57 @@ impl Timeline {
         for table in &mut self.tables {
             table.set_max_positions(n);
         }
+        self
+    }
+
+    /// Puts back in order the records of each request at each hop that arrive at most `n`
+    /// records (of the whole input, in read order) after the record they belong before
+    /// (default [`DEFAULT_REORDER_WINDOW`]; 0: none). A record further out of order is
+    /// [`ProblemKind::OutOfOrder`], and every stall of that request at that hop, or that needs
+    /// it to be judged, is unknown.
+    ///
+    /// The last `n` records read are held back, each stream's sorted by seq (then time): when
+    /// a record leaves the window, its stream takes every pending record from the same source
+    /// up to its seq. The window costs about 300 bytes per record it holds (plus the
+    /// attributes those records set), whatever the number of requests: some 20 MB for the
+    /// default. Records of one stream from different sources (a stream resumed through
+    /// another instance) are not ordered against each other.
+    ///
+    /// # Examples
+    ///
+    /// Lines of one hop swapped by a log shipper: put back, not a problem. With no window,
+    /// seq 0 comes after seq 1 was taken: what is left of the stream is not the stream, and
+    /// the stall seen in it cannot be told.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{Blame, ProblemKind, Timeline};
+    ///
+    /// let records = r#"{"request":"r1","hop":"worker.publish","seq":1,"t_ns":2000000000,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
+    /// {"request":"r1","hop":"worker.publish","seq":2,"t_ns":4000000000,"bytes":3,"kind":"visible"}"#;
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1));
+    /// timeline.add_lines("worker.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert!(diagnosis.problems.is_empty());
+    /// let spans: Vec<_> = diagnosis.stalls.iter().map(|s| (s.after, s.seq, &s.blame)).collect();
+    /// assert_eq!(spans, [(Some(0), Some(1), &Blame::Began), (Some(1), Some(2), &Blame::Began)]);
+    ///
+    /// let mut timeline = Timeline::new(["worker.publish"], Duration::from_secs(1)).reorder_window(0);
+    /// timeline.add_lines("worker.jsonl", records);
+    /// let diagnosis = timeline.diagnose();
+    /// assert_eq!(diagnosis.problems.count(ProblemKind::OutOfOrder), 1);
+    /// assert_eq!(
+    ///     diagnosis.stalls[0].blame,
+    ///     Blame::Unknown(
+    ///         "records of this request at worker.publish arrived out of order beyond the reorder \
+    ///          window of 0 records"
+    ///             .into()
+    ///     )
+    /// );
+    /// ```
+    pub fn reorder_window(mut self, n: usize) -> Self {
+        self.reorder.set_max(n);
         self
     }
 
@@ -758,6 +845,8 @@ impl Timeline {
         }
     }
 
+    /// Takes a record as it is read: filtered, refused (an unknown hop, past the request
+    /// limit) or put in the reorder window, which releases what leaves it.
     fn take(
         &mut self,
         source: u16,
@@ -787,12 +876,50 @@ impl Timeline {
             self.filtered = self.filtered.saturating_add(1);
             return;
         }
-        let rec = Rec {
-            seq: record.seq,
-            t_ns: record.t_ns,
-            kind: record.kind,
-            source,
+        let request = match self.requests.get_key_value(&*record.request) {
+            Some((request, _)) => request.clone(),
+            None => {
+                if self.requests.len() >= self.max_requests {
+                    let max = self.max_requests;
+                    self.problems
+                        .add(ProblemKind::RequestLimit, source_name, line, || {
+                            format!(
+                                "request `{}` not analysed: more than {max} requests",
+                                record.request
+                            )
+                        });
+                    return;
+                }
+                let request: Arc<str> = record.request.as_ref().into();
+                self.requests.insert(request.clone(), Vec::with_capacity(1));
+                request
+            }
         };
+        let attrs = record.attrs.as_ref().map(|set| {
+            set.iter()
+                .map(|(key, value)| (Cow::Owned(key.to_string()), Cow::Owned(value.to_string())))
+                .collect()
+        });
+        let key = Key::new(request, hop, source, record.seq, record.t_ns);
+        let pending = Pending {
+            kind: record.kind,
+            line,
+            windowed: starts.is_some(),
+            attrs,
+        };
+        self.reorder.push(key, pending);
+        self.release(false);
+    }
+
+    /// Takes in the records that left the reorder window (every record in it, with `flush`).
+    fn release(&mut self, flush: bool) {
+        while let Some((key, pending)) = self.reorder.release(flush) {
+            self.take_in(&key, &pending);
+        }
+    }
+
+    /// Takes a record released by the reorder window into its request's state at its hop.
+    fn take_in(&mut self, key: &Key, pending: &Pending) {
         let Timeline {
             path,
             stall_ns,
@@ -801,30 +928,15 @@ impl Timeline {
             problems,
             budget,
             sources,
-            max_requests,
             records,
             attrs,
+            reorder,
             ..
         } = self;
-        let source_name = &sources[usize::from(source)];
-        let streams = match requests.get_mut(&*record.request) {
-            Some(streams) => streams,
-            None => {
-                if requests.len() >= *max_requests {
-                    let max = *max_requests;
-                    problems.add(ProblemKind::RequestLimit, source_name, line, || {
-                        format!(
-                            "request `{}` not analysed: more than {max} requests",
-                            record.request
-                        )
-                    });
-                    return;
-                }
-                requests
-                    .entry(record.request.as_ref().into())
-                    .or_insert_with(|| Vec::with_capacity(1))
-            }
+        let Some(streams) = requests.get_mut(&key.request) else {
+            return;
         };
+        let hop = key.hop;
         let at = match streams.iter().position(|s| s.hop == hop) {
             Some(at) => at,
             None => {
@@ -832,33 +944,42 @@ impl Timeline {
                     // Grow once, to the path's length, rather than doubling.
                     streams.reserve_exact(path.len() - streams.len());
                 }
-                streams.push(RequestAtHop::new(hop, source));
+                streams.push(RequestAtHop::new(hop, key.source));
                 streams.len() - 1
             }
         };
-        let table = &mut tables[usize::from(hop)];
+        let rec = Rec {
+            seq: key.seq,
+            t_ns: key.t_ns,
+            kind: pending.kind,
+            source: key.source,
+        };
         let mut cx = Ctx {
             stall_ns: *stall_ns,
             budget,
-            table,
+            table: &mut tables[usize::from(hop)],
             problems,
-            source: source_name,
-            line,
-            request: &record.request,
+            source: &sources[usize::from(key.source)],
+            line: pending.line,
+            request: &key.request,
             hop: &path[usize::from(hop)],
-            windowed: starts.is_some(),
+            windowed: pending.windowed,
+            reorder_window: reorder.max(),
         };
         if streams[at].add(&rec, &mut cx) {
             cx.table.records = cx.table.records.saturating_add(1);
             *records = records.saturating_add(1);
-            if let Some(set) = &record.attrs {
-                attrs.change((&record.request, hop, record.seq), set, cx.budget);
+            if let Some(set) = &pending.attrs {
+                attrs.change((&key.request, hop, key.seq), set, cx.budget);
             }
         }
     }
 
     /// Names the hop each stall began at, from everything read so far (see the
-    /// [module](self) for the rule). It can be called again after reading more.
+    /// [module](self) for the rule), taking in first every record still in the reorder
+    /// window. It can be called again after reading more; a record read after it that belongs
+    /// before one it took is then beyond the window (see
+    /// [`reorder_window`](Timeline::reorder_window)).
     ///
     /// # Examples
     ///
@@ -881,7 +1002,8 @@ impl Timeline {
     /// assert_eq!(diagnosis.stalls[0].gap, Duration::from_secs(2));
     /// assert_eq!(diagnosis.stalls[0].blame, Blame::Began);
     /// ```
-    pub fn diagnose(&self) -> Diagnosis {
+    pub fn diagnose(&mut self) -> Diagnosis {
+        self.release(true);
         #[derive(Default, Clone)]
         struct Counts {
             began: u64,
@@ -894,6 +1016,7 @@ impl Timeline {
         let judge = Judge {
             path: &self.path,
             stall_ns: self.stall_ns,
+            reorder_window: self.reorder.max(),
         };
         let mut stalls: Vec<Stall> = Vec::new();
         let mut total: u64 = 0;

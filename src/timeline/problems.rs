@@ -16,7 +16,8 @@ const MAX_MESSAGE: usize = 240;
 /// let records = r#"{"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":3,"kind":"visible"}
 /// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
 /// {"request":"r1","hop":"gateway.rite","seq":2,"t_ns":0,"bytes":3,"kind":"visible"}"#;
-/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+/// // Without a reorder window, seq 0 arrives out of order beyond it.
+/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).reorder_window(0);
 /// timeline.add_lines("gateway.jsonl", records);
 /// let problems = timeline.diagnose().problems;
 /// assert_eq!(problems.count(ProblemKind::OutOfOrder), 1);
@@ -42,7 +43,10 @@ pub enum ProblemKind {
     UnknownHop,
     /// A record of a seq the hop already recorded for the request. Skipped.
     Duplicate,
-    /// A record whose seq is below the hop's previous one for the request. Skipped.
+    /// A record whose seq is below one the hop already took for the request: it arrived out
+    /// of order beyond the [reorder window](super::Timeline::reorder_window). Skipped; every
+    /// stall of the request at that hop, and every verdict that needs that hop, is unknown.
+    /// (Also an end record not past the hop's last seq.)
     OutOfOrder,
     /// A record whose time is before the hop's previous one for the request. Skipped: never
     /// a gap of 584 years.
@@ -117,13 +121,17 @@ impl ProblemKind {
 /// let records = r#"{"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":3,"kind":"visible"}
 /// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
 /// {"request":"r1","hop":"gateway.rite","seq":2,"t_ns":0,"bytes":3,"kind":"visible"}"#;
-/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+/// // Without a reorder window, seq 0 arrives out of order beyond it.
+/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).reorder_window(0);
 /// timeline.add_lines("gateway.jsonl", records);
 /// let problems = timeline.diagnose().problems;
 /// let first = &problems.examples[0];
 /// assert_eq!((first.source.as_str(), first.line), ("gateway.jsonl", Some(2)));
 /// assert_eq!(first.kind, ProblemKind::OutOfOrder);
-/// assert_eq!(first.message, "request `r1` at gateway.write: seq 0 after seq 1");
+/// assert_eq!(
+///     first.message,
+///     "request `r1` at gateway.write: seq 0 after seq 1: out of order beyond the reorder window of 0 records"
+/// );
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -149,7 +157,8 @@ pub struct Problem {
 /// let records = r#"{"request":"r1","hop":"gateway.write","seq":1,"t_ns":0,"bytes":3,"kind":"visible"}
 /// {"request":"r1","hop":"gateway.write","seq":0,"t_ns":0,"bytes":3,"kind":"visible"}
 /// {"request":"r1","hop":"gateway.rite","seq":2,"t_ns":0,"bytes":3,"kind":"visible"}"#;
-/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1));
+/// // Without a reorder window, seq 0 arrives out of order beyond it.
+/// let mut timeline = Timeline::new(["gateway.write"], Duration::from_secs(1)).reorder_window(0);
 /// timeline.add_lines("gateway.jsonl", records);
 /// let problems = timeline.diagnose().problems;
 /// assert!(!problems.is_empty());
@@ -160,7 +169,9 @@ pub struct Problem {
 #[non_exhaustive]
 pub struct Problems {
     /// The first problems found, up to
-    /// [`Timeline::max_problems`](super::Timeline::max_problems), in input order.
+    /// [`Timeline::max_problems`](super::Timeline::max_problems), in the order found: a line's
+    /// as it is read, a record's against its stream as it leaves the
+    /// [reorder window](super::Timeline::reorder_window).
     pub examples: Vec<Problem>,
     /// How many of each kind in all (kinds with none left out), in [`ProblemKind::ALL`]'s order.
     pub counts: Vec<(ProblemKind, u64)>,

@@ -1,5 +1,5 @@
 //! What a request's state at a hop knows about itself, one bit each: a typed set of flags in
-//! two bytes.
+//! four bytes.
 
 use std::fmt;
 
@@ -39,11 +39,14 @@ pub(super) enum Flag {
     EndSpell,
     /// A spell does not start at or after the one before it ended (a resume went back).
     Unsorted,
+    /// A record arrived out of order beyond the reorder window: its stream had taken a later
+    /// one, so what its records show is not the stream.
+    Disordered,
 }
 
 impl Flag {
     /// Every flag, in the order of its bit.
-    const ALL: [Flag; 16] = [
+    const ALL: [Flag; 17] = [
         Flag::Record,
         Flag::Covered,
         Flag::Progress,
@@ -60,6 +63,7 @@ impl Flag {
         Flag::CatchingUp,
         Flag::EndSpell,
         Flag::Unsorted,
+        Flag::Disordered,
     ];
 
     /// The flags of the current segment: a resumed stream starts a new one without them.
@@ -72,15 +76,15 @@ impl Flag {
         Flag::EndSpell,
     ];
 
-    fn bit(self) -> u16 {
+    fn bit(self) -> u32 {
         1 << self as u8
     }
 }
 
-/// A set of [`Flag`]s, one bit each. Sixteen flags fill it: one more needs a wider set (and
-/// changes the size of a request's state at a hop).
+/// A set of [`Flag`]s, one bit each: room for 32 (in what were padding bytes of a request's
+/// state at a hop, which stays 144 bytes).
 #[derive(Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct Flags(u16);
+pub(super) struct Flags(u32);
 
 impl Flags {
     /// Whether `flag` is in the set.
@@ -129,13 +133,13 @@ mod tests {
 
     #[test]
     fn each_flag_is_its_own_bit() {
-        assert_eq!(std::mem::size_of::<Flags>(), 2);
-        let mut all = 0u16;
+        assert_eq!(std::mem::size_of::<Flags>(), 4);
+        let mut all = 0u32;
         for (at, &flag) in Flag::ALL.iter().enumerate() {
             assert_eq!(flag as usize, at, "{flag:?} out of order");
             all |= flag.bit();
         }
-        assert_eq!(all, u16::MAX, "sixteen flags, sixteen bits");
+        assert_eq!(all, (1 << Flag::ALL.len()) - 1, "a bit per flag");
         let mut flags = Flags::default();
         flags.insert(Flag::Ended);
         flags.set(Flag::Lost, true);

@@ -46,6 +46,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) hop: &'a str,
     /// Whether the record is read under a window of its hop's clock.
     pub(crate) windowed: bool,
+    /// The reorder window, in records (for what a record out of order beyond it says).
+    pub(crate) reorder_window: usize,
 }
 
 impl Ctx<'_> {
@@ -152,6 +154,13 @@ impl RequestAtHop {
                 self.visible = 0;
                 self.source = rec.source;
                 cx.table.resumes = cx.table.resumes.saturating_add(1);
+            } else if rec.seq < self.last_seq
+                && !matches!(rec.kind, RecordKind::End { .. })
+                && self.covers(rec.seq) != Some(true)
+            {
+                // An event of the segment that ended, new, arriving after its end record.
+                self.disorder(rec.seq, cx);
+                return false;
             } else {
                 let (seq, end) = (rec.seq, self.last_seq);
                 let (kind, what) = if matches!(rec.kind, RecordKind::End { .. }) && seq == end {
@@ -167,23 +176,21 @@ impl RequestAtHop {
         }
         if self.flags.has(Flag::Record) {
             let (seq, last) = (rec.seq, self.last_seq);
-            let refused = if matches!(rec.kind, RecordKind::End { .. }) {
+            if let RecordKind::End { .. } = rec.kind {
                 // One past the last seq, which saturates at u64::MAX.
-                let past = seq > last || (seq == u64::MAX && last == u64::MAX);
-                (!past).then_some(ProblemKind::OutOfOrder)
-            } else if seq == last {
-                Some(ProblemKind::Duplicate)
-            } else {
-                (seq < last).then_some(ProblemKind::OutOfOrder)
-            };
-            if let Some(kind) = refused {
-                cx.problem(kind, || match (kind, rec.kind) {
-                    (_, RecordKind::End { .. }) => {
+                if seq <= last && !(seq == u64::MAX && last == u64::MAX) {
+                    cx.problem(ProblemKind::OutOfOrder, || {
                         format!("end record at seq {seq}, not past the last seq {last}")
-                    }
-                    (ProblemKind::Duplicate, _) => format!("seq {seq} recorded twice"),
-                    _ => format!("seq {seq} after seq {last}"),
+                    });
+                    return false;
+                }
+            } else if seq == last || (seq < last && self.covers(seq) == Some(true)) {
+                cx.problem(ProblemKind::Duplicate, || {
+                    format!("seq {seq} recorded twice")
                 });
+                return false;
+            } else if seq < last {
+                self.disorder(seq, cx);
                 return false;
             }
             let (t, last_t) = (rec.t_ns, self.last_t);
@@ -436,6 +443,18 @@ impl RequestAtHop {
         self.flags.insert(Flag::CatchingUp);
     }
 
+    /// Notes that event `seq` came after a later record had been taken: it arrived out of order
+    /// beyond the reorder window, and what this stream's records show is not the stream.
+    fn disorder(&mut self, seq: u64, cx: &mut Ctx<'_>) {
+        let (last, window) = (self.last_seq, cx.reorder_window);
+        cx.problem(ProblemKind::OutOfOrder, || {
+            format!(
+                "seq {seq} after seq {last}: out of order beyond the reorder window of {window} records"
+            )
+        });
+        self.flags.insert(Flag::Disordered);
+    }
+
     /// Notes that details from `from` on are not all kept (reported once per stream).
     fn lose(&mut self, from: u64, cx: &mut Ctx<'_>) {
         if !self.flags.has(Flag::Lost) {
@@ -517,6 +536,11 @@ impl RequestAtHop {
 
     pub(crate) fn windowed(&self) -> bool {
         self.flags.has(Flag::Windowed)
+    }
+
+    /// Whether a record arrived out of order beyond the reorder window (and was not taken).
+    pub(crate) fn disordered(&self) -> bool {
+        self.flags.has(Flag::Disordered)
     }
 
     /// Whether the hop recorded a hidden event of the request (it carries hidden events).
@@ -785,6 +809,7 @@ mod tests {
                 request: "r",
                 hop: "h",
                 windowed: false,
+                reorder_window: 0,
             };
             assert!(stream.add(&rec, &mut cx), "{seq}");
         }
