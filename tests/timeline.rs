@@ -99,6 +99,7 @@ fn hop(
                 "control" => Kind::Control,
                 other => panic!("not a kind: {other}"),
             }),
+            busy_ns: None,
             attrs: Vec::new(),
         };
         out.push_str(&record.to_json_line());
@@ -119,6 +120,7 @@ fn hop(
                 reason: reason.parse().expect("an end reason"),
                 idle_ns: (t_ms - last_progress.unwrap_or(0)) * MS,
             },
+            busy_ns: None,
             attrs: Vec::new(),
         };
         out.push_str(&record.to_json_line());
@@ -977,6 +979,7 @@ fn records_can_be_added_one_by_one() {
         t_ns: t_ms * MS,
         bytes: 3,
         kind: RecordKind::Event(Kind::Visible),
+        busy_ns: None,
         attrs: Vec::new(),
     };
     timeline.add_record("probe", &record(0, 0));

@@ -13,13 +13,24 @@ use std::time::Duration;
 // `setup` names the raw client `crate::client`.
 use common as client;
 
-use client::{HANG, RawResponse, stats};
+use client::{HANG, RawResponse, chromium, stats};
 use serde_json::Value;
 use setup::{proxy_config, serve_proxy, start_proxy, start_sim, stream};
 use streamgate::browser::{MAX_POST_RECORDS, RECORDS_PATH, SCRIPT_PATH, TOKEN_HEADER};
-use streamgate::timeline::{Blame, Timeline};
+use streamgate::probe::RecordSink;
+use streamgate::timeline::{Blame, Diagnosis, Timeline};
 use streamgate_cli::proxy::InjectedStall;
 use tokio::time::{Instant, sleep};
+
+/// The path from sim's worker to the user's screen.
+const PATH: [&str; 6] = [
+    "worker.publish",
+    "worker.write",
+    "proxy.recv",
+    "proxy.write",
+    "client.recv",
+    "client.render",
+];
 
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> PathBuf {
@@ -191,4 +202,151 @@ async fn without_hop_records_the_page_is_told_there_is_nowhere_to_write() {
     let mut refused = RawResponse::post(proxy, RECORDS_PATH, "", "{}").await;
     assert_eq!(refused.status(), 404);
     assert!(refused.text().await.contains("--hop-records"));
+}
+
+/// Opens the example page through the proxy at `proxy` (sim behind it serves the page) with
+/// `query`, waits until its stream has ended at `client.render` in `page_file`, and diagnoses
+/// every record of `sinks` (synced first) and `files`.
+async fn browse(
+    browser: &Path,
+    dir: &Path,
+    (proxy, page_file): (std::net::SocketAddr, &Path),
+    query: &str,
+    sinks: &[&RecordSink],
+) -> Diagnosis {
+    let url = format!("http://{proxy}/browser?{query}");
+    let page = chromium::open(browser, &url, dir);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !records(page_file)
+        .iter()
+        .any(|r| r["hop"] == "client.render" && r["kind"] == "end")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the page's stream never ended at client.render"
+        );
+        sleep(Duration::from_millis(50)).await;
+    }
+    drop(page);
+    for sink in sinks {
+        sink.sync();
+    }
+    let mut timeline = Timeline::new(PATH, Duration::from_secs(1));
+    for name in ["sim.jsonl", "proxy.jsonl"] {
+        let file = dir.join(name);
+        timeline
+            .read(name, std::fs::File::open(&file).unwrap())
+            .unwrap();
+    }
+    timeline.diagnose()
+}
+
+/// The stalls that began somewhere, as (hop, after, seq).
+fn began(diagnosis: &Diagnosis) -> Vec<(&str, Option<u64>, Option<u64>)> {
+    diagnosis
+        .stalls
+        .iter()
+        .filter(|stall| stall.blame == Blame::Began)
+        .map(|stall| (stall.hop.as_str(), stall.after, stall.seq))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_whose_handler_blocks_for_2_s_is_diagnosed_at_client_render() {
+    let Some(browser) = chromium::installed("the page's render stall in Chromium") else {
+        return;
+    };
+    let dir = scratch("render");
+    let (sim_file, proxy_file) = (dir.join("sim.jsonl"), dir.join("proxy.jsonl"));
+    let (sim, sim_state) = start_sim(&[
+        "--step-ms",
+        "20",
+        "--hop-records",
+        sim_file.to_str().unwrap(),
+    ]);
+    let config = proxy_config(
+        &format!("http://{sim}"),
+        &["--hop-records", proxy_file.to_str().unwrap()],
+    );
+    let (proxy, proxy_state, _) = serve_proxy(config, None);
+    let sinks = [
+        sim_state.records.as_ref().unwrap(),
+        proxy_state.records.as_ref().unwrap(),
+    ];
+    // Event 50's handler holds the main thread for 2 s; every server hop stays regular.
+    let query = "max_tokens=100&block_at=50&block_ms=2000";
+    let diagnosis = browse(&browser, &dir, (proxy, &proxy_file), query, &sinks).await;
+    let report = format!("{diagnosis:#?}");
+    assert_eq!(
+        began(&diagnosis),
+        [("client.render", Some(49), Some(50))],
+        "{report}"
+    );
+    let stall = diagnosis
+        .stalls
+        .iter()
+        .find(|s| s.blame == Blame::Began)
+        .unwrap();
+    assert!(stall.gap >= Duration::from_millis(1900), "{report}");
+    let busy = stall.busy.expect("the long frame the browser reported");
+    assert!(
+        busy >= Duration::from_millis(1900) && busy <= stall.gap + Duration::from_millis(100),
+        "{report}"
+    );
+    // Receipt froze too (the page parses on the same thread), behind the render: pushed back.
+    let recv = &diagnosis.hops[4];
+    assert_eq!((recv.began, recv.pushed_back), (0, 1), "{report}");
+    assert!(
+        diagnosis
+            .problems
+            .examples
+            .iter()
+            .all(|p| p.message.contains("not on the path")),
+        "{report}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stall_at_the_proxy_is_diagnosed_at_the_proxy_not_the_page() {
+    let Some(browser) = chromium::installed("a proxy stall seen from Chromium") else {
+        return;
+    };
+    let dir = scratch("proxy-stall");
+    let (sim_file, proxy_file) = (dir.join("sim.jsonl"), dir.join("proxy.jsonl"));
+    let (sim, sim_state) = start_sim(&[
+        "--step-ms",
+        "20",
+        "--hop-records",
+        sim_file.to_str().unwrap(),
+    ]);
+    let mut config = proxy_config(
+        &format!("http://{sim}"),
+        &["--hop-records", proxy_file.to_str().unwrap()],
+    );
+    config.stall = Some(InjectedStall {
+        at: 50,
+        duration: Duration::from_secs(2),
+    });
+    let (proxy, proxy_state, _) = serve_proxy(config, None);
+    let sinks = [
+        sim_state.records.as_ref().unwrap(),
+        proxy_state.records.as_ref().unwrap(),
+    ];
+    let diagnosis = browse(
+        &browser,
+        &dir,
+        (proxy, &proxy_file),
+        "max_tokens=100",
+        &sinks,
+    )
+    .await;
+    let report = format!("{diagnosis:#?}");
+    let began = began(&diagnosis);
+    assert_eq!(began.len(), 1, "{report}");
+    // The proxy waits before it reads the event it stalls at: it began where the proxy reads.
+    assert_eq!(began[0].0, "proxy.recv", "{report}");
+    // The page saw the freeze, passed on from the proxy.
+    for hop in &diagnosis.hops[4..] {
+        assert_eq!((hop.began, hop.passed_on), (0, 1), "{}: {report}", hop.hop);
+    }
 }

@@ -25,6 +25,7 @@ fn records(hop: &str, pause_ms: u64) -> String {
             t_ns: (10 * seq + extra) * 1_000_000,
             bytes: 5,
             kind: RecordKind::Event(Kind::Visible),
+            busy_ns: None,
             attrs: Vec::new(),
         };
         lines.push_str(&record.to_json_line());

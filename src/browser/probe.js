@@ -7,11 +7,12 @@
 // `x-streamgate-probe: <token>`) it records, with no payload text, only the event's id, size,
 // kind and time:
 //
-//   client.recv    the event was parsed from the network;
+//   client.recv    the event was parsed from the network (probedFetch reads the body ahead of
+//                  the app, up to READ_AHEAD_EVENTS / READ_AHEAD_BYTES, so an app that is slow
+//                  to ask for the next event shows at client.render, not here);
 //   client.render  the app's handler for it returned and the next frame was painted (the first
-//                  task after a requestAnimationFrame: see PAINT_MODE), with `busy_ns`: how
-//                  long long animation frames (or long tasks) overlapped the time since the
-//                  previous render record;
+//                  task after a requestAnimationFrame), with `busy_ns`: how long long animation
+//                  frames (or long tasks) overlapped the time since the previous render record;
 //
 // and one `end` record per hop when the stream ends. Records are batched and POSTed as
 // `text/plain` JSON to `/streamgate/hop-records` on the origin that served this module
@@ -56,6 +57,11 @@ const END_FLUSH_MS = 100; // after a stream's end, so the last frame's entries a
 const BACKOFF_MS = [2000, 60000]; // after a 429 or a failed POST: first, most
 const BUSY_KEEP_NS = 300e9; // long-frame entries older than this are forgotten
 const BUSY_MAX = 2000; // and at most this many are kept
+// probedFetch reads the network ahead of the app while fewer than this many events (blocks),
+// and fewer than this many of their bytes, are parsed but not yet taken by the app; past
+// either it stops reading, so the server feels a slow app's backpressure as without the probe.
+const READ_AHEAD_EVENTS = 1000;
+const READ_AHEAD_BYTES = 1024 * 1024;
 
 const nativeFetch = typeof fetch === 'function' ? fetch : null;
 const hasWindow = typeof window !== 'undefined' && typeof document !== 'undefined';
@@ -135,25 +141,20 @@ function busyBetween(from, to) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Painted frames: fn runs once the next frame is painted. One frame callback serves everything
-// queued before it fires; FIFO, so an end queued after a render runs after it.
-//
-// PAINT_MODE 'double-raf': fn runs in the frame after (a second requestAnimationFrame).
-// PAINT_MODE 'raf-task': fn runs in the first task after the frame (requestAnimationFrame, then
-// a MessageChannel message): the same paint, without waiting a frame more (and without charging
-// a task that blocks before that later frame to the event painted already).
-
-const PAINT_MODE = 'raf-task';
+// Painted frames: fn runs in the first task after the next frame (a requestAnimationFrame
+// callback, then a MessageChannel message): the frame's paint is done by then, and a task that
+// blocks before a later frame is not charged to the event painted already. One frame callback
+// serves everything queued before it fires; FIFO, so an end queued after a render runs after it.
 
 let paintQueue = [];
 let paintArmed = false;
-const painted = []; // batches whose frame ran, for 'raf-task'
+const painted = []; // batches whose frame ran, each waiting for its task
 let channel = null;
 
 const canPaint = () => raf !== null && document.visibilityState !== 'hidden';
 
-function runBatch(batch) {
-  for (const run of batch) guard(run);
+function runPainted() {
+  for (const run of painted.shift() || []) guard(run);
 }
 
 function afterPaint(fn) {
@@ -161,19 +162,15 @@ function afterPaint(fn) {
   if (paintArmed) return;
   paintArmed = true;
   raf(() => {
-    const batch = paintQueue;
+    painted.push(paintQueue);
     paintQueue = [];
     paintArmed = false;
-    if (PAINT_MODE === 'raf-task' && typeof MessageChannel === 'function') {
-      if (!channel) {
-        channel = new MessageChannel();
-        channel.port1.onmessage = () => runBatch(painted.shift() || []);
-      }
-      painted.push(batch);
-      channel.port2.postMessage(0);
-    } else {
-      raf(() => runBatch(batch));
+    if (!channel && typeof MessageChannel === 'function') {
+      channel = new MessageChannel();
+      channel.port1.onmessage = runPainted;
     }
+    if (channel) channel.port2.postMessage(0);
+    else setTimeout(runPainted, 0);
   });
 }
 
@@ -394,6 +391,7 @@ class Tracker {
     this.recv = new Hop(RECV, start);
     this.render = new Hop(RENDER, start);
     this.lastRecvSeq = null;
+    this.ending = false; // end() was called
     stats.streams++;
     active.add(this);
   }
@@ -442,10 +440,16 @@ class Tracker {
     return this.recv.ended;
   }
 
-  // The stream ended: recv now; render once what was handled is painted (now when the page
-  // cannot paint).
+  // The network side ended (the body ended or failed): the recv end record only.
+  endRecv(reason) {
+    this.endHop(this.recv, reason);
+  }
+
+  // The stream ended for the app: recv now (if the network had not ended it); render once what
+  // was handled is painted (now when the page cannot paint).
   end(reason) {
-    if (this.recv.ended) return;
+    if (this.ending) return;
+    this.ending = true;
     this.endHop(this.recv, reason);
     const done = () => {
       this.endHop(this.render, reason);
@@ -648,76 +652,144 @@ function wrapResponse(response, input, init) {
   return wrapped;
 }
 
+// The body, one chunk per SSE block. A read-ahead loop reads the upstream body as it arrives
+// (recording client.recv as each event is parsed) into a queue the app's reads take from, while
+// the queue is within READ_AHEAD_EVENTS and READ_AHEAD_BYTES. When the app asks for the next
+// chunk it has handled the previous one: that chunk's events get their client.render records.
 function probedBody(upstream, tracker, signal) {
   const reader = upstream.getReader();
   let recording = true; // false after an internal error: pass the bytes through only
   const splitter = new SseSplitter((id, bytes, done) =>
     tracker.received(id, bytes, done ? 'control' : 'visible'),
   );
-  const queue = []; // chunks parsed, not yet handed to the consumer
-  let handed = []; // the events of the chunk the consumer has now
-  let upstreamDone = false;
-  const aborted = () => guard(() => tracker.end('consumer_gone'));
-  if (signal && typeof signal.addEventListener === 'function') {
-    if (signal.aborted) aborted();
-    else signal.addEventListener('abort', aborted, { once: true });
-  }
+  const queue = []; // chunks read and parsed, not yet handed to the app
+  let queuedBytes = 0;
+  let handed = []; // the events of the chunk the app has now
+  let state = 'reading'; // then 'done' (body ended), 'failed' (body errored), 'closed' (for the app)
+  let failure = null; // the upstream error, for the app once the queue is drained
+  let reading = false; // readAhead is running
+  let wake = null; // resolves a read of the app waiting for the queue
+  let controller = null;
 
-  return new ReadableStream(
-    {
-      async pull(controller) {
-        // The consumer asks again: it has handled the previous chunk.
-        if (recording) guard(() => tracker.handled(handed));
-        handed = [];
-        for (;;) {
-          if (queue.length) {
-            const chunk = queue.shift();
-            handed = chunk.events;
-            controller.enqueue(chunk.bytes);
-            return;
-          }
-          if (upstreamDone) {
-            guard(() => tracker.end('completed'));
-            controller.close();
-            return;
-          }
-          let result;
+  const notify = () => {
+    const resolve = wake;
+    wake = null;
+    if (resolve) resolve();
+  };
+  const enqueue = (chunk) => {
+    queue.push(chunk);
+    queuedBytes += chunk.bytes.length;
+  };
+  const discard = () => {
+    state = 'closed';
+    queue.length = 0;
+    queuedBytes = 0;
+    handed = [];
+    notify();
+  };
+
+  async function readAhead() {
+    if (reading) return;
+    reading = true;
+    try {
+      while (state === 'reading' && queue.length < READ_AHEAD_EVENTS && queuedBytes < READ_AHEAD_BYTES) {
+        let result;
+        try {
+          result = await reader.read();
+        } catch (error) {
+          if (state !== 'reading') break;
+          const gone = (signal && signal.aborted) || (error && error.name === 'AbortError');
+          state = 'failed';
+          failure = error;
+          guard(() => tracker.endRecv(gone ? 'consumer_gone' : 'upstream_error'));
+          break;
+        }
+        if (state !== 'reading') break; // cancelled or aborted meanwhile
+        if (result.done) {
+          const rest = recording ? splitter.rest() : null;
+          if (rest) enqueue(rest);
+          state = 'done';
+          guard(() => tracker.endRecv('completed'));
+        } else if (!recording) {
+          enqueue({ bytes: result.value, events: [] });
+        } else {
           try {
-            result = await reader.read();
-          } catch (error) {
-            const gone = (signal && signal.aborted) || (error && error.name === 'AbortError');
-            guard(() => tracker.end(gone ? 'consumer_gone' : 'upstream_error'));
-            controller.error(error);
-            return;
-          }
-          if (result.done) {
-            upstreamDone = true;
-            const rest = recording ? splitter.rest() : null;
-            if (rest) queue.push(rest);
-            continue;
-          }
-          if (!recording) {
-            queue.push({ bytes: result.value, events: [] });
-            continue;
-          }
-          try {
-            queue.push(...splitter.push(result.value));
+            for (const chunk of splitter.push(result.value)) enqueue(chunk);
           } catch (_) {
             stats.errors++;
             recording = false;
-            const rest = splitter.rest();
             // Whatever the splitter held, then this chunk: the bytes pass through unchanged.
-            if (rest) queue.push(rest);
+            const rest = splitter.rest();
+            if (rest) enqueue(rest);
           }
+        }
+        notify();
+      }
+    } catch (_) {
+      stats.errors++;
+    } finally {
+      reading = false;
+      notify();
+    }
+  }
+
+  // The app aborted the fetch: its reads fail now, as they would without the probe.
+  const aborted = () =>
+    guard(() => {
+      tracker.end('consumer_gone');
+      if (state === 'closed' || !controller) return;
+      const reason = signal.reason !== undefined ? signal.reason : new DOMException('The operation was aborted.', 'AbortError');
+      discard();
+      controller.error(reason);
+    });
+
+  const body = new ReadableStream(
+    {
+      start(c) {
+        controller = c;
+      },
+      async pull(c) {
+        // The app asks again: it has handled the previous chunk.
+        if (recording) guard(() => tracker.handled(handed));
+        handed = [];
+        while (queue.length === 0 && state === 'reading') {
+          readAhead();
+          await new Promise((resolve) => {
+            wake = resolve;
+          });
+        }
+        if (state === 'closed') return;
+        if (queue.length) {
+          const chunk = queue.shift();
+          queuedBytes -= chunk.bytes.length;
+          handed = chunk.events;
+          c.enqueue(chunk.bytes);
+          readAhead(); // below the bound again
+        } else if (state === 'done') {
+          state = 'closed';
+          guard(() => tracker.end('completed'));
+          c.close();
+        } else {
+          state = 'closed';
+          const gone = (signal && signal.aborted) || (failure && failure.name === 'AbortError');
+          guard(() => tracker.end(gone ? 'consumer_gone' : 'upstream_error'));
+          c.error(failure);
         }
       },
       cancel(reason) {
+        discard();
         guard(() => tracker.end('consumer_gone'));
         return reader.cancel(reason);
       },
     },
     { highWaterMark: 0 },
   );
+  if (signal && typeof signal.addEventListener === 'function') {
+    if (signal.aborted) aborted();
+    else signal.addEventListener('abort', aborted, { once: true });
+  }
+  readAhead();
+  return body;
 }
 
 // ---------------------------------------------------------------------------------------------

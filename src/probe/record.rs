@@ -111,6 +111,10 @@ pub struct HopRecord {
     pub bytes: u64,
     /// How it counts for progress, or that (and why) the stream ended here.
     pub kind: RecordKind,
+    /// How long the hop's thread was busy (running, not waiting) within the gap this record
+    /// ended, when the hop can tell: a page's long animation frames at `client.render`
+    /// (written as `busy_ns`, only when given).
+    pub busy_ns: Option<u64>,
     /// The stream's attributes at the hop from this record on, when they were set or changed
     /// with it (empty: as before).
     pub attrs: Vec<(String, String)>,
@@ -132,6 +136,7 @@ impl HopRecord {
     ///     t_ns: 1_500_000,
     ///     bytes: 12,
     ///     kind: RecordKind::Event(Kind::Visible),
+    ///     busy_ns: None,
     ///     attrs: Vec::new(),
     /// };
     /// assert_eq!(
@@ -158,7 +163,7 @@ impl HopRecord {
             t_ns: self.t_ns,
             bytes: self.bytes,
             kind: self.kind,
-            busy_ns: 0,
+            busy_ns: self.busy_ns.unwrap_or(0),
             attrs: &attrs,
         };
         record.write(&mut line);
@@ -286,6 +291,7 @@ mod tests {
                 reason: EndReason::ConsumerGone,
                 idle_ns: 40_000_000_000,
             },
+            busy_ns: None,
             attrs: Vec::new(),
         };
         assert_eq!(

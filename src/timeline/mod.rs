@@ -153,6 +153,7 @@
 mod attrs;
 mod blame;
 mod budget;
+mod busy;
 mod lines;
 mod parse;
 mod problems;
@@ -173,6 +174,7 @@ use crate::probe::HopRecord;
 use self::attrs::Attrs;
 use self::blame::{Judge, Verdict};
 use self::budget::DetailBudget;
+use self::busy::Busy;
 use self::lines::{Line, each_line};
 use self::parse::Parsed;
 use self::problems::ProblemLog;
@@ -268,6 +270,7 @@ pub struct Timeline {
     problems: ProblemLog,
     budget: DetailBudget,
     attrs: Attrs,
+    busy: Busy,
     lines: u64,
     records: u64,
     filtered: u64,
@@ -330,6 +333,7 @@ impl Timeline {
             problems: ProblemLog::new(DEFAULT_MAX_PROBLEMS),
             budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
             attrs: Attrs::default(),
+            busy: Busy::default(),
             lines: 0,
             records: 0,
             filtered: 0,
@@ -748,6 +752,7 @@ impl Timeline {
     ///         t_ns: t_ms * 1_000_000,
     ///         bytes: 5,
     ///         kind: RecordKind::Event(Kind::Visible),
+    ///         busy_ns: None,
     ///         attrs: Vec::new(),
     ///     };
     ///     timeline.add_record("client", &record);
@@ -778,6 +783,7 @@ impl Timeline {
             t_ns: record.t_ns,
             bytes: record.bytes,
             kind: record.kind,
+            busy_ns: record.busy_ns.unwrap_or(0),
             attrs: (!record.attrs.is_empty()).then(|| attrs.collect()),
         };
         self.take(id, None, &parsed, None);
@@ -905,6 +911,7 @@ impl Timeline {
             kind: record.kind,
             line,
             windowed: starts.is_some(),
+            busy_ns: record.busy_ns,
             attrs,
         };
         self.reorder.push(key, pending);
@@ -930,6 +937,7 @@ impl Timeline {
             sources,
             records,
             attrs,
+            busy,
             reorder,
             ..
         } = self;
@@ -971,6 +979,9 @@ impl Timeline {
             *records = records.saturating_add(1);
             if let Some(set) = &pending.attrs {
                 attrs.change((&key.request, hop, key.seq), set, cx.budget);
+            }
+            if pending.busy_ns > 0 {
+                busy.note((&key.request, hop, key.seq), pending.busy_ns, cx.budget);
             }
         }
     }
@@ -1069,6 +1080,10 @@ impl Timeline {
                         upstream_gap_exact: upstream_gap.is_some_and(|(_, exact)| exact),
                         blame,
                         attrs: self.attrs.at(request, stream.hop, spell.after),
+                        busy: spell
+                            .seq
+                            .and_then(|seq| self.busy.at(request, stream.hop, seq))
+                            .map(Duration::from_nanos),
                     });
                     if stalls.len() >= keep.saturating_mul(2) {
                         longest_first(&mut stalls);

@@ -94,6 +94,8 @@ struct Line<'a> {
     reason: Option<Cow<'a, str>>,
     #[serde(default)]
     idle_ns: Option<u64>,
+    #[serde(default)]
+    busy_ns: Option<u64>,
     #[serde(default, borrow)]
     attrs: Option<BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
 }
@@ -107,6 +109,8 @@ pub(super) struct Parsed<'a> {
     pub(super) t_ns: u64,
     pub(super) bytes: u64,
     pub(super) kind: RecordKind,
+    /// How long the hop's thread was busy within the gap this record ended (0: not told).
+    pub(super) busy_ns: u64,
     /// The stream's attributes at the hop from this record on, when it carries them.
     pub(super) attrs: Option<BTreeMap<Cow<'a, str>, Cow<'a, str>>>,
 }
@@ -131,6 +135,7 @@ pub(super) fn parse(line: &[u8]) -> Result<Parsed<'_>, RecordError> {
         t_ns: raw.t_ns,
         bytes: raw.bytes,
         kind,
+        busy_ns: raw.busy_ns.unwrap_or(0),
         // An empty object changes nothing, as a record without one.
         attrs: raw.attrs.filter(|attrs| !attrs.is_empty()),
     })
@@ -227,6 +232,7 @@ impl HopRecord {
             t_ns: parsed.t_ns,
             bytes: parsed.bytes,
             kind: parsed.kind,
+            busy_ns: (parsed.busy_ns > 0).then_some(parsed.busy_ns),
             attrs: parsed
                 .attrs
                 .into_iter()

@@ -53,6 +53,8 @@ pub(super) struct Pending {
     pub(super) line: Option<u64>,
     /// Whether it was read under a window of its hop's clock.
     pub(super) windowed: bool,
+    /// How long the hop's thread was busy within the gap it ended (0: not told).
+    pub(super) busy_ns: u64,
     /// The attributes it sets, if any.
     pub(super) attrs: Option<BTreeMap<Cow<'static, str>, Cow<'static, str>>>,
 }
@@ -137,6 +139,7 @@ mod tests {
             kind: RecordKind::Event(Kind::Visible),
             line: None,
             windowed: false,
+            busy_ns: 0,
             attrs: None,
         }
     }

@@ -11,6 +11,10 @@ use super::problems::Problems;
 use super::table::PositionGap;
 use crate::end::EndReason;
 
+/// The page's hop where its app had handled an event and the next frame was painted (the
+/// `browser` probe's): a stall that began there is the page's main thread being busy.
+const RENDER_HOP: &str = "client.render";
+
 /// Who a stall is blamed on.
 ///
 /// # Examples
@@ -105,6 +109,10 @@ pub struct Stall {
     /// what served it then. Empty when its records carried none, or the analysis did not keep
     /// them (past the detail budget: never the attributes of another time).
     pub attrs: Vec<(String, String)>,
+    /// How long the hop's thread was busy within it, when the record that ended it said
+    /// (`busy_ns`: a page's long animation frames at `client.render`, where a stall that began
+    /// means the page's main thread was busy while its events arrived).
+    pub busy: Option<Duration>,
 }
 
 /// One hop's gaps and stalls over every request.
@@ -333,6 +341,21 @@ impl Diagnosis {
                     let _ = write!(line, " (upstream quiet {bound}{:.1} ms)", ms(gap));
                 }
             }
+            match (&stall.blame, stall.busy) {
+                (Blame::Began, busy) if stall.hop == RENDER_HOP => {
+                    line.push_str(": the page's main thread was busy");
+                    match busy {
+                        Some(busy) => {
+                            let _ = write!(line, " (long frames for {:.1} ms)", ms(busy));
+                        }
+                        None => line.push_str(" (the browser reported no long frame)"),
+                    }
+                }
+                (_, Some(busy)) => {
+                    let _ = write!(line, " (its thread busy {:.1} ms)", ms(busy));
+                }
+                (_, None) => {}
+            }
             for (key, value) in &stall.attrs {
                 let _ = write!(line, " {key}={value}");
             }
@@ -494,6 +517,7 @@ impl Diagnosis {
                         Blame::Began => None,
                         Blame::Unknown(why) => Some(why),
                     },
+                    busy_ms: stall.busy.map(ms),
                     attrs: stall
                         .attrs
                         .iter()
@@ -570,6 +594,8 @@ struct JsonStall<'a> {
     upstream_gap_exact: bool,
     blame: &'static str,
     why: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    busy_ms: Option<f64>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     attrs: BTreeMap<&'a str, &'a str>,
 }

@@ -9,6 +9,7 @@
 
 #![allow(dead_code)] // each test binary uses a part
 
+pub mod chromium;
 pub mod formats;
 pub mod provider;
 pub mod python;
