@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! streamgate diagnose --path HOP1,HOP2,... [--stall-ms MS] [--json] [--plot FILE.svg] \
-//!     [--request ID] [--since DURATION] [--max-requests N] INPUT...
+//!     [--request ID] [--since DURATION] [--max-requests N] [--by KEY[,KEY]] INPUT...
 //! ```
 //!
 //! INPUTs are hop-record files (JSON lines, any hops per file), directories (every file in
@@ -18,6 +18,12 @@
 //! prints one JSON object instead. `--plot` draws the longest and mean gap at each output
 //! position, per hop, as an SVG. Bad input is reported (the first examples, and counts by
 //! kind) and skipped.
+//!
+//! `--by KEY[,KEY]` slices the requests by an attribute their records carry (the proxy's
+//! `upstream`, `pool`, `model` and `--record-header`s, sim's `model` and `api`), by `position`
+//! or by `length`, or by pairs of two keys: per value, its requests, stalled requests, stall
+//! rate, gap p99 at the last hop of `--path` and the hops its stalls began at, the values whose
+//! stall rate stands out first (see `streamgate::timeline::Timeline::slice_by`).
 //!
 //! `--request ID` analyses one request. `--since DURATION` (`500ms`, `90s`, `10m`, `2h`)
 //! analyses the last DURATION of each hop's clock in each file: hop records carry per-process
@@ -39,7 +45,7 @@ use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use streamgate::probe::DEFAULT_STALL;
-use streamgate::timeline::{ProblemKind, Timeline};
+use streamgate::timeline::{By, MAX_SLICE_KEYS, ProblemKind, Timeline};
 
 /// `streamgate diagnose`: names the hop where each stall began.
 #[derive(Debug, Clone, clap::Args)]
@@ -76,6 +82,13 @@ pub struct Args {
     /// The most requests held at once (bounds memory on hostile input).
     #[arg(long, value_name = "N", value_parser = crate::flags::positive)]
     pub max_requests: Option<usize>,
+    /// Slice the requests by an attribute their records carry (`pool`, `upstream`, `model`, a
+    /// `--record-header`), `position` (output position) or `length` (output length); two
+    /// keys, comma-separated, slice by pairs (`length,pool`: requests of similar length across
+    /// pools). Per value: requests, stalled ones, the stall rate, the gap p99 at the last hop,
+    /// and the hops the stalls began at; the rates that stand out first.
+    #[arg(long, value_name = "KEY[,KEY]", value_delimiter = ',', value_parser = clap::value_parser!(By))]
+    pub by: Vec<By>,
     /// Hop-record files (JSON lines), directories (every file named `*.json*` or `*.log*`,
     /// oldest first), or `-` for stdin.
     #[arg(value_name = "INPUT", required = true)]
@@ -112,6 +125,14 @@ impl Args {
         for (i, hop) in self.path.iter().enumerate() {
             if self.path[..i].contains(hop) {
                 return Err(format!("--path names {hop} twice"));
+            }
+        }
+        if self.by.len() > MAX_SLICE_KEYS {
+            return Err(format!("--by takes at most {MAX_SLICE_KEYS} keys"));
+        }
+        for (i, key) in self.by.iter().enumerate() {
+            if self.by[..i].contains(key) {
+                return Err(format!("--by names {key} twice"));
             }
         }
         if self.inputs.is_empty() {
@@ -197,6 +218,9 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
     let mut timeline = Timeline::new(args.path.iter().cloned(), args.stall);
     if let Some(id) = &args.request {
         timeline = timeline.request(id.clone());
+    }
+    if !args.by.is_empty() {
+        timeline = timeline.slice_by(args.by.iter().cloned());
     }
     if let Some(n) = args.max_requests {
         timeline = timeline.max_requests(n);

@@ -71,6 +71,7 @@ fn the_command_says_in_its_status_whether_it_found_stalls() {
         &["--path", W, "--stall-ms", "0", "-"][..],
         &["--path", W, "--since", "5", "x"][..],
         &["--path", W, "--bogus", "-"][..],
+        &["--path", W, "--by", "", "-"][..],
     ] {
         let (status, _, err) = run(args, "");
         assert_eq!(status, 2, "{args:?}: {err}");
@@ -82,6 +83,8 @@ fn the_command_says_in_its_status_whether_it_found_stalls() {
         &["--path", "a,a", "-"][..],
         &["--path", W, "-", "-"][..],
         &["--path", W, "/nonexistent/records.jsonl"][..],
+        &["--path", W, "--by", "pool,length,position", "-"][..],
+        &["--path", W, "--by", "pool,pool", "-"][..],
     ] {
         let (status, _, err) = run(args, "");
         assert_eq!(status, 2, "{args:?}: {err}");
@@ -183,4 +186,47 @@ fn the_binary_exits_with_the_status_a_shell_sees() {
         err.contains("no record of worker.publsh on --path"),
         "{err}"
     );
+}
+
+#[test]
+fn by_a_pool_the_report_lists_the_stalled_pool_first() {
+    // Request `r` (pool b) stalls; `s` (pool a) does not.
+    let mut input = records(W, 3000).replacen(
+        "\"kind\":\"visible\"",
+        "\"kind\":\"visible\",\"attrs\":{\"pool\":\"b\"}",
+        1,
+    );
+    input.push_str(
+        &records(W, 0)
+            .replace("\"request\":\"r\"", "\"request\":\"s\"")
+            .replacen(
+                "\"kind\":\"visible\"",
+                "\"kind\":\"visible\",\"attrs\":{\"pool\":\"a\"}",
+                1,
+            ),
+    );
+    let (status, out, err) = run(&["--path", W, "--by", "pool", "-"], &input);
+    assert_eq!(status, 1, "{err}");
+    let table: Vec<&str> = out
+        .lines()
+        .skip_while(|line| !line.starts_with("by pool"))
+        .collect();
+    assert!(
+        table[0].starts_with("by pool (gap p99 at worker.publish;"),
+        "{out}"
+    );
+    let rows: Vec<Vec<&str>> = table[2..4]
+        .iter()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(rows[0][..4], ["b", "1", "1", "100.00%"], "{out}");
+    assert_eq!(rows[0][5..], ["worker.publish", "1"], "{out}");
+    assert_eq!(rows[1][..4], ["a", "1", "0", "0.00%"], "{out}");
+    let (_, json, _) = run(&["--path", W, "--by", "pool", "--json", "-"], &input);
+    let json: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let slices = &json["slices"];
+    assert_eq!(slices["by"], serde_json::json!(["pool"]));
+    assert_eq!(slices["rows"][0]["values"], serde_json::json!(["b"]));
+    assert_eq!(slices["rows"][0]["began"]["worker.publish"], 1);
+    assert_eq!(slices["rows"][1]["stall_rate"], 0.0);
 }

@@ -59,12 +59,14 @@ const BUSY_KEEP_NS = 300e9; // long-frame entries older than this are forgotten
 const BUSY_MAX = 2000; // and at most this many are kept
 // probedFetch reads the network ahead of the app while fewer than this many events (blocks),
 // and fewer than this many of their bytes, are parsed but not yet taken by the app; past
-// either it stops reading, so the server feels a slow app's backpressure as without the probe.
+// either (by at most one network read) it stops reading until the app takes one, so a slow app
+// still holds the body back and the server feels it, as without the probe.
 const READ_AHEAD_EVENTS = 1000;
 const READ_AHEAD_BYTES = 1024 * 1024;
 
 const nativeFetch = typeof fetch === 'function' ? fetch : null;
 const hasWindow = typeof window !== 'undefined' && typeof document !== 'undefined';
+const utf8 = new TextEncoder();
 const raf = hasWindow && typeof requestAnimationFrame === 'function' ? requestAnimationFrame : null;
 
 const stats = {
@@ -260,7 +262,7 @@ function flushBatch(batch, { final = false, beacon = false }) {
   pendingTotal -= records.length;
 
   const head = `{"request":${JSON.stringify(batch.request)},"token":${JSON.stringify(batch.token)},"records":[`;
-  const headBytes = new TextEncoder().encode(head).length + 2;
+  const headBytes = utf8.encode(head).length + 2;
   let parts = [];
   let bytes = headBytes;
   const post = () => {
@@ -434,10 +436,6 @@ class Tracker {
     const record = { hop: hop.name, seq: hop.nextSeq, t_ns: t, bytes: 0, kind: 'end', reason, idle_ns: Math.max(0, t - hop.lastProgress) };
     if (hop === this.render) record.from = hop.lastRecord;
     push(this.batch, record);
-  }
-
-  get ended() {
-    return this.recv.ended;
   }
 
   // The network side ended (the body ended or failed): the recv end record only.
@@ -666,7 +664,8 @@ function probedBody(upstream, tracker, signal) {
   let queuedBytes = 0;
   let handed = []; // the events of the chunk the app has now
   let state = 'reading'; // then 'done' (body ended), 'failed' (body errored), 'closed' (for the app)
-  let failure = null; // the upstream error, for the app once the queue is drained
+  let failure = null; // the upstream error, for the app once the queue is drained...
+  let failureReason = null; // ...and the end reason it gives
   let reading = false; // readAhead is running
   let wake = null; // resolves a read of the app waiting for the queue
   let controller = null;
@@ -701,7 +700,8 @@ function probedBody(upstream, tracker, signal) {
           const gone = (signal && signal.aborted) || (error && error.name === 'AbortError');
           state = 'failed';
           failure = error;
-          guard(() => tracker.endRecv(gone ? 'consumer_gone' : 'upstream_error'));
+          failureReason = gone ? 'consumer_gone' : 'upstream_error';
+          guard(() => tracker.endRecv(failureReason));
           break;
         }
         if (state !== 'reading') break; // cancelled or aborted meanwhile
@@ -737,7 +737,7 @@ function probedBody(upstream, tracker, signal) {
   const aborted = () =>
     guard(() => {
       tracker.end('consumer_gone');
-      if (state === 'closed' || !controller) return;
+      if (state === 'closed') return;
       const reason = signal.reason !== undefined ? signal.reason : new DOMException('The operation was aborted.', 'AbortError');
       discard();
       controller.error(reason);
@@ -771,8 +771,7 @@ function probedBody(upstream, tracker, signal) {
           c.close();
         } else {
           state = 'closed';
-          const gone = (signal && signal.aborted) || (failure && failure.name === 'AbortError');
-          guard(() => tracker.end(gone ? 'consumer_gone' : 'upstream_error'));
+          guard(() => tracker.end(failureReason));
           c.error(failure);
         }
       },
@@ -794,23 +793,6 @@ function probedBody(upstream, tracker, signal) {
 
 // ---------------------------------------------------------------------------------------------
 // probeEventSource
-
-function utf8Length(text) {
-  let n = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c < 0x80) n += 1;
-    else if (c < 0x800) n += 2;
-    else if (c >= 0xd800 && c < 0xdc00 && i + 1 < text.length) {
-      const d = text.charCodeAt(i + 1);
-      if (d >= 0xdc00 && d < 0xe000) {
-        n += 4;
-        i++;
-      } else n += 3;
-    } else n += 3;
-  }
-  return n;
-}
 
 /**
  * `new EventSource(url, init)`, recorded as the stream `{ request, token }` (from the first
@@ -835,11 +817,10 @@ function attachSource(source, request, token) {
   const hooked = new Set();
   const onEvent = (event) =>
     guard(() => {
-      if (tracker.ended) return;
       const text = String(event.lastEventId);
       const id = /^[0-9]+$/.test(text) && Number.isSafeInteger(Number(text)) ? Number(text) : null;
       const data = typeof event.data === 'string' ? event.data : '';
-      const info = tracker.received(id, utf8Length(data), data === '[DONE]' ? 'control' : 'visible');
+      const info = tracker.received(id, utf8.encode(data).length, data === '[DONE]' ? 'control' : 'visible');
       // Dispatch is one task: a frame requested now comes after every listener returned.
       if (info) tracker.handled([info]);
     });

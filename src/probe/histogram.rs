@@ -98,6 +98,16 @@ impl Histogram {
         self.max = self.max.max(ns);
     }
 
+    /// Adds `counts` (bucket index, durations in it) of durations at most `max` ns long.
+    #[cfg(feature = "timeline")]
+    pub(crate) fn add_counts(&mut self, counts: impl IntoIterator<Item = (usize, u64)>, max: u64) {
+        for (index, count) in counts {
+            let cell = &mut self.counts[index.min(BUCKETS - 1)];
+            *cell = cell.saturating_add(count);
+        }
+        self.max = self.max.max(max);
+    }
+
     /// How many durations were recorded.
     pub fn count(&self) -> u64 {
         self.counts

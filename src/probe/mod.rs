@@ -105,6 +105,8 @@ pub use self::counters::{GapCounters, POSITION_CLASSES, PositionGaps};
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub use self::export::{METRIC_BUCKETS, describe_metrics};
 pub use self::histogram::Histogram;
+#[cfg(feature = "timeline")]
+pub(crate) use self::histogram::bucket;
 pub use self::hop::{DEFAULT_STALL, HopProbe, HopSnapshot};
 #[cfg(feature = "browser")]
 pub(crate) use self::hop::{in_sample, sample_threshold};

@@ -160,6 +160,8 @@ mod problems;
 mod reorder;
 mod report;
 mod request_at_hop;
+mod request_gaps;
+mod slices;
 mod table;
 
 use std::borrow::Cow;
@@ -180,11 +182,14 @@ use self::parse::Parsed;
 use self::problems::ProblemLog;
 use self::reorder::{Key, Pending, Reorder};
 use self::request_at_hop::{Ctx, Rec, RequestAtHop};
+use self::request_gaps::RequestGaps;
+use self::slices::{Facts, Seen, Slicer};
 use self::table::HopTable;
 
 pub use self::parse::RecordError;
 pub use self::problems::{Problem, ProblemKind, Problems};
 pub use self::report::{Blame, Diagnosis, HopSummary, Stall};
+pub use self::slices::{By, ByError, MAX_SLICE_KEYS, MAX_SLICES, Slice, Slices};
 pub use self::table::PositionGap;
 
 /// The longest line read by default: 64 KiB (a record is a few hundred bytes).
@@ -271,6 +276,9 @@ pub struct Timeline {
     budget: DetailBudget,
     attrs: Attrs,
     busy: Busy,
+    /// What the diagnosis slices requests by, and their gaps at the path's last hop.
+    slice_by: Vec<By>,
+    gaps: RequestGaps,
     lines: u64,
     records: u64,
     filtered: u64,
@@ -334,6 +342,8 @@ impl Timeline {
             budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
             attrs: Attrs::default(),
             busy: Busy::default(),
+            slice_by: Vec::new(),
+            gaps: RequestGaps::default(),
             lines: 0,
             records: 0,
             filtered: 0,
@@ -474,6 +484,60 @@ impl Timeline {
     /// ```
     pub fn max_details(mut self, n: u64) -> Self {
         self.budget.set_max(n);
+        self
+    }
+
+    /// Slices the diagnosis by `by` ([`Diagnosis::slices`]): per value of one key (or pair of
+    /// values of two), its requests, stalled requests, stall rate, gap p99 at the path's last
+    /// hop, and the hops its stalls began at, the values whose stall rate stands out first.
+    /// Give it before reading: each request's gaps at the last hop are then kept, sparse (a
+    /// few buckets a request; each new bucket one detail of
+    /// [`max_details`](Timeline::max_details)).
+    ///
+    /// # Panics
+    ///
+    /// With more than [`MAX_SLICE_KEYS`] keys, or a key twice.
+    ///
+    /// # Examples
+    ///
+    /// Two pools; the stalled request was served by `b`:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use streamgate::timeline::{By, Timeline};
+    ///
+    /// let mut records = String::new();
+    /// for (request, pool, stall_ms) in [("r1", "a", 10), ("r2", "a", 10), ("r3", "b", 2000)] {
+    ///     records.push_str(&format!(
+    ///         r#"{{"request":"{request}","hop":"proxy.recv","seq":0,"t_ns":0,"bytes":3,"kind":"visible","attrs":{{"pool":"{pool}"}}}}
+    /// {{"request":"{request}","hop":"proxy.recv","seq":1,"t_ns":{},"bytes":3,"kind":"visible"}}
+    /// "#,
+    ///         stall_ms * 1_000_000
+    ///     ));
+    /// }
+    /// let mut timeline = Timeline::new(["proxy.recv"], Duration::from_secs(1))
+    ///     .slice_by([By::Attr("pool".into())]);
+    /// timeline.add_lines("proxy.jsonl", &records);
+    /// let slices = timeline.diagnose().slices.unwrap();
+    /// let first = &slices.rows[0];
+    /// assert_eq!((first.values[0].as_str(), first.requests, first.stalled), ("b", 1, 1));
+    /// assert_eq!(first.began, [("proxy.recv".to_owned(), 1)]);
+    /// assert_eq!((slices.rows[1].values[0].as_str(), slices.rows[1].stalled), ("a", 0));
+    /// assert!(slices.rows[1].gap_p99.unwrap() <= Duration::from_micros(11_250));
+    /// ```
+    pub fn slice_by(mut self, by: impl IntoIterator<Item = By>) -> Self {
+        let by: Vec<By> = by.into_iter().collect();
+        assert!(
+            by.len() <= MAX_SLICE_KEYS,
+            "at most {MAX_SLICE_KEYS} slice keys"
+        );
+        for (index, key) in by.iter().enumerate() {
+            assert!(!by[..index].contains(key), "slice key `{key}` given twice");
+        }
+        if let Some(last) = self.tables.last_mut() {
+            last.recent = (!by.is_empty()).then(Vec::new);
+        }
+        self.slice_by = by;
         self
     }
 
@@ -938,6 +1002,7 @@ impl Timeline {
             records,
             attrs,
             busy,
+            gaps,
             reorder,
             ..
         } = self;
@@ -982,6 +1047,11 @@ impl Timeline {
             }
             if pending.busy_ns > 0 {
                 busy.note((&key.request, hop, key.seq), pending.busy_ns, cx.budget);
+            }
+            if let Some(recent) = &mut cx.table.recent {
+                for ns in recent.drain(..) {
+                    gaps.add(&key.request, ns, cx.budget);
+                }
             }
         }
     }
@@ -1032,7 +1102,11 @@ impl Timeline {
         let mut stalls: Vec<Stall> = Vec::new();
         let mut total: u64 = 0;
         let keep = self.max_stalls;
+        let mut slicer = (!self.slice_by.is_empty())
+            .then(|| Slicer::new(&self.slice_by, &self.path, &self.attrs, &self.gaps));
+        let mut seen: Vec<Seen> = Vec::new();
         for (request, streams) in &self.requests {
+            seen.clear();
             for stream in streams {
                 let upstream = stream
                     .hop
@@ -1065,6 +1139,13 @@ impl Timeline {
                             }
                         };
                     total = total.saturating_add(1);
+                    if slicer.is_some() {
+                        seen.push(Seen {
+                            hop: stream.hop,
+                            after: spell.after,
+                            began: blame == Blame::Began,
+                        });
+                    }
                     if keep == 0 {
                         continue;
                     }
@@ -1090,6 +1171,23 @@ impl Timeline {
                         stalls.truncate(keep);
                     }
                 }
+            }
+            if let Some(slicer) = &mut slicer {
+                seen.sort_by_key(|stall| (stall.hop, stall.after));
+                slicer.add(&Facts {
+                    request,
+                    length: streams
+                        .iter()
+                        .map(|s| u64::from(s.visible()))
+                        .max()
+                        .unwrap_or(0),
+                    reach: streams
+                        .iter()
+                        .map(RequestAtHop::last_seq)
+                        .max()
+                        .unwrap_or(0),
+                    stalls: &seen,
+                });
             }
         }
         longest_first(&mut stalls);
@@ -1135,6 +1233,7 @@ impl Timeline {
             stalls_total: total,
             stalls,
             hops,
+            slices: slicer.map(Slicer::finish),
             problems: self.problems.summary(),
         }
     }

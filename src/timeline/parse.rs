@@ -260,6 +260,7 @@ mod tests {
             t_ns: u64::MAX,
             bytes: u64::MAX,
             kind: RecordKind::Event(Kind::Hidden),
+            busy_ns: Some(u64::MAX),
             attrs: vec![
                 ("pool".into(), "a\"b".into()),
                 ("upstream".into(), "http://[::1]:8000/v1".into()),

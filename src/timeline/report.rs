@@ -11,6 +11,58 @@ use super::problems::Problems;
 use super::table::PositionGap;
 use crate::end::EndReason;
 
+/// The slices' table: one line per slice, the values that stand out first.
+fn write_slices(out: &mut impl Write, slices: &super::Slices) -> io::Result<()> {
+    let by: Vec<String> = slices.by.iter().map(ToString::to_string).collect();
+    writeln!(
+        out,
+        "by {} (gap p99 at {}; the stall rates that stand out first):",
+        by.join(", "),
+        slices.hop
+    )?;
+    let width = slices
+        .rows
+        .iter()
+        .map(|row| row.values.join(" ").len())
+        .chain([by.join(" ").len()])
+        .max()
+        .unwrap_or(0)
+        .min(48);
+    writeln!(
+        out,
+        "  {:<width$} {:>9} {:>8} {:>7} {:>11}  began at",
+        by.join(" "),
+        "requests",
+        "stalled",
+        "rate",
+        "gap p99 ms"
+    )?;
+    for row in &slices.rows {
+        let p99 = row
+            .gap_p99
+            .map_or_else(|| "-".to_owned(), |p99| format!("{:.1}", ms(p99)));
+        let mut began: Vec<String> = row
+            .began
+            .iter()
+            .map(|(hop, n)| format!("{hop} {n}"))
+            .collect();
+        if row.unknown > 0 {
+            began.push(format!("unknown {}", row.unknown));
+        }
+        let line = format!(
+            "  {:<width$} {:>9} {:>8} {:>6.2}% {:>11}  {}",
+            row.values.join(" "),
+            row.requests,
+            row.stalled,
+            100.0 * row.stall_rate(),
+            p99,
+            began.join(", ")
+        );
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    Ok(())
+}
+
 /// The page's hop where its app had handled an event and the next frame was painted (the
 /// `browser` probe's): a stall that began there is the page's main thread being busy.
 const RENDER_HOP: &str = "client.render";
@@ -198,6 +250,9 @@ pub struct Diagnosis {
     pub stalls: Vec<Stall>,
     /// Per hop, in path order.
     pub hops: Vec<HopSummary>,
+    /// The requests sliced by the keys of [`Timeline::slice_by`](super::Timeline::slice_by),
+    /// when it was given some.
+    pub slices: Option<super::Slices>,
     /// What was wrong with the input.
     pub problems: Problems,
 }
@@ -393,6 +448,9 @@ impl Diagnosis {
                 hop.hidden_phases
             )?;
         }
+        if let Some(slices) = &self.slices {
+            write_slices(out, slices)?;
+        }
         let problems = &self.problems;
         if !problems.is_empty() {
             let counts: Vec<String> = problems
@@ -437,6 +495,9 @@ impl Diagnosis {
     ///    "quiet_spells":..,"began":..,"unknown":..,"passed_on":..,"pushed_back":..,
     ///    "hidden_phases":..,
     ///    "resumes":..,"records":..}],
+    ///  "slices":{"by":[KEY,..],"hop":..,"rows":[{"values":[..],"requests":..,"stalled":..,
+    ///    "stall_rate":..,"unknown":..,"gap_p99_ms":..|null,"gaps_incomplete":..,
+    ///    "began":{HOP:N,..}}]}  (only with `Timeline::slice_by`),
     ///  "problems":{"total":..,"counts":{KIND:N,..},"examples":[{"source":..,"line":N|null,
     ///    "kind":..,"message":..}]}}
     /// ```
@@ -545,6 +606,28 @@ impl Diagnosis {
                     records: hop.records,
                 })
                 .collect(),
+            slices: self.slices.as_ref().map(|slices| JsonSlices {
+                by: slices.by.iter().map(ToString::to_string).collect(),
+                hop: &slices.hop,
+                rows: slices
+                    .rows
+                    .iter()
+                    .map(|row| JsonSlice {
+                        values: &row.values,
+                        requests: row.requests,
+                        stalled: row.stalled,
+                        stall_rate: row.stall_rate(),
+                        unknown: row.unknown,
+                        gap_p99_ms: row.gap_p99.map(ms),
+                        gaps_incomplete: row.gaps_incomplete,
+                        began: row
+                            .began
+                            .iter()
+                            .map(|(hop, n)| (hop.as_str(), *n))
+                            .collect(),
+                    })
+                    .collect(),
+            }),
             problems: JsonProblems {
                 total: self.problems.total,
                 counts: self
@@ -579,7 +662,28 @@ struct Json<'a> {
     stalls_total: u64,
     stalls: Vec<JsonStall<'a>>,
     hops: Vec<JsonHop<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    slices: Option<JsonSlices<'a>>,
     problems: JsonProblems<'a>,
+}
+
+#[derive(Serialize)]
+struct JsonSlices<'a> {
+    by: Vec<String>,
+    hop: &'a str,
+    rows: Vec<JsonSlice<'a>>,
+}
+
+#[derive(Serialize)]
+struct JsonSlice<'a> {
+    values: &'a [String],
+    requests: u64,
+    stalled: u64,
+    stall_rate: f64,
+    unknown: u64,
+    gap_p99_ms: Option<f64>,
+    gaps_incomplete: u64,
+    began: BTreeMap<&'a str, u64>,
 }
 
 #[derive(Serialize)]

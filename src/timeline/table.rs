@@ -60,6 +60,8 @@ pub(super) struct HopTable {
     pub(super) resumes: u64,
     /// Records taken.
     pub(super) records: u64,
+    /// The gaps counted since the slices last took them, when they are sliced.
+    pub(super) recent: Option<Vec<u64>>,
 }
 
 impl HopTable {
@@ -73,6 +75,7 @@ impl HopTable {
             quiet_spells: 0,
             resumes: 0,
             records: 0,
+            recent: None,
         }
     }
 
@@ -86,6 +89,9 @@ impl HopTable {
     pub(super) fn gap(&mut self, position: u32, ns: u64) {
         self.gaps.record(ns);
         self.max_gap = self.max_gap.max(ns);
+        if let Some(recent) = &mut self.recent {
+            recent.push(ns);
+        }
         let position = position as usize;
         if position >= self.max_positions {
             self.beyond = self.beyond.saturating_add(1);

@@ -511,6 +511,16 @@ impl RequestAtHop {
         }
     }
 
+    /// Visible events recorded: the stream's output length at the hop.
+    pub(crate) fn visible(&self) -> u32 {
+        self.visible
+    }
+
+    /// The last record's seq (its end's, one past its last event, when it ended).
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
     /// The lowest seq recorded.
     pub(crate) fn first_seq(&self) -> Option<u64> {
         if !self.flags.has(Flag::Covered) {
