@@ -8,6 +8,9 @@
 #[cfg(feature = "anthropic")]
 #[path = "../fuzz/checks/anthropic.rs"]
 mod anthropic_checks;
+#[cfg(feature = "browser")]
+#[path = "../fuzz/checks/browser_post.rs"]
+mod browser_checks;
 #[path = "../fuzz/checks/sse.rs"]
 mod checks;
 #[cfg(feature = "timeline")]
@@ -193,5 +196,40 @@ fn hop_records_corpus_reaches_every_limit() {
     assert!(
         inputs.values().all(|&n| n > 0),
         "inputs reaching each: {inputs:?}"
+    );
+}
+
+#[cfg(feature = "browser")]
+#[test]
+fn browser_post_corpus_reaches_every_outcome() {
+    let mut reached = BTreeMap::new();
+    for (path, data) in corpus("browser_post") {
+        let labels = std::panic::catch_unwind(|| browser_checks::reach(&data));
+        for label in labels.unwrap_or_else(|_| panic!("browser_post failed on {path}")) {
+            *reached.entry(label).or_insert(0) += 1;
+        }
+    }
+    let missing: Vec<&str> = [
+        "own bad_token",
+        "own malformed",
+        "own too_large",
+        "tokened taken",
+        "tokened malformed",
+        "tokened too_large",
+        "another hop",
+        "unknown kind",
+        "end without reason",
+        "unknown end reason",
+        "reason on an event",
+        "busy at recv",
+        "request id length",
+        "too many records",
+    ]
+    .into_iter()
+    .filter(|label| !reached.contains_key(*label))
+    .collect();
+    assert!(
+        missing.is_empty(),
+        "nothing reaches {missing:?}; inputs reaching each: {reached:?}"
     );
 }

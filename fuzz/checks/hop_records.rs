@@ -8,7 +8,7 @@ use std::io::{self, Read};
 use std::time::Duration;
 
 use streamgate::probe::{HopRecord, MAX_ATTR_KEY, MAX_ATTR_VALUE, MAX_RECORD_ATTRS};
-use streamgate::timeline::{Blame, Diagnosis, ProblemKind, Timeline};
+use streamgate::timeline::{Blame, By, Diagnosis, ProblemKind, Timeline};
 
 /// The path the target analyses.
 pub const PATH: [&str; 3] = ["a", "b", "c"];
@@ -36,6 +36,7 @@ fn timeline_with(reorder_window: usize) -> Timeline {
         .max_stalls(MAX_STALLS)
         .max_details(MAX_DETAILS)
         .max_positions(MAX_POSITIONS)
+        .slice_by([By::Attr("pool".into()), By::Length])
 }
 
 /// A reader that hands out at most `step` bytes per read.
@@ -100,6 +101,18 @@ pub fn check(data: &[u8]) {
             "{hop:?}"
         );
     }
+    // Slices: every request in one, each stall counted in its request's.
+    let slices = diagnosis.slices.as_ref().expect("sliced");
+    let in_slices: u64 = slices.rows.iter().map(|row| row.requests).sum();
+    assert_eq!(in_slices, diagnosis.requests, "{slices:?}");
+    let mut sliced_stalls = 0;
+    for row in &slices.rows {
+        assert!(row.stalled <= row.requests, "{row:?}");
+        assert!(row.gaps_incomplete <= row.requests, "{row:?}");
+        assert_eq!(row.values.len(), 2);
+        sliced_stalls += row.unknown + row.began.iter().map(|(_, n)| n).sum::<u64>();
+    }
+    assert_eq!(sliced_stalls, diagnosis.stalls_total);
     // Nothing after the last hop pushes back.
     assert_eq!(diagnosis.hops.last().map(|hop| hop.pushed_back), Some(0));
     for stall in &diagnosis.stalls {

@@ -67,6 +67,7 @@
 
 mod post;
 mod rate;
+mod refusal;
 mod token;
 
 use std::fmt;
@@ -88,6 +89,8 @@ use crate::probe::{Pending, RecordSink, in_sample, sample_threshold};
 use self::rate::Rate;
 use self::token::Tokens;
 
+pub use self::post::{CLIENT_RECV, CLIENT_RENDER, MAX_POST_BYTES, MAX_POST_RECORDS};
+pub use self::refusal::{Refusal, Refused};
 pub use self::token::TOKEN_LIFETIME;
 
 /// The probe script: an ES module with no dependencies, readable as it is served.
@@ -98,106 +101,8 @@ pub const SCRIPT_PATH: &str = "/streamgate/probe.js";
 pub const RECORDS_PATH: &str = "/streamgate/hop-records";
 /// The response header that gives a page the token of its stream.
 pub const TOKEN_HEADER: &str = "x-streamgate-probe";
-/// The page's hop where an event was parsed from the network.
-pub const CLIENT_RECV: &str = "client.recv";
-/// The page's hop where the app had handled an event and the next frame was painted.
-pub const CLIENT_RENDER: &str = "client.render";
-/// The largest batch taken, in bytes.
-pub const MAX_POST_BYTES: usize = 64 * 1024;
-/// The most records in one batch.
-pub const MAX_POST_RECORDS: usize = 256;
 /// Records a second taken from every page together, by default.
 pub const DEFAULT_RECORD_RATE: u32 = 20_000;
-
-/// Why a batch of a page's records was refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Refusal {
-    /// Larger than [`MAX_POST_BYTES`]: 413.
-    TooLarge,
-    /// Not a batch of the page's records (unreadable, JSON, fields, hops, kinds): 400.
-    Malformed,
-    /// No token of this process for this request id: 403.
-    BadToken,
-    /// A token older than [`TOKEN_LIFETIME`]: 403.
-    Expired,
-    /// Past the rate shared by every page: 429.
-    RateLimited,
-}
-
-impl Refusal {
-    /// Every refusal, in the order of [`BrowserStats::refused`].
-    pub const ALL: [Refusal; 5] = [
-        Refusal::TooLarge,
-        Refusal::Malformed,
-        Refusal::BadToken,
-        Refusal::Expired,
-        Refusal::RateLimited,
-    ];
-
-    /// Its name in counters: `too_large`, `malformed`, `bad_token`, `expired`, `rate_limited`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Refusal::TooLarge => "too_large",
-            Refusal::Malformed => "malformed",
-            Refusal::BadToken => "bad_token",
-            Refusal::Expired => "expired",
-            Refusal::RateLimited => "rate_limited",
-        }
-    }
-
-    /// The HTTP status a refused batch is answered with.
-    pub fn status(self) -> StatusCode {
-        match self {
-            Refusal::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
-            Refusal::Malformed => StatusCode::BAD_REQUEST,
-            Refusal::BadToken | Refusal::Expired => StatusCode::FORBIDDEN,
-            Refusal::RateLimited => StatusCode::TOO_MANY_REQUESTS,
-        }
-    }
-}
-
-impl fmt::Display for Refusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Refusal::TooLarge => "the batch is too large",
-            Refusal::Malformed => "not a batch of a page's records",
-            Refusal::BadToken => "no token of this server for this request",
-            Refusal::Expired => "the token has expired",
-            Refusal::RateLimited => "too many records: try later",
-        })
-    }
-}
-
-/// A refused batch: why, and what was wrong with it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    /// Why, as counted.
-    pub refusal: Refusal,
-    /// What was wrong, for the page's developer (a field, a hop, a kind).
-    pub detail: String,
-}
-
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.detail.is_empty() {
-            write!(f, "{}", self.refusal)
-        } else {
-            write!(f, "{}: {}", self.refusal, self.detail)
-        }
-    }
-}
-
-impl std::error::Error for Refused {}
-
-impl From<Refusal> for Refused {
-    fn from(refusal: Refusal) -> Self {
-        Refused {
-            refusal,
-            detail: String::new(),
-        }
-    }
-}
 
 /// What the intake has taken and refused so far.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

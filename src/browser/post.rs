@@ -8,7 +8,14 @@ use crate::chunk::Kind;
 use crate::end::EndReason;
 use crate::probe::{MAX_RECORD_REQUEST, RecordKind};
 
-use super::{CLIENT_RECV, CLIENT_RENDER, MAX_POST_RECORDS};
+/// The page's hop where an event was parsed from the network.
+pub const CLIENT_RECV: &str = "client.recv";
+/// The page's hop where the app had handled an event and the next frame was painted.
+pub const CLIENT_RENDER: &str = "client.render";
+/// The largest batch taken, in bytes.
+pub const MAX_POST_BYTES: usize = 64 * 1024;
+/// The most records in one batch.
+pub const MAX_POST_RECORDS: usize = 256;
 
 /// The body as the page wrote it.
 #[derive(Deserialize)]

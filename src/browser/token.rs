@@ -4,7 +4,7 @@
 use std::hash::{BuildHasher, RandomState};
 use std::time::{Duration, Instant};
 
-use super::Refusal;
+use super::refusal::Refusal;
 
 /// How long a token is good for after the stream's response gave it: long enough for a long
 /// stream and the page's last batch after it.

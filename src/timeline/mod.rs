@@ -276,9 +276,11 @@ pub struct Timeline {
     budget: DetailBudget,
     attrs: Attrs,
     busy: Busy,
-    /// What the diagnosis slices requests by, and their gaps at the path's last hop.
+    /// What the diagnosis slices requests by, and their gaps at the path's last hop, kept
+    /// within a budget of their own (slicing never changes the diagnosis).
     slice_by: Vec<By>,
     gaps: RequestGaps,
+    gap_budget: DetailBudget,
     lines: u64,
     records: u64,
     filtered: u64,
@@ -340,6 +342,7 @@ impl Timeline {
             path,
             problems: ProblemLog::new(DEFAULT_MAX_PROBLEMS),
             budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
+            gap_budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
             attrs: Attrs::default(),
             busy: Busy::default(),
             slice_by: Vec::new(),
@@ -484,6 +487,7 @@ impl Timeline {
     /// ```
     pub fn max_details(mut self, n: u64) -> Self {
         self.budget.set_max(n);
+        self.gap_budget.set_max(n);
         self
     }
 
@@ -491,8 +495,10 @@ impl Timeline {
     /// values of two), its requests, stalled requests, stall rate, gap p99 at the path's last
     /// hop, and the hops its stalls began at, the values whose stall rate stands out first.
     /// Give it before reading: each request's gaps at the last hop are then kept, sparse (a
-    /// few buckets a request; each new bucket one detail of
-    /// [`max_details`](Timeline::max_details)).
+    /// few buckets a request, 8 bytes each), within a budget of their own as large as the
+    /// detail budget ([`max_details`](Timeline::max_details) sets both), so slicing never
+    /// changes the diagnosis; a request whose gaps were not all kept is counted in its slice's
+    /// `gaps_incomplete`.
     ///
     /// # Panics
     ///
@@ -1003,6 +1009,7 @@ impl Timeline {
             attrs,
             busy,
             gaps,
+            gap_budget,
             reorder,
             ..
         } = self;
@@ -1050,7 +1057,7 @@ impl Timeline {
             }
             if let Some(recent) = &mut cx.table.recent {
                 for ns in recent.drain(..) {
-                    gaps.add(&key.request, ns, cx.budget);
+                    gaps.add(&key.request, ns, gap_budget);
                 }
             }
         }

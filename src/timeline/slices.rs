@@ -300,7 +300,7 @@ impl<'a> Slicer<'a> {
                     .filter(|(_, n)| **n > 0)
                     .map(|(hop, &n)| (path[hop].to_string(), n))
                     .collect();
-                began.sort_by(|a, b| b.1.cmp(&a.1));
+                began.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
                 let slice = Slice {
                     values: row.values,
                     requests: row.requests,
