@@ -3,6 +3,9 @@
 #   1. 10 million hop records over 100,000 requests (4 hops, one file per hop, 1,000 streams
 #      interleaved at a time, 25 records per stream per hop, end records included), with 100
 #      injected stalls, 100 freezes the stream ends in and 100 hidden phases a hop filters out;
+#      the requests are in four pools (`gateway.recv` names each stream's `pool`), and pool p2
+#      stalls 5% of its requests (1,250 stalls at the worker), so that
+#   1b. `--by pool` and `--by length,pool` slice the same records;
 #   2. the same, read from standard input (one concatenated stream);
 #   3. 1 GiB of random bytes (garbage);
 #   4. 1 million copies of one record (duplicates);
@@ -19,7 +22,7 @@ cargo build --release --bin streamgate >&2
 bin="$target/release/streamgate diagnose"
 dir=$target/diagnose-at-scale
 requests=${REQUESTS:-100000}
-records=$dir/records-$requests
+records=$dir/records-pools-$requests
 mkdir -p "$records"
 path=worker.publish,gateway.recv,gateway.write,client.recv
 
@@ -52,6 +55,8 @@ if [ ! -s "$records/client.recv.jsonl" ]; then
               if (kind == "hidden" && h >= 3) continue
             }
             if (kind_of == 7 && h >= at && e >= 12) t += 1500 * MS     # a 1.5 s stall before 12
+            if (r % 4 == 2 && int(r / 4) % 20 == 0 && e >= 16) t += 1500 * MS   # p2: 5% stall at the worker
+            attrs = (h == 2 && e == 0) ? sprintf(",\"attrs\":{\"pool\":\"p%d\"}", r % 4) : ""
             if (kind_of == 500 && h >= at && e >= 10) {                 # frozen after 9, user leaves
               if (e == E) printf "{\"request\":\"req-%d\",\"hop\":\"%s\",\"seq\":10,\"t_ns\":%.0f,\"bytes\":0,\"kind\":\"end\",\"reason\":\"consumer_gone\",\"idle_ns\":%.0f}\n", r, hop[h], last[i, h] + 30000 * MS + off[h], 30000 * MS > file[h]
               continue
@@ -61,7 +66,7 @@ if [ ! -s "$records/client.recv.jsonl" ]; then
               continue
             }
             last[i, h] = t
-            printf "{\"request\":\"req-%d\",\"hop\":\"%s\",\"seq\":%d,\"t_ns\":%.0f,\"bytes\":12,\"kind\":\"%s\"}\n", r, hop[h], e, t + off[h], kind > file[h]
+            printf "{\"request\":\"req-%d\",\"hop\":\"%s\",\"seq\":%d,\"t_ns\":%.0f,\"bytes\":12,\"kind\":\"%s\"%s}\n", r, hop[h], e, t + off[h], kind, attrs > file[h]
           }
         }
       }
@@ -102,6 +107,8 @@ measure() { # name, then the command; prints wall time, peak RSS and the report'
 
 ls -l "$records" "$dir/garbage" "$dir/duplicates.jsonl" "$dir/distinct.jsonl" "$dir/distinct4.jsonl" >&2
 measure records $bin --path "$path" "$records"
+measure sliced $bin --path "$path" --by pool "$records"
+measure pairs $bin --path "$path" --by length,pool "$records"
 measure stdin sh -c "cat '$records'/*.jsonl | $bin --path '$path' -"
 measure garbage $bin --path "$path" "$dir/garbage"
 measure duplicates $bin --path "$path" "$dir/duplicates.jsonl"
@@ -109,6 +116,8 @@ measure distinct $bin --path "$path" "$dir/distinct.jsonl"
 measure distinct4 $bin --path "$path" "$dir/distinct4.jsonl"
 grep -E 'stalls|problems in' "$dir/records.out" | head -n 3
 sed -n '/^  hop /,/^[^ ]/p' "$dir/records.out"
+sed -n '/^by pool/,/^[^ b]/p' "$dir/sliced.out"
+sed -n '/^by length/,/^[^ b]/p' "$dir/pairs.out"
 if [ -z "${KEEP:-}" ]; then
   rm -rf "$records" "$dir/garbage" "$dir/duplicates.jsonl" "$dir/distinct.jsonl" \
     "$dir/distinct4.jsonl"

@@ -16,7 +16,8 @@
 //! `--path` order where it began, or reported as unknown, with why, when a record that would
 //! decide it is missing (see `streamgate::timeline`). The report is for people; `--json`
 //! prints one JSON object instead. `--plot` draws the longest and mean gap at each output
-//! position, per hop, as an SVG. Bad input is reported (the first examples, and counts by
+//! position, per hop, as an SVG; with `--by` naming an attribute, a second chart splits the
+//! last hop's gaps by it: each value's gap p99 per output position bucket. Bad input is reported (the first examples, and counts by
 //! kind) and skipped.
 //!
 //! `--by KEY[,KEY]` slices the requests by an attribute their records carry (the proxy's
@@ -70,7 +71,8 @@ pub struct Args {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
-    /// Draw the longest and mean gap at each output position, per hop, as an SVG.
+    /// Draw the longest and mean gap at each output position, per hop, as an SVG; with `--by`
+    /// naming an attribute, also its values' gap p99 by output position.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<String>,
     /// Analyse this request only.
@@ -222,6 +224,16 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
     if !args.by.is_empty() {
         timeline = timeline.slice_by(args.by.iter().cloned());
     }
+    // The plot split by the first attribute of --by: that attribute by output position, a
+    // slicing of its own unless --by is just that.
+    let split = args.plot.as_ref().and_then(|_| {
+        let key = args.by.iter().find(|by| matches!(by, By::Attr(_)))?;
+        Some([By::Position, key.clone()])
+    });
+    let split_own = split.as_ref().is_some_and(|split| args.by != split[..]);
+    if let (Some(split), true) = (&split, split_own) {
+        timeline = timeline.slice_by(split.iter().cloned());
+    }
     if let Some(n) = args.max_requests {
         timeline = timeline.max_requests(n);
     }
@@ -275,7 +287,12 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
         let _ = writeln!(err, "diagnose: no readable input");
         return 2;
     }
-    let diagnosis = timeline.diagnose();
+    let mut diagnosis = timeline.diagnose();
+    let split = match (&split, split_own) {
+        (Some(_), true) => diagnosis.slices.pop(),
+        (Some(_), false) => diagnosis.slices.first().cloned(),
+        (None, _) => None,
+    };
     let missing: Vec<&str> = diagnosis
         .hops
         .iter()
@@ -303,7 +320,7 @@ pub fn run(mut args: Args, stdin: impl Read, out: &mut dyn Write, err: &mut dyn 
         diagnosis.write_report(&mut out)
     };
     if let (Ok(()), Some(file)) = (&written, &args.plot) {
-        if let Err(error) = crate::plot::plot(&diagnosis, file) {
+        if let Err(error) = crate::plot::plot(&diagnosis, split.as_ref(), file) {
             let _ = writeln!(err, "diagnose: plotting {file}: {error}");
             return 2;
         }

@@ -224,7 +224,7 @@ fn by_a_pool_the_report_lists_the_stalled_pool_first() {
     assert_eq!(rows[1][..4], ["a", "1", "0", "0.00%"], "{out}");
     let (_, json, _) = run(&["--path", W, "--by", "pool", "--json", "-"], &input);
     let json: serde_json::Value = serde_json::from_str(&json).unwrap();
-    let slices = &json["slices"];
+    let slices = &json["slices"][0];
     assert_eq!(slices["by"], serde_json::json!(["pool"]));
     assert_eq!(slices["rows"][0]["values"], serde_json::json!(["b"]));
     assert_eq!(slices["rows"][0]["began"]["worker.publish"], 1);

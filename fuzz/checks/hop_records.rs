@@ -102,7 +102,7 @@ pub fn check(data: &[u8]) {
         );
     }
     // Slices: every request in one, each stall counted in its request's.
-    let slices = diagnosis.slices.as_ref().expect("sliced");
+    let slices = diagnosis.slices.first().expect("sliced");
     let in_slices: u64 = slices.rows.iter().map(|row| row.requests).sum();
     assert_eq!(in_slices, diagnosis.requests, "{slices:?}");
     let mut sliced_stalls = 0;

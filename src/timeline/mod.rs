@@ -276,9 +276,9 @@ pub struct Timeline {
     budget: DetailBudget,
     attrs: Attrs,
     busy: Busy,
-    /// What the diagnosis slices requests by, and their gaps at the path's last hop, kept
-    /// within a budget of their own (slicing never changes the diagnosis).
-    slice_by: Vec<By>,
+    /// The keys of each slicing the diagnosis makes, and the requests' gaps at the path's
+    /// last hop, kept within a budget of their own (slicing never changes the diagnosis).
+    slicings: Vec<Vec<By>>,
     gaps: RequestGaps,
     gap_budget: DetailBudget,
     lines: u64,
@@ -345,7 +345,7 @@ impl Timeline {
             gap_budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
             attrs: Attrs::default(),
             busy: Busy::default(),
-            slice_by: Vec::new(),
+            slicings: Vec::new(),
             gaps: RequestGaps::default(),
             lines: 0,
             records: 0,
@@ -491,7 +491,8 @@ impl Timeline {
         self
     }
 
-    /// Slices the diagnosis by `by` ([`Diagnosis::slices`]): per value of one key (or pair of
+    /// Slices the diagnosis by `by` (one of [`Diagnosis::slices`], in the order given; call it
+    /// again for another slicing of the same records): per value of one key (or pair of
     /// values of two), its requests, stalled requests, stall rate, gap p99 at the path's last
     /// hop, and the hops its stalls began at, the values whose stall rate stands out first.
     /// Give it before reading: each request's gaps at the last hop are then kept, sparse (a
@@ -502,7 +503,7 @@ impl Timeline {
     ///
     /// # Panics
     ///
-    /// With more than [`MAX_SLICE_KEYS`] keys, or a key twice.
+    /// With no key, more than [`MAX_SLICE_KEYS`], or a key twice.
     ///
     /// # Examples
     ///
@@ -524,7 +525,7 @@ impl Timeline {
     /// let mut timeline = Timeline::new(["proxy.recv"], Duration::from_secs(1))
     ///     .slice_by([By::Attr("pool".into())]);
     /// timeline.add_lines("proxy.jsonl", &records);
-    /// let slices = timeline.diagnose().slices.unwrap();
+    /// let slices = &timeline.diagnose().slices[0];
     /// let first = &slices.rows[0];
     /// assert_eq!((first.values[0].as_str(), first.requests, first.stalled), ("b", 1, 1));
     /// assert_eq!(first.began, [("proxy.recv".to_owned(), 1)]);
@@ -534,16 +535,16 @@ impl Timeline {
     pub fn slice_by(mut self, by: impl IntoIterator<Item = By>) -> Self {
         let by: Vec<By> = by.into_iter().collect();
         assert!(
-            by.len() <= MAX_SLICE_KEYS,
-            "at most {MAX_SLICE_KEYS} slice keys"
+            (1..=MAX_SLICE_KEYS).contains(&by.len()),
+            "1 to {MAX_SLICE_KEYS} slice keys"
         );
         for (index, key) in by.iter().enumerate() {
             assert!(!by[..index].contains(key), "slice key `{key}` given twice");
         }
         if let Some(last) = self.tables.last_mut() {
-            last.recent = (!by.is_empty()).then(Vec::new);
+            last.recent.get_or_insert_with(Vec::new);
         }
-        self.slice_by = by;
+        self.slicings.push(by);
         self
     }
 
@@ -1056,8 +1057,9 @@ impl Timeline {
                 busy.note((&key.request, hop, key.seq), pending.busy_ns, cx.budget);
             }
             if let Some(recent) = &mut cx.table.recent {
-                for ns in recent.drain(..) {
-                    gaps.add(&key.request, ns, gap_budget);
+                for (position, ns) in recent.drain(..) {
+                    let position = slices::bucket_index(u64::from(position));
+                    gaps.add(&key.request, position, ns, gap_budget);
                 }
             }
         }
@@ -1109,8 +1111,11 @@ impl Timeline {
         let mut stalls: Vec<Stall> = Vec::new();
         let mut total: u64 = 0;
         let keep = self.max_stalls;
-        let mut slicer = (!self.slice_by.is_empty())
-            .then(|| Slicer::new(&self.slice_by, &self.path, &self.attrs, &self.gaps));
+        let mut slicers: Vec<Slicer<'_>> = self
+            .slicings
+            .iter()
+            .map(|by| Slicer::new(by, &self.path, &self.attrs, &self.gaps))
+            .collect();
         let mut seen: Vec<Seen> = Vec::new();
         for (request, streams) in &self.requests {
             seen.clear();
@@ -1146,7 +1151,7 @@ impl Timeline {
                             }
                         };
                     total = total.saturating_add(1);
-                    if slicer.is_some() {
+                    if !slicers.is_empty() {
                         seen.push(Seen {
                             hop: stream.hop,
                             after: spell.after,
@@ -1179,9 +1184,9 @@ impl Timeline {
                     }
                 }
             }
-            if let Some(slicer) = &mut slicer {
+            if !slicers.is_empty() {
                 seen.sort_by_key(|stall| (stall.hop, stall.after));
-                slicer.add(&Facts {
+                let facts = Facts {
                     request,
                     length: streams
                         .iter()
@@ -1194,7 +1199,10 @@ impl Timeline {
                         .max()
                         .unwrap_or(0),
                     stalls: &seen,
-                });
+                };
+                for slicer in &mut slicers {
+                    slicer.add(&facts);
+                }
             }
         }
         longest_first(&mut stalls);
@@ -1240,7 +1248,7 @@ impl Timeline {
             stalls_total: total,
             stalls,
             hops,
-            slices: slicer.map(Slicer::finish),
+            slices: slicers.into_iter().map(Slicer::finish).collect(),
             problems: self.problems.summary(),
         }
     }

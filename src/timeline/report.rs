@@ -250,9 +250,9 @@ pub struct Diagnosis {
     pub stalls: Vec<Stall>,
     /// Per hop, in path order.
     pub hops: Vec<HopSummary>,
-    /// The requests sliced by the keys of [`Timeline::slice_by`](super::Timeline::slice_by),
-    /// when it was given some.
-    pub slices: Option<super::Slices>,
+    /// The requests sliced by the keys of each [`Timeline::slice_by`](super::Timeline::slice_by),
+    /// in the order they were given (none without).
+    pub slices: Vec<super::Slices>,
     /// What was wrong with the input.
     pub problems: Problems,
 }
@@ -448,7 +448,7 @@ impl Diagnosis {
                 hop.hidden_phases
             )?;
         }
-        if let Some(slices) = &self.slices {
+        for slices in &self.slices {
             write_slices(out, slices)?;
         }
         let problems = &self.problems;
@@ -495,9 +495,9 @@ impl Diagnosis {
     ///    "quiet_spells":..,"began":..,"unknown":..,"passed_on":..,"pushed_back":..,
     ///    "hidden_phases":..,
     ///    "resumes":..,"records":..}],
-    ///  "slices":{"by":[KEY,..],"hop":..,"rows":[{"values":[..],"requests":..,"stalled":..,
+    ///  "slices":[{"by":[KEY,..],"hop":..,"rows":[{"values":[..],"requests":..,"stalled":..,
     ///    "stall_rate":..,"unknown":..,"gap_p99_ms":..|null,"gaps_incomplete":..,
-    ///    "began":{HOP:N,..}}]}  (only with `Timeline::slice_by`),
+    ///    "began":{HOP:N,..}}]},..]  (one per `Timeline::slice_by`; absent without),
     ///  "problems":{"total":..,"counts":{KIND:N,..},"examples":[{"source":..,"line":N|null,
     ///    "kind":..,"message":..}]}}
     /// ```
@@ -606,28 +606,32 @@ impl Diagnosis {
                     records: hop.records,
                 })
                 .collect(),
-            slices: self.slices.as_ref().map(|slices| JsonSlices {
-                by: slices.by.iter().map(ToString::to_string).collect(),
-                hop: &slices.hop,
-                rows: slices
-                    .rows
-                    .iter()
-                    .map(|row| JsonSlice {
-                        values: &row.values,
-                        requests: row.requests,
-                        stalled: row.stalled,
-                        stall_rate: row.stall_rate(),
-                        unknown: row.unknown,
-                        gap_p99_ms: row.gap_p99.map(ms),
-                        gaps_incomplete: row.gaps_incomplete,
-                        began: row
-                            .began
-                            .iter()
-                            .map(|(hop, n)| (hop.as_str(), *n))
-                            .collect(),
-                    })
-                    .collect(),
-            }),
+            slices: self
+                .slices
+                .iter()
+                .map(|slices| JsonSlices {
+                    by: slices.by.iter().map(ToString::to_string).collect(),
+                    hop: &slices.hop,
+                    rows: slices
+                        .rows
+                        .iter()
+                        .map(|row| JsonSlice {
+                            values: &row.values,
+                            requests: row.requests,
+                            stalled: row.stalled,
+                            stall_rate: row.stall_rate(),
+                            unknown: row.unknown,
+                            gap_p99_ms: row.gap_p99.map(ms),
+                            gaps_incomplete: row.gaps_incomplete,
+                            began: row
+                                .began
+                                .iter()
+                                .map(|(hop, n)| (hop.as_str(), *n))
+                                .collect(),
+                        })
+                        .collect(),
+                })
+                .collect(),
             problems: JsonProblems {
                 total: self.problems.total,
                 counts: self
@@ -662,8 +666,8 @@ struct Json<'a> {
     stalls_total: u64,
     stalls: Vec<JsonStall<'a>>,
     hops: Vec<JsonHop<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    slices: Option<JsonSlices<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    slices: Vec<JsonSlices<'a>>,
     problems: JsonProblems<'a>,
 }
 

@@ -38,9 +38,9 @@ pub enum By {
     /// (crate::probe::HopRecord::attrs)): as of its first stall when it stalled (what served it
     /// when it went quiet), else as its stream began; `(none)` when no record carried it.
     Attr(String),
-    /// Output position, in buckets of event ids (`0-63`, `64-127`, `128-255`, ...): each
-    /// request counts in every bucket it reached, each stall in the bucket of the event it
-    /// followed. Gaps are not sliced by position (see the hop table's `by_position`).
+    /// Output position, in buckets (`0-63`, `64-127`, `128-255`, ...): each request counts in
+    /// every bucket of event ids it reached, each stall in the bucket of the event id it
+    /// followed, each gap in the bucket of its output position (the visible events before it).
     Position,
     /// Output length (visible events at the hop of the request's records that saw the most), in
     /// the same buckets: to compare requests of similar length across the values of another
@@ -102,7 +102,7 @@ pub struct Slice {
     /// Its stalls whose hop is unknown.
     pub unknown: u64,
     /// Its visible gaps' p99 at [`Slices::hop`] (within 12.5%, from above); `None` without
-    /// gaps there, or for a slice by position.
+    /// gaps there.
     pub gap_p99: Option<Duration>,
     /// Requests whose gaps were not all kept (past the detail budget): the p99 leaves them
     /// partly out.
@@ -157,6 +157,8 @@ struct Row {
     values: Vec<String>,
     /// The position and length buckets' lower bounds, in key order (0 for attributes).
     order: Vec<u64>,
+    /// Its position bucket, when sliced by position: the gaps it takes.
+    position: Option<u8>,
     requests: u64,
     stalled: u64,
     unknown: u64,
@@ -195,42 +197,31 @@ impl<'a> Slicer<'a> {
     pub(super) fn add(&mut self, facts: &Facts<'_>) {
         let first = facts.stalls.first();
         // Each key's values for the request: one, or every position bucket it reached.
-        let per_key: Vec<Vec<(String, u64)>> = self
+        let per_key: Vec<Vec<Value>> = self
             .by
             .iter()
             .map(|by| match by {
-                By::Attr(key) => vec![(self.attr(facts.request, key, first), 0)],
-                By::Length => vec![bucket(facts.length)],
-                By::Position => {
-                    let top = bucket(facts.reach).1;
-                    let next = |&low: &u64| match low {
-                        0 => Some(FIRST_BUCKET),
-                        low => low.checked_mul(2),
-                    };
-                    std::iter::successors(Some(0), next)
-                        .take_while(|&low| low <= top)
-                        .map(bucket)
-                        .collect()
-                }
+                By::Attr(key) => vec![Value::Attr(self.attr(facts.request, key, first))],
+                By::Length => vec![Value::Bucket(bucket_index(facts.length))],
+                By::Position => (0..=bucket_index(facts.reach)).map(Value::Bucket).collect(),
             })
             .collect();
-        let sliced_by_position = self.by.contains(&By::Position);
         let mut hit = Vec::new();
         for key in combinations(&per_key) {
             let row = self.row(key);
             let row = &mut self.rows[row];
             row.requests += 1;
-            if !sliced_by_position && !self.gaps.add_to(facts.request, &mut row.gaps) {
+            if !self.gaps.add_to(facts.request, row.position, &mut row.gaps) {
                 row.gaps_incomplete += 1;
             }
         }
         for stall in facts.stalls {
-            let key: Vec<(String, u64)> = self
+            let key: Vec<Value> = self
                 .by
                 .iter()
                 .zip(&per_key)
                 .map(|(by, values)| match by {
-                    By::Position => bucket(stall.after.unwrap_or(0)),
+                    By::Position => Value::Bucket(bucket_index(stall.after.unwrap_or(0))),
                     _ => values[0].clone(),
                 })
                 .collect();
@@ -266,8 +257,17 @@ impl<'a> Slicer<'a> {
 
     /// The row of `key`: a new one, or past [`MAX_SLICES`] the one of its buckets whose
     /// attributes are `(other)` (at most one per combination of buckets).
-    fn row(&mut self, key: Vec<(String, u64)>) -> usize {
-        let (mut values, order): (Vec<String>, Vec<u64>) = key.into_iter().unzip();
+    fn row(&mut self, key: Vec<Value>) -> usize {
+        let position = self
+            .by
+            .iter()
+            .zip(&key)
+            .find_map(|(by, value)| match (by, value) {
+                (By::Position, Value::Bucket(index)) => Some(*index),
+                _ => None,
+            });
+        let order: Vec<u64> = key.iter().map(Value::low).collect();
+        let mut values: Vec<String> = key.into_iter().map(Value::label).collect();
         if !self.index.contains_key(&values) && self.rows.len() >= MAX_SLICES {
             for (value, by) in values.iter_mut().zip(self.by) {
                 if matches!(by, By::Attr(_)) {
@@ -281,6 +281,7 @@ impl<'a> Slicer<'a> {
             self.rows.push(Row {
                 values,
                 order,
+                position,
                 ..Row::default()
             });
         }
@@ -331,17 +332,46 @@ impl<'a> Slicer<'a> {
 const NONE: &str = "(none)";
 /// Requests of values past [`MAX_SLICES`].
 const OTHER: &str = "(other)";
-/// The first bucket of positions and lengths holds 0 to 63; then each doubles.
-const FIRST_BUCKET: u64 = 64;
+/// The first bucket of positions and lengths holds 0 to 63 (2^6 - 1); then each doubles.
+const FIRST_BUCKET_BITS: u32 = 6;
 
-/// The bucket of position or length `n`: its label and its lower bound.
-fn bucket(n: u64) -> (String, u64) {
-    if n < FIRST_BUCKET {
-        return (format!("0-{}", FIRST_BUCKET - 1), 0);
+/// The bucket of position or length `n`: 0 for 0 to 63, 1 for 64 to 127, ... 58 at most.
+pub(super) fn bucket_index(n: u64) -> u8 {
+    let bits = 64 - n.leading_zeros();
+    bits.saturating_sub(FIRST_BUCKET_BITS) as u8
+}
+
+/// One key's value for a request (or stall).
+#[derive(Debug, Clone)]
+enum Value {
+    Attr(String),
+    /// A position or length bucket ([`bucket_index`]).
+    Bucket(u8),
+}
+
+impl Value {
+    /// The lowest position or length in its bucket (0 for an attribute: they sort by rate).
+    fn low(&self) -> u64 {
+        match self {
+            Value::Attr(_) => 0,
+            Value::Bucket(0) => 0,
+            Value::Bucket(index) => 1 << (u32::from(*index) + FIRST_BUCKET_BITS - 1),
+        }
     }
-    let low = 1u64 << (63 - n.leading_zeros());
-    let high = low.saturating_mul(2).saturating_sub(1);
-    (format!("{low}-{high}"), low)
+
+    fn label(self) -> String {
+        match self {
+            Value::Attr(value) => value,
+            Value::Bucket(index) => {
+                let low = self.low();
+                let high = match index {
+                    0 => (1 << FIRST_BUCKET_BITS) - 1,
+                    _ => low.checked_mul(2).map_or(u64::MAX, |next| next - 1),
+                };
+                format!("{low}-{high}")
+            }
+        }
+    }
 }
 
 fn find(attrs: Vec<(String, String)>, key: &str) -> Option<String> {
@@ -349,7 +379,7 @@ fn find(attrs: Vec<(String, String)>, key: &str) -> Option<String> {
 }
 
 /// Every combination of one value per key.
-fn combinations(per_key: &[Vec<(String, u64)>]) -> Vec<Vec<(String, u64)>> {
+fn combinations(per_key: &[Vec<Value>]) -> Vec<Vec<Value>> {
     per_key.iter().fold(vec![Vec::new()], |combos, values| {
         combos
             .iter()
@@ -390,11 +420,19 @@ mod tests {
 
     #[test]
     fn buckets_double_from_64() {
-        assert_eq!(bucket(0), ("0-63".to_owned(), 0));
-        assert_eq!(bucket(63).1, 0);
-        assert_eq!(bucket(64), ("64-127".to_owned(), 64));
-        assert_eq!(bucket(255), ("128-255".to_owned(), 128));
-        assert_eq!(bucket(u64::MAX).1, 1 << 63);
+        let bucket = |n| {
+            let value = Value::Bucket(bucket_index(n));
+            (value.low(), value.label())
+        };
+        assert_eq!(bucket(0), (0, "0-63".to_owned()));
+        assert_eq!(bucket(63).0, 0);
+        assert_eq!(bucket(64), (64, "64-127".to_owned()));
+        assert_eq!(bucket(255), (128, "128-255".to_owned()));
+        assert_eq!(
+            bucket(u64::MAX),
+            (1 << 63, format!("{}-{}", 1u64 << 63, u64::MAX))
+        );
+        assert_eq!(bucket_index(u64::MAX), 58);
     }
 
     #[test]

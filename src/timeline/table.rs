@@ -60,8 +60,9 @@ pub(super) struct HopTable {
     pub(super) resumes: u64,
     /// Records taken.
     pub(super) records: u64,
-    /// The gaps counted since the slices last took them, when they are sliced.
-    pub(super) recent: Option<Vec<u64>>,
+    /// The gaps counted since the slices last took them (output position, ns), when they are
+    /// sliced.
+    pub(super) recent: Option<Vec<(u32, u64)>>,
 }
 
 impl HopTable {
@@ -90,7 +91,7 @@ impl HopTable {
         self.gaps.record(ns);
         self.max_gap = self.max_gap.max(ns);
         if let Some(recent) = &mut self.recent {
-            recent.push(ns);
+            recent.push((position, ns));
         }
         let position = position as usize;
         if position >= self.max_positions {
