@@ -36,7 +36,13 @@ fn timeline_with(reorder_window: usize) -> Timeline {
         .max_stalls(MAX_STALLS)
         .max_details(MAX_DETAILS)
         .max_positions(MAX_POSITIONS)
+}
+
+/// The timeline of [`timeline_with`], sliced (by pool and length, and by position).
+fn sliced(reorder_window: usize) -> Timeline {
+    timeline_with(reorder_window)
         .slice_by([By::Attr("pool".into()), By::Length])
+        .slice_by([By::Position])
 }
 
 /// A reader that hands out at most `step` bytes per read.
@@ -101,18 +107,29 @@ pub fn check(data: &[u8]) {
             "{hop:?}"
         );
     }
-    // Slices: every request in one, each stall counted in its request's.
-    let slices = diagnosis.slices.first().expect("sliced");
-    let in_slices: u64 = slices.rows.iter().map(|row| row.requests).sum();
-    assert_eq!(in_slices, diagnosis.requests, "{slices:?}");
-    let mut sliced_stalls = 0;
-    for row in &slices.rows {
-        assert!(row.stalled <= row.requests, "{row:?}");
-        assert!(row.gaps_incomplete <= row.requests, "{row:?}");
-        assert_eq!(row.values.len(), 2);
-        sliced_stalls += row.unknown + row.began.iter().map(|(_, n)| n).sum::<u64>();
+    // Slices: slicing changes no verdict; every request in one slice of a slicing without
+    // position, each stall counted in its request's; never more stalled than requests.
+    let mut slicing = sliced(REORDER_WINDOW);
+    slicing.read("fuzz", data).expect("a slice reads");
+    let sliced = slicing.diagnose();
+    assert_eq!(sliced.stalls, diagnosis.stalls);
+    assert_eq!(sliced.hops, diagnosis.hops);
+    assert_eq!(sliced.problems, diagnosis.problems);
+    let [by_pool, by_position] = &sliced.slices[..] else {
+        panic!("two slicings: {:?}", sliced.slices)
+    };
+    let in_slices: u64 = by_pool.rows.iter().map(|row| row.requests).sum();
+    assert_eq!(in_slices, diagnosis.requests, "{by_pool:?}");
+    for slices in [by_pool, by_position] {
+        let mut sliced_stalls = 0;
+        for row in &slices.rows {
+            assert!(row.stalled <= row.requests, "{row:?}");
+            assert!(row.gaps_incomplete <= row.requests, "{row:?}");
+            assert_eq!(row.values.len(), slices.by.len());
+            sliced_stalls += row.unknown + row.began.iter().map(|(_, n)| n).sum::<u64>();
+        }
+        assert_eq!(sliced_stalls, diagnosis.stalls_total);
     }
-    assert_eq!(sliced_stalls, diagnosis.stalls_total);
     // Nothing after the last hop pushes back.
     assert_eq!(diagnosis.hops.last().map(|hop| hop.pushed_back), Some(0));
     for stall in &diagnosis.stalls {

@@ -22,13 +22,20 @@
 //!
 //! A server gives each stream it probes a token in the response header [`TOKEN_HEADER`]
 //! ([`BrowserProbe::tag`]), beside the stream's `x-request-id`: a keyed hash of the request id
-//! and the time, good for [`TOKEN_LIFETIME`] on the process that gave it. A batch is taken only
+//! and the time, good for [`TOKEN_LIFETIME`] on the process that gave it (keys are the
+//! process's own: a batch posted to another instance, or after a restart, is refused as
+//! [`Refusal::BadToken`]). Tag only a stream whose id is its own: one the server made, or
+//! claimed so that no other stream runs under it; a client that may choose any id could
+//! otherwise get a token for another's. Whoever holds a stream's token may write its page's
+//! records within the shared rate (it is the page's own telemetry, not a secret of the
+//! stream's, which whoever knows the id may read by resuming it). A batch is taken only
 //! with its request's token, only for the page's two hops, at most [`MAX_POST_BYTES`] and
 //! [`MAX_POST_RECORDS`] records, within a rate shared by every page
 //! ([`DEFAULT_RECORD_RATE`] records a second, with a burst of two seconds' worth): nobody can
 //! write records for another user's request, or other hops' records, or flood the sink. A
 //! refused batch is counted by its [`Refusal`] and answered with its status; a batch is taken
-//! whole or not at all. Only requests in the sample of the server's other hops get a token,
+//! whole or not at all (a sink whose queue is full refuses it whole, as
+//! [`Refusal::SinkFull`]). Only requests in the sample of the server's other hops get a token,
 //! so the page records the same requests as they do.
 //!
 //! # Examples
@@ -114,15 +121,24 @@ pub struct BrowserStats {
     pub batches: u64,
     /// Records taken into the sink (a full sink then counts its own drops).
     pub records: u64,
-    /// Batches refused, by [`Refusal`], in the order of [`Refusal::ALL`].
-    pub refused: [u64; 5],
+    refused: [u64; Refusal::ALL.len()],
 }
 
 impl BrowserStats {
     /// Batches refused for `refusal`.
+    ///
+    /// See [`BrowserProbe::take`] for an example.
     pub fn refused(&self, refusal: Refusal) -> u64 {
-        self.refused[refusal as usize]
+        self.refused[index(refusal)]
     }
+}
+
+/// `refusal`'s place in [`Refusal::ALL`], where its count is kept.
+fn index(refusal: Refusal) -> usize {
+    Refusal::ALL
+        .iter()
+        .position(|&r| r == refusal)
+        .unwrap_or_default()
 }
 
 /// The intake of a page's records: tokens for the streams it probes, and the batches posted
@@ -142,7 +158,7 @@ struct Inner {
     given: AtomicU64,
     batches: AtomicU64,
     records: AtomicU64,
-    refused: [AtomicU64; 5],
+    refused: [AtomicU64; Refusal::ALL.len()],
 }
 
 impl BrowserProbe {
@@ -285,7 +301,7 @@ impl BrowserProbe {
     pub fn take(&self, body: &[u8]) -> Result<usize, Refused> {
         let taken = self.take_batch(body);
         if let Err(refused) = &taken {
-            self.inner.refused[refused.refusal as usize].fetch_add(1, Ordering::Relaxed);
+            self.count(refused.refusal);
         }
         taken
     }
@@ -305,8 +321,10 @@ impl BrowserProbe {
         let request: Arc<str> = post.request.into();
         let (recv, render): (Arc<str>, Arc<str>) = (CLIENT_RECV.into(), CLIENT_RENDER.into());
         let count = post.records.len();
-        for record in post.records {
-            self.inner.sink.send(Pending {
+        let records = post
+            .records
+            .into_iter()
+            .map(|record| Pending {
                 request: request.clone(),
                 hop: if record.render { &render } else { &recv }.clone(),
                 seq: record.seq,
@@ -315,13 +333,20 @@ impl BrowserProbe {
                 kind: record.kind,
                 busy_ns: record.busy_ns,
                 attrs: None,
-            });
+            })
+            .collect();
+        if !self.inner.sink.send_all(records) {
+            return Err(Refusal::SinkFull.into());
         }
         self.inner.batches.fetch_add(1, Ordering::Relaxed);
         self.inner
             .records
             .fetch_add(count as u64, Ordering::Relaxed);
         Ok(count)
+    }
+
+    fn count(&self, refusal: Refusal) {
+        self.inner.refused[index(refusal)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// What it has taken and refused so far.
@@ -355,7 +380,7 @@ impl BrowserProbe {
         let taken = match read(body).await {
             Ok(body) => self.take(&body),
             Err(refused) => {
-                self.inner.refused[refused.refusal as usize].fetch_add(1, Ordering::Relaxed);
+                self.count(refused.refusal);
                 Err(refused)
             }
         };

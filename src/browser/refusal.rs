@@ -18,19 +18,24 @@ pub enum Refusal {
     Expired,
     /// Past the rate shared by every page: 429.
     RateLimited,
+    /// The record sink's queue is full (its writer is behind): 503, and nothing of the batch
+    /// is written.
+    SinkFull,
 }
 
 impl Refusal {
-    /// Every refusal, in the order of [`BrowserStats::refused`](super::BrowserStats::refused).
-    pub const ALL: [Refusal; 5] = [
+    /// Every refusal.
+    pub const ALL: [Refusal; 6] = [
         Refusal::TooLarge,
         Refusal::Malformed,
         Refusal::BadToken,
         Refusal::Expired,
         Refusal::RateLimited,
+        Refusal::SinkFull,
     ];
 
-    /// Its name in counters: `too_large`, `malformed`, `bad_token`, `expired`, `rate_limited`.
+    /// Its name in counters: `too_large`, `malformed`, `bad_token`, `expired`,
+    /// `rate_limited`, `sink_full`.
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::TooLarge => "too_large",
@@ -38,6 +43,7 @@ impl Refusal {
             Refusal::BadToken => "bad_token",
             Refusal::Expired => "expired",
             Refusal::RateLimited => "rate_limited",
+            Refusal::SinkFull => "sink_full",
         }
     }
 
@@ -48,6 +54,7 @@ impl Refusal {
             Refusal::Malformed => StatusCode::BAD_REQUEST,
             Refusal::BadToken | Refusal::Expired => StatusCode::FORBIDDEN,
             Refusal::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::SinkFull => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -60,6 +67,7 @@ impl fmt::Display for Refusal {
             Refusal::BadToken => "no token of this server for this request",
             Refusal::Expired => "the token has expired",
             Refusal::RateLimited => "too many records: try later",
+            Refusal::SinkFull => "the server's records are behind: try later",
         })
     }
 }

@@ -23,6 +23,9 @@ pub(crate) struct Pending {
 
 enum Message {
     Record(Pending),
+    /// Records queued together: all, or none.
+    #[cfg(feature = "browser")]
+    Batch(Vec<Pending>),
     Sync(mpsc::Sender<()>),
 }
 
@@ -163,6 +166,18 @@ impl RecordSink {
         true
     }
 
+    /// Queues `records` together, or counts them all as dropped when the queue is full;
+    /// whether they were queued.
+    #[cfg(feature = "browser")]
+    pub(crate) fn send_all(&self, records: Vec<Pending>) -> bool {
+        let n = records.len() as u64;
+        if self.queue.try_send(Message::Batch(records)).is_err() {
+            self.counts.dropped.fetch_add(n, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
     /// Waits until every record queued before this call is written and flushed. It blocks the
     /// calling thread: meant for shutdown, not for a runtime's worker in the middle of serving.
     pub fn sync(&self) {
@@ -198,23 +213,11 @@ fn write_records(mut out: impl Write, messages: &mpsc::Receiver<Message>, counts
     while let Ok(first) = messages.recv() {
         for message in std::iter::once(first).chain(messages.try_iter()) {
             match message {
-                Message::Record(r) => {
-                    let text = &mut batch.text;
-                    let line = Line {
-                        request: &r.request,
-                        hop: &r.hop,
-                        seq: r.seq,
-                        t_ns: r.t_ns,
-                        bytes: r.bytes,
-                        kind: r.kind,
-                        busy_ns: r.busy_ns,
-                        attrs: r.attrs.as_deref().unwrap_or(""),
-                    };
-                    line.write(text);
-                    text.push('\n');
-                    batch.records += 1;
-                    if batch.text.len() >= WRITE_BATCH {
-                        batch.write(&mut out, counts);
+                Message::Record(r) => batch.add(&r, &mut out, counts),
+                #[cfg(feature = "browser")]
+                Message::Batch(records) => {
+                    for r in &records {
+                        batch.add(r, &mut out, counts);
                     }
                 }
                 Message::Sync(done) => {
@@ -241,6 +244,26 @@ struct Unwritten {
 }
 
 impl Unwritten {
+    /// Adds `r`'s line, writing the batch when it holds [`WRITE_BATCH`] bytes.
+    fn add(&mut self, r: &Pending, out: &mut impl Write, counts: &SinkCounts) {
+        let line = Line {
+            request: &r.request,
+            hop: &r.hop,
+            seq: r.seq,
+            t_ns: r.t_ns,
+            bytes: r.bytes,
+            kind: r.kind,
+            busy_ns: r.busy_ns,
+            attrs: r.attrs.as_deref().unwrap_or(""),
+        };
+        line.write(&mut self.text);
+        self.text.push('\n');
+        self.records += 1;
+        if self.text.len() >= WRITE_BATCH {
+            self.write(out, counts);
+        }
+    }
+
     /// Writes and flushes the batch, and adds its outcome to `counts` (and the metrics).
     fn write(&mut self, out: &mut impl Write, counts: &SinkCounts) {
         if self.records == 0 {

@@ -281,6 +281,8 @@ pub struct Timeline {
     slicings: Vec<Vec<By>>,
     gaps: RequestGaps,
     gap_budget: DetailBudget,
+    /// The budget of the busy times kept ([`Busy`]).
+    busy_budget: DetailBudget,
     lines: u64,
     records: u64,
     filtered: u64,
@@ -343,6 +345,7 @@ impl Timeline {
             problems: ProblemLog::new(DEFAULT_MAX_PROBLEMS),
             budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
             gap_budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
+            busy_budget: DetailBudget::new(DEFAULT_MAX_DETAILS),
             attrs: Attrs::default(),
             busy: Busy::default(),
             slicings: Vec::new(),
@@ -488,6 +491,7 @@ impl Timeline {
     pub fn max_details(mut self, n: u64) -> Self {
         self.budget.set_max(n);
         self.gap_budget.set_max(n);
+        self.busy_budget.set_max(n);
         self
     }
 
@@ -1011,6 +1015,7 @@ impl Timeline {
             busy,
             gaps,
             gap_budget,
+            busy_budget,
             reorder,
             ..
         } = self;
@@ -1053,8 +1058,10 @@ impl Timeline {
             if let Some(set) = &pending.attrs {
                 attrs.change((&key.request, hop, key.seq), set, cx.budget);
             }
-            if pending.busy_ns > 0 {
-                busy.note((&key.request, hop, key.seq), pending.busy_ns, cx.budget);
+            // Busy time that could explain a stall (a tenth of the threshold or more), kept
+            // within a budget of its own: a page's long frames never cost a verdict's details.
+            if pending.busy_ns >= *stall_ns / 10 && pending.busy_ns > 0 {
+                busy.note((&key.request, hop, key.seq), pending.busy_ns, busy_budget);
             }
             if let Some(recent) = &mut cx.table.recent {
                 for (position, ns) in recent.drain(..) {
@@ -1173,8 +1180,10 @@ impl Timeline {
                         upstream_gap_exact: upstream_gap.is_some_and(|(_, exact)| exact),
                         blame,
                         attrs: self.attrs.at(request, stream.hop, spell.after),
+                        // The record that ended it: its seq, or the end record's.
                         busy: spell
                             .seq
+                            .or_else(|| stream.final_end().map(|(seq, _)| seq))
                             .and_then(|seq| self.busy.at(request, stream.hop, seq))
                             .map(Duration::from_nanos),
                     });
@@ -1185,7 +1194,8 @@ impl Timeline {
                 }
             }
             if !slicers.is_empty() {
-                seen.sort_by_key(|stall| (stall.hop, stall.after));
+                // In the order they happened (then path order): the first is the first stall.
+                seen.sort_by_key(|stall| (stall.after, stall.hop));
                 let facts = Facts {
                     request,
                     length: streams
@@ -1193,9 +1203,12 @@ impl Timeline {
                         .map(|s| u64::from(s.visible()))
                         .max()
                         .unwrap_or(0),
+                    // The furthest it got: its last records, or a stall past them (a resume
+                    // that ended earlier at a hop).
                     reach: streams
                         .iter()
                         .map(RequestAtHop::last_seq)
+                        .chain(seen.iter().filter_map(|stall| stall.after))
                         .max()
                         .unwrap_or(0),
                     stalls: &seen,

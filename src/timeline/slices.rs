@@ -95,11 +95,12 @@ pub struct Slice {
     pub values: Vec<String>,
     /// Requests in it.
     pub requests: u64,
-    /// Requests in it with a stall that began at some hop or is unknown.
+    /// Requests in it with a stall that began at some hop (one whose hop is unknown is
+    /// counted in [`unknown`](Slice::unknown), not here: the rate is never made of guesses).
     pub stalled: u64,
     /// The hops its stalls began at, and how many began at each, most first.
     pub began: Vec<(String, u64)>,
-    /// Its stalls whose hop is unknown.
+    /// Its stalls whose hop is unknown (records missing, disordered or past a budget).
     pub unknown: u64,
     /// Its visible gaps' p99 at [`Slices::hop`] (within 12.5%, from above); `None` without
     /// gaps there.
@@ -148,7 +149,7 @@ pub(super) struct Facts<'a> {
     pub(super) length: u64,
     /// The highest seq any hop recorded of it.
     pub(super) reach: u64,
-    /// Its stalls that began somewhere or are unknown, in path order.
+    /// Its stalls that began somewhere or are unknown, in the order they happened.
     pub(super) stalls: &'a [Seen],
 }
 
@@ -227,7 +228,7 @@ impl<'a> Slicer<'a> {
                 .collect();
             let at = self.row(key);
             let row = &mut self.rows[at];
-            if !hit.contains(&at) {
+            if stall.began && !hit.contains(&at) {
                 hit.push(at);
                 row.stalled += 1;
             }

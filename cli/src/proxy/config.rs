@@ -174,10 +174,16 @@ pub struct Config {
     pub record_headers: Vec<HeaderName>,
 }
 
-/// A header name for `--record-header`, lowercase as HTTP/2 and hop records spell it.
+/// A header name for `--record-header`, lowercase as HTTP/2 and hop records spell it: not one
+/// of the attributes the proxy sets, nor a name `diagnose --by` reserves.
 fn record_header(name: &str) -> Result<HeaderName, String> {
-    HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
-        .map_err(|_| format!("`{name}` is not a header name"))
+    let name = name.to_ascii_lowercase();
+    if ["upstream", "pool", "model", "position", "length"].contains(&name.as_str()) {
+        return Err(format!(
+            "`{name}` is an attribute of its own (upstream, pool, model) or a slice key (position, length)"
+        ));
+    }
+    HeaderName::from_bytes(name.as_bytes()).map_err(|_| format!("`{name}` is not a header name"))
 }
 
 impl Config {

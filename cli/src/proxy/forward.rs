@@ -28,6 +28,7 @@ use crate::serving;
 pub(super) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let id = proxy.request_id(&parts.headers);
+    let made = crate::request_id::from_client(&parts.headers).is_none();
     let mut headers = parts.headers;
     set_request_id(&mut headers, &id);
     let path_and_query = parts
@@ -55,6 +56,7 @@ pub(super) async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -
                     headers,
                     body,
                     id: id.clone(),
+                    made,
                     format,
                     asked,
                     model,

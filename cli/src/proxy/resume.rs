@@ -42,7 +42,8 @@ fn attached(proxy: &Arc<Proxy>, frames: Subscriber, id: &str) -> Response {
         let _watching = &watching;
         frame
     });
-    proxy.sse_response(frames, id)
+    // A registered stream's id is its own (claimed), and whoever knows it may read it anyway.
+    proxy.sse_response(frames, id, true)
 }
 
 /// `GET /v1/responses/{request_id}?stream=true[&starting_after=N]`: the events after sequence

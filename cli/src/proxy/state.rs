@@ -100,12 +100,15 @@ impl Proxy {
     }
 
     /// A stream's frames as the client's response: heartbeats, the `proxy.write` probe, the
-    /// streaming headers, `x-request-id` and, for a request in the sample of hop records, the
-    /// page's probe token.
+    /// streaming headers, `x-request-id` and, when the id names this stream only (`unique`: it
+    /// was claimed in the store, or the proxy made it) and the request is in the sample of hop
+    /// records, the page's probe token: a client that sent another client's id gets no token
+    /// to write records under it.
     pub(super) fn sse_response(
         &self,
         frames: impl futures_core::Stream<Item = SseFrame> + Send + 'static,
         id: &str,
+        unique: bool,
     ) -> Response {
         let frames = frames
             .heartbeat(self.config.gate.heartbeat)
@@ -114,7 +117,7 @@ impl Proxy {
         if let Ok(id) = HeaderValue::from_str(id) {
             response.headers_mut().insert(REQUEST_ID, id);
         }
-        if let Some(browser) = &self.browser {
+        if let (Some(browser), true) = (&self.browser, unique) {
             browser.tag(id, response.headers_mut());
         }
         response

@@ -47,6 +47,8 @@ pub(super) struct StreamRequest {
     pub(super) body: Buffered,
     /// The request id (`x-request-id`), under which the stream is resumable.
     pub(super) id: String,
+    /// The proxy made the id (the client sent none it could take): no other stream has it.
+    pub(super) made: bool,
     /// Its API: chat completion chunks (which may coalesce), text completion chunks, Messages
     /// or Responses events.
     pub(super) format: Format,
@@ -73,6 +75,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
         mut headers,
         body,
         id,
+        made,
         format,
         asked,
         model,
@@ -129,7 +132,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             Some(outcome) => outcome,
             None => {
                 let answer = Answer::Awaited(attempts);
-                return start(proxy, &id, format, request, claim, answer, recv).await;
+                return start(proxy, (&id, made), format, request, claim, answer, recv).await;
             }
         }
     } else {
@@ -149,7 +152,7 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
             }
             start(
                 proxy,
-                &id,
+                (&id, made),
                 format,
                 request,
                 claim,
@@ -176,10 +179,10 @@ pub(super) async fn relay(proxy: &Arc<Proxy>, request: StreamRequest) -> Respons
 }
 
 /// Starts the stream of `answer` (registered under `claim` when resumes are on) and answers
-/// with its frames.
+/// with its frames; `made`: the proxy made its id (the client sent none it could take).
 async fn start(
     proxy: &Arc<Proxy>,
-    id: &str,
+    (id, made): (&str, bool),
     format: Format,
     request: Arc<Attempted>,
     mut claim: Option<Claim>,
@@ -191,6 +194,9 @@ async fn start(
     let stop = claim
         .as_mut()
         .map_or_else(CancellationToken::new, Claim::stop_signal);
+    // Claimed in the store, the id names this stream only; unclaimed (no resumes), only if the
+    // proxy made it.
+    let unique = claim.is_some() || made;
     let start = Start {
         id,
         format,
@@ -202,11 +208,11 @@ async fn start(
     // The gate's own ends (a slow reader cut off, a shutdown) in the API's error shape.
     let shape = format.error_shape();
     let Some(mut claim) = claim else {
-        return proxy.sse_response(consumer.sse().error_shape(shape), id);
+        return proxy.sse_response(consumer.sse().error_shape(shape), id, unique);
     };
     claim.error_shape(shape);
     match proxy.store.register(claim, consumer).await {
-        Ok(frames) => proxy.sse_response(frames, id),
+        Ok(frames) => proxy.sse_response(frames, id, true),
         Err(failure) => resume::register_error(&failure),
     }
 }

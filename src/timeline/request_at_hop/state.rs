@@ -177,11 +177,11 @@ impl RequestAtHop {
         if self.flags.has(Flag::Record) {
             let (seq, last) = (rec.seq, self.last_seq);
             if let RecordKind::End { .. } = rec.kind {
-                // One past the last seq, which saturates at u64::MAX.
+                // One past the last seq, which saturates at u64::MAX. One that is not came
+                // late (a segment's end beyond the window, after a resume's records were taken
+                // as its events): nothing taken from the stream here is sure any more.
                 if seq <= last && !(seq == u64::MAX && last == u64::MAX) {
-                    cx.problem(ProblemKind::OutOfOrder, || {
-                        format!("end record at seq {seq}, not past the last seq {last}")
-                    });
+                    self.disorder(seq, cx);
                     return false;
                 }
             } else if seq == last || (seq < last && self.covers(seq) == Some(true)) {
