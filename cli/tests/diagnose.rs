@@ -229,4 +229,35 @@ fn by_a_pool_the_report_lists_the_stalled_pool_first() {
     assert_eq!(slices["rows"][0]["values"], serde_json::json!(["b"]));
     assert_eq!(slices["rows"][0]["began"]["worker.publish"], 1);
     assert_eq!(slices["rows"][1]["stall_rate"], 0.0);
+
+    // The plot, split by the pool: a second chart, a line per pool.
+    let dir = std::env::temp_dir().join(format!("streamgate-split-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("gaps.svg");
+    let args = [
+        "--path",
+        W,
+        "--by",
+        "pool",
+        "--plot",
+        svg.to_str().unwrap(),
+        "-",
+    ];
+    let (status, out, err) = run(&args, &input);
+    assert_eq!(status, 1, "{err}");
+    assert!(out.contains("gap by output position written to"), "{out}");
+    let drawn = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        drawn.contains("gap p99 at worker.publish by output position, per pool"),
+        "{drawn}"
+    );
+    assert!(
+        drawn.contains("pool=a") && drawn.contains("pool=b"),
+        "{drawn}"
+    );
+    // Without an attribute to split by, one chart.
+    let (_, _, err) = run(&["--path", W, "--plot", svg.to_str().unwrap(), "-"], &input);
+    assert!(err.is_empty(), "{err}");
+    assert!(!std::fs::read_to_string(&svg).unwrap().contains("per pool"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
