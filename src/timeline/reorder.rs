@@ -17,7 +17,7 @@
 //!
 //! The records themselves stay in the window, a ring in read order; a stream is a small index
 //! (found by one hash of its request, hop and source when a record arrives) holding the
-//! arrival numbers of its pending records. A record that comes in order (the common case, its
+//! places (seq, time, arrival number) of its pending records. A record that comes in order (the common case, its
 //! seq and time at least those of its stream's last pending record) is appended to its
 //! stream's queue; one out of order is inserted there when few need moving, or else put in the
 //! stream's ordered set of strays, so that no input makes a record cost more than a logarithm.
@@ -94,9 +94,10 @@ struct Slot {
 #[derive(Debug, Default)]
 struct Stream {
     name: Option<Name>,
-    /// Sorted by (seq, t_ns, arrival): the records that came in order, and those out of order
-    /// that were put in their place cheaply.
-    queue: VecDeque<u64>,
+    /// (seq, t_ns, arrival), sorted: the records that came in order, and those out of order
+    /// that were put in their place cheaply (their places here, so that neither putting one in
+    /// nor releasing looks into the window but to take the record).
+    queue: VecDeque<(u64, u64, u64)>,
     /// (seq, t_ns, arrival) of the other records out of order.
     strays: BTreeSet<(u64, u64, u64)>,
     in_window: usize,
@@ -182,29 +183,20 @@ impl Reorder {
                 index
             }
         };
-        let Reorder {
-            arrivals,
-            window,
-            streams,
-            releasing,
-            ..
-        } = self;
-        let stream = &mut streams[index as usize];
-        let mut place = |at: u64| {
-            let slot = slot_of(window, releasing, *arrivals, at);
-            (slot.seq, slot.t_ns)
-        };
+        let stream = &mut self.streams[index as usize];
         match stream.queue.back() {
-            Some(&last) if place(last) > (seq, t_ns) => {
+            Some(&(last_seq, last_t_ns, _)) if (last_seq, last_t_ns) > (seq, t_ns) => {
                 // Out of order: after every record at or before it (those that came first).
-                let at = stream.queue.partition_point(|&at| place(at) <= (seq, t_ns));
+                let at = stream
+                    .queue
+                    .partition_point(|&(s, t, _)| (s, t) <= (seq, t_ns));
                 if at.min(stream.queue.len() - at) <= MAX_SHIFT {
-                    stream.queue.insert(at, arrival);
+                    stream.queue.insert(at, (seq, t_ns, arrival));
                 } else {
                     stream.strays.insert((seq, t_ns, arrival));
                 }
             }
-            _ => stream.queue.push_back(arrival),
+            _ => stream.queue.push_back((seq, t_ns, arrival)),
         }
         stream.in_window += 1;
         let len = self.window.len();
@@ -273,11 +265,7 @@ impl Reorder {
             None => return None,
         };
         let stream = &mut streams[index as usize];
-        let queued = stream.queue.front().map(|&at| {
-            let slot = slot_of(window, releasing, *arrivals, at);
-            (slot.seq, slot.t_ns, at)
-        });
-        let next = match (queued, stream.strays.first()) {
+        let next = match (stream.queue.front().copied(), stream.strays.first()) {
             (Some(queued), Some(&stray)) if stray < queued => Some((stray, true)),
             (Some(queued), _) => Some((queued, false)),
             (None, Some(&stray)) => Some((stray, true)),
