@@ -266,7 +266,7 @@ async fn run(dir: &Path) -> Result<(), String> {
             .collect::<String>()
     );
     let svg = file("gaps.svg");
-    plot::plot(&diagnosis, &svg).map_err(|e| format!("plot: {e}"))?;
+    plot::plot(&diagnosis, None, &svg).map_err(|e| format!("plot: {e}"))?;
     println!("  gap by output position: {svg}");
     println!(
         "\nworker: {} streams completed, {} cancelled, {} failed; {} tokens generated, {} wasted after a cancel; {} generators running, {} KV blocks in use",
