@@ -759,7 +759,7 @@ async fn the_diagnosis_names_the_replica_a_stream_stalled_on_before_its_failover
     };
     assert_eq!(
         stall.attrs,
-        attrs(&[("model", "m"), ("upstream", &stalled)]),
+        attrs(&[("model", "m"), ("pool", "broken"), ("upstream", &stalled)]),
         "{stall:?}"
     );
     assert!(
@@ -774,4 +774,6 @@ async fn the_diagnosis_names_the_replica_a_stream_stalled_on_before_its_failover
         "set at the start and at the failover: {changed:?}"
     );
     assert!(changed[1].contains(&format!("http://{sim}")), "{changed:?}");
+    // The fallback's pool too.
+    assert!(changed[1].contains(r#""pool":"sims""#), "{changed:?}");
 }
