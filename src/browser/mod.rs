@@ -119,7 +119,7 @@ pub struct BrowserStats {
     pub tokens: u64,
     /// Batches taken.
     pub batches: u64,
-    /// Records taken into the sink (a full sink then counts its own drops).
+    /// Records taken into the sink.
     pub records: u64,
     refused: [u64; Refusal::ALL.len()],
 }
@@ -262,7 +262,8 @@ impl BrowserProbe {
         };
         if let Ok(token) = HeaderValue::from_str(&token) {
             headers.insert(TOKEN_HEADER, token);
-            headers.insert(
+            // Beside any the app exposes itself.
+            headers.append(
                 header::ACCESS_CONTROL_EXPOSE_HEADERS,
                 HeaderValue::from_static("x-request-id, x-streamgate-probe"),
             );

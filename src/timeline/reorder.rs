@@ -168,7 +168,10 @@ impl Reorder {
     pub(super) fn push(&mut self, key: Key, pending: Pending) {
         let arrival = self.arrivals;
         let (seq, t_ns) = (key.seq, key.t_ns);
-        let index = match self.pending.entry((key.request.clone(), key.hop, key.source)) {
+        let index = match self
+            .pending
+            .entry((key.request.clone(), key.hop, key.source))
+        {
             Entry::Occupied(entry) => *entry.get(),
             Entry::Vacant(entry) => {
                 let index = match self.free.pop() {
@@ -464,7 +467,11 @@ mod tests {
                     (key, next(500) == 0)
                 })
                 .collect();
-            assert_eq!(through(max, &records), reference(max, &records), "round {round}");
+            assert_eq!(
+                through(max, &records),
+                reference(max, &records),
+                "round {round}"
+            );
         }
         // One stream read backwards, and shuffled: out of order beyond the cheap inserts.
         let r = &requests[0];
