@@ -17,7 +17,6 @@ use client::{HANG, RawResponse, chromium, stats};
 use serde_json::Value;
 use setup::{proxy_config, serve_proxy, start_proxy, start_sim, stream};
 use streamgate::browser::{MAX_POST_RECORDS, RECORDS_PATH, SCRIPT_PATH, TOKEN_HEADER};
-use streamgate::probe::RecordSink;
 use streamgate::timeline::{Blame, Diagnosis, Timeline};
 use streamgate_cli::proxy::InjectedStall;
 use tokio::time::{Instant, sleep};
@@ -243,20 +242,34 @@ async fn without_hop_records_the_page_is_told_there_is_nowhere_to_write() {
     assert!(refused.text().await.contains("--hop-records"));
 }
 
-/// Opens the example page through the proxy at `proxy` (sim behind it serves the page) with
-/// `query`, waits until its stream has ended at `client.render` in `page_file`, and diagnoses
-/// every record of `sinks` (synced first) and `files`.
+/// sim (a token every 20 ms) behind the proxy (with `stall`, if any), both writing hop records
+/// into a scratch directory named `name`; the example page opened through the proxy with
+/// `query` in `browser`, until its stream has ended at `client.render`; the diagnosis of every
+/// record.
 async fn browse(
     browser: &Path,
-    dir: &Path,
-    (proxy, page_file): (std::net::SocketAddr, &Path),
+    name: &str,
+    stall: Option<InjectedStall>,
     query: &str,
-    sinks: &[&RecordSink],
 ) -> Diagnosis {
+    let dir = scratch(name);
+    let (sim_file, proxy_file) = (dir.join("sim.jsonl"), dir.join("proxy.jsonl"));
+    let (sim, sim_state) = start_sim(&[
+        "--step-ms",
+        "20",
+        "--hop-records",
+        sim_file.to_str().unwrap(),
+    ]);
+    let mut config = proxy_config(
+        &format!("http://{sim}"),
+        &["--hop-records", proxy_file.to_str().unwrap()],
+    );
+    config.stall = stall;
+    let (proxy, proxy_state, _) = serve_proxy(config, None);
     let url = format!("http://{proxy}/browser?{query}");
-    let page = chromium::open(browser, &url, dir);
+    let page = chromium::open(browser, &url, &dir);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !records(page_file)
+    while !records(&proxy_file)
         .iter()
         .any(|r| r["hop"] == "client.render" && r["kind"] == "end")
     {
@@ -267,14 +280,14 @@ async fn browse(
         sleep(Duration::from_millis(50)).await;
     }
     drop(page);
-    for sink in sinks {
-        sink.sync();
+    for sink in [&sim_state.records, &proxy_state.records] {
+        sink.as_ref().unwrap().sync();
     }
     let mut timeline = Timeline::new(PATH, Duration::from_secs(1));
-    for name in ["sim.jsonl", "proxy.jsonl"] {
-        let file = dir.join(name);
+    for file in [&sim_file, &proxy_file] {
+        let name = file.display().to_string();
         timeline
-            .read(name, std::fs::File::open(&file).unwrap())
+            .read(&name, std::fs::File::open(file).unwrap())
             .unwrap();
     }
     timeline.diagnose()
@@ -295,26 +308,9 @@ async fn a_page_whose_handler_blocks_for_2_s_is_diagnosed_at_client_render() {
     let Some(browser) = chromium::installed("the page's render stall in Chromium") else {
         return;
     };
-    let dir = scratch("render");
-    let (sim_file, proxy_file) = (dir.join("sim.jsonl"), dir.join("proxy.jsonl"));
-    let (sim, sim_state) = start_sim(&[
-        "--step-ms",
-        "20",
-        "--hop-records",
-        sim_file.to_str().unwrap(),
-    ]);
-    let config = proxy_config(
-        &format!("http://{sim}"),
-        &["--hop-records", proxy_file.to_str().unwrap()],
-    );
-    let (proxy, proxy_state, _) = serve_proxy(config, None);
-    let sinks = [
-        sim_state.records.as_ref().unwrap(),
-        proxy_state.records.as_ref().unwrap(),
-    ];
     // Event 50's handler holds the main thread for 2 s; every server hop stays regular.
     let query = "max_tokens=100&block_at=50&block_ms=2000";
-    let diagnosis = browse(&browser, &dir, (proxy, &proxy_file), query, &sinks).await;
+    let diagnosis = browse(&browser, "render", None, query).await;
     let report = format!("{diagnosis:#?}");
     assert_eq!(
         began(&diagnosis),
@@ -350,35 +346,11 @@ async fn a_stall_at_the_proxy_is_diagnosed_at_the_proxy_not_the_page() {
     let Some(browser) = chromium::installed("a proxy stall seen from Chromium") else {
         return;
     };
-    let dir = scratch("proxy-stall");
-    let (sim_file, proxy_file) = (dir.join("sim.jsonl"), dir.join("proxy.jsonl"));
-    let (sim, sim_state) = start_sim(&[
-        "--step-ms",
-        "20",
-        "--hop-records",
-        sim_file.to_str().unwrap(),
-    ]);
-    let mut config = proxy_config(
-        &format!("http://{sim}"),
-        &["--hop-records", proxy_file.to_str().unwrap()],
-    );
-    config.stall = Some(InjectedStall {
+    let stall = InjectedStall {
         at: 50,
         duration: Duration::from_secs(2),
-    });
-    let (proxy, proxy_state, _) = serve_proxy(config, None);
-    let sinks = [
-        sim_state.records.as_ref().unwrap(),
-        proxy_state.records.as_ref().unwrap(),
-    ];
-    let diagnosis = browse(
-        &browser,
-        &dir,
-        (proxy, &proxy_file),
-        "max_tokens=100",
-        &sinks,
-    )
-    .await;
+    };
+    let diagnosis = browse(&browser, "proxy-stall", Some(stall), "max_tokens=100").await;
     let report = format!("{diagnosis:#?}");
     let began = began(&diagnosis);
     assert_eq!(began.len(), 1, "{report}");
