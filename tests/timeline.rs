@@ -1154,6 +1154,15 @@ fn line(request: &str, hop: &str, seq: u64, t_ns: u64, kind: &str) -> String {
     )
 }
 
+/// The line and kind of each problem kept as an example.
+fn examples(d: &Diagnosis) -> Vec<(Option<u64>, ProblemKind)> {
+    d.problems
+        .examples
+        .iter()
+        .map(|p| (p.line, p.kind))
+        .collect()
+}
+
 #[test]
 fn bad_input_is_reported_line_by_line_and_skipped() {
     let g = "gateway.recv";
@@ -1175,12 +1184,7 @@ fn bad_input_is_reported_line_by_line_and_skipped() {
     let mut timeline = Timeline::new([g], Duration::from_secs(1)).reorder_window(0);
     timeline.add_lines("gateway.jsonl", &text);
     let d = timeline.diagnose();
-    let found: Vec<(Option<u64>, ProblemKind)> = d
-        .problems
-        .examples
-        .iter()
-        .map(|p| (p.line, p.kind))
-        .collect();
+    let found = examples(&d);
     assert_eq!(
         found,
         [
@@ -1228,12 +1232,7 @@ fn bad_input_is_reported_line_by_line_and_skipped() {
     let mut timeline = Timeline::new([g], Duration::from_secs(1));
     timeline.add_lines("gateway.jsonl", &text);
     let d = timeline.diagnose();
-    let found: Vec<(Option<u64>, ProblemKind)> = d
-        .problems
-        .examples
-        .iter()
-        .map(|p| (p.line, p.kind))
-        .collect();
+    let found = examples(&d);
     assert_eq!(
         found,
         [
