@@ -18,6 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/common/listening.sh
+. benches/common/proxy.sh
 runs=${RUNS:-3}
 scenarios=${SCENARIOS:-200x250@20 64x5000@0}
 modes=${MODES:-nginx1 nginxauto proxy}
@@ -44,11 +45,6 @@ pids=""
 trap 'for p in $pids; do kill -KILL "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 tick=$(getconf CLK_TCK)
 
-cpu_ticks() { # pids... -> their utime + stime summed
-  local sum=0 p
-  for p in "$@"; do sum=$((sum + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'))); done
-  echo "$sum"
-}
 peak_kib() { # pids... -> their VmHWM summed
   local sum=0 p
   for p in "$@"; do sum=$((sum + $(awk '/VmHWM/ {print $2}' "/proc/$p/status"))); done

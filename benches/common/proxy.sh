@@ -1,7 +1,11 @@
 # Sourced by the benchmark scripts that measure the proxy.
 
-# The CPU ticks (utime + stime) process PID has used.
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# The CPU ticks (utime + stime) the processes PID... have used, summed.
+cpu_ticks() {
+  local sum=0 p
+  for p in "$@"; do sum=$((sum + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}'))); done
+  echo "$sum"
+}
 
 # The p50, p99 and max of each visible event's transit through the proxy (`proxy.recv` to
 # `proxy.write`, one process, one clock), in microseconds, from its hop records in FILE; one
