@@ -1,5 +1,6 @@
 //! An incremental SSE parser following the WHATWG "parsing an event stream" rules.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::io;
 use std::mem;
@@ -232,11 +233,7 @@ impl SseDecoder {
                 }
             }
             let scanned = self.next_index;
-            let Some(at) = src[scanned..]
-                .iter()
-                .position(|&b| b == b'\r' || b == b'\n')
-                .map(|at| scanned + at)
-            else {
+            let Some(at) = line_end(&src[scanned..]).map(|at| scanned + at) else {
                 self.next_index = src.len();
                 if self.discarding_line {
                     src.clear();
@@ -259,24 +256,35 @@ impl SseDecoder {
                     None => self.skip_lf = true,
                 }
             }
-            let line = src.split_to(end);
-            let line = &line[..at];
             self.next_index = 0;
-            if mem::take(&mut self.discarding_line) {
-                continue;
-            }
-            // The text is never shorter than the raw bytes: check those first, so an over-long
-            // line is never converted.
-            let text = (line.len() <= self.max_line).then(|| String::from_utf8_lossy(line));
-            let Some(line) = text.filter(|text| text.len() <= self.max_line) else {
-                return Err(self.broke_limit(DecodeError::LineTooLong {
-                    limit: self.max_line,
-                }));
+            let item = match mem::take(&mut self.discarding_line) {
+                true => Ok(None),
+                false => self.complete_line(&src[..at]),
             };
-            if let Some(item) = self.process_line(&line)? {
+            src.advance(end);
+            if let Some(item) = item? {
                 return Ok(Some(item));
             }
         }
+    }
+
+    /// One complete line's raw bytes (without its line end): checked against `max_line` and
+    /// processed as text.
+    fn complete_line(&mut self, line: &[u8]) -> Result<Option<SseEvent>, DecodeError> {
+        // The text is never shorter than the raw bytes: check those first, so an over-long
+        // line is never converted.
+        let text = (line.len() <= self.max_line).then(|| match std::str::from_utf8(line) {
+            // The common case, validated a word at a time; only invalid bytes go through
+            // the slower replacing conversion.
+            Ok(text) => Cow::Borrowed(text),
+            Err(_) => String::from_utf8_lossy(line),
+        });
+        let Some(line) = text.filter(|text| text.len() <= self.max_line) else {
+            return Err(self.broke_limit(DecodeError::LineTooLong {
+                limit: self.max_line,
+            }));
+        };
+        self.process_line(&line)
     }
 
     /// One complete line as text (within `max_line`), per the WHATWG rules.
@@ -361,6 +369,28 @@ impl SseDecoder {
         self.event_type.clear();
         error
     }
+}
+
+/// The index of the first CR or LF in `bytes`, found eight bytes at a time.
+fn line_end(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const CRS: u64 = u64::from_ne_bytes([b'\r'; 8]);
+    const LFS: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    // Whether a byte of `word` is zero (exact: a borrow can only run past a zero byte).
+    let has_zero = |word: u64| word.wrapping_sub(ONES) & !word & HIGHS != 0;
+    let mut start = 0;
+    for chunk in bytes.chunks_exact(8) {
+        let word = u64::from_ne_bytes(chunk.try_into().expect("a chunk of eight bytes"));
+        if has_zero(word ^ CRS) || has_zero(word ^ LFS) {
+            break;
+        }
+        start += 8;
+    }
+    bytes[start..]
+        .iter()
+        .position(|&b| b == b'\r' || b == b'\n')
+        .map(|at| start + at)
 }
 
 impl Default for SseDecoder {
