@@ -28,6 +28,11 @@ use crate::serving;
 const POOL_IDLE: Duration = Duration::from_secs(30);
 /// TCP keepalive on upstream connections: an upstream host that vanished is found.
 const KEEPALIVE: Duration = Duration::from_secs(15);
+/// The most bytes an upstream connection reads ahead of the stream (and the largest response
+/// head it takes). hyper's default lets the read buffer of an upstream that sends faster than
+/// the client reads grow to ~400 KB per stream; at this size a read still carries dozens of
+/// events, and an answer's memory does not grow with its upstream's speed.
+const UPSTREAM_BUFFER: usize = 16 * 1024;
 
 /// The headers that belong to one connection, never forwarded (RFC 9110, 7.6.1), besides the
 /// ones a `Connection` header names.
@@ -107,6 +112,7 @@ impl Upstream {
         let client = Client::builder(TokioExecutor::new())
             .pool_timer(TokioTimer::new())
             .pool_idle_timeout(POOL_IDLE)
+            .http1_max_buf_size(UPSTREAM_BUFFER)
             .build(connector);
         Ok(Upstream { client })
     }
