@@ -6,9 +6,12 @@
 #                  offered load: C streams of T tokens at one token every STEP_MS ms each
 #                  (`streamgate loadgen`; CPU read just before it starts and just after it ends),
 #                  CPU_RUNS runs per server and load, alternating which goes first;
-#   throughput     events/s, client gap p99 and server CPU per event for each of SCENARIOS
-#                  (STREAMSxTOKENS@STEP_MS: as fast as each server goes at 1 and 64 streams, and 256
-#                  streams at a 5 ms decode pace), CPU_RUNS runs each, alternating which goes first;
+#   throughput     events/s, client gap p99, server CPU per event and the server's peak RSS
+#                  (VmHWM, the process was started for it) for each of SCENARIOS
+#                  (STREAMSxTOKENS@STEP_MS: as fast as each server goes at 1 and 64 streams, 256
+#                  streams at a 5 ms decode pace, and 64 streams at 10 and at 1 ms a token, 10x
+#                  the event rate for the same streams), CPU_RUNS runs each, alternating which
+#                  goes first;
 #   rss_per_stream (RSS with N streams open - RSS idle) / N, every stream's generator stalled
 #                  before its second token (`--stall-at 1 --stall-ms 600000`), its client
 #                  (loadgen, `--slow 1`) holding it open; read once `/stats` counts N generators
@@ -29,7 +32,7 @@
 # Every run's loadavg is in its JSON line: on a shared machine, read the CPU figures with it.
 #
 #   bash benches/capacity.sh
-#   SCENARIOS="1x200000@0 64x20000@0 256x400@5" \
+#   SCENARIOS="1x200000@0 64x20000@0 256x400@5 64x500@10 64x5000@1" \
 #   CPU_STREAMS="200 1000" CPU_TOKENS=250 STEP_MS=20 CPU_RUNS=3 MEM_STREAMS=10000 \
 #     RELEASE_RUNS=9 RELEASE_STEP_MS=5 bash benches/capacity.sh      # the defaults
 #
@@ -125,10 +128,11 @@ throughput() { # server scenario streams tokens step_ms
   before=$(cpu_ticks "$pid")
   result=$("$bin/streamgate" loadgen --addr "$addr" --json --streams "$streams" --tokens "$tokens")
   after=$(cpu_ticks "$pid")
+  local peak; peak=$(awk '/VmHWM/ {print $2}' "/proc/$pid/status")
   stop
-  emit "$(python3 - "$server" "$scenario" "$streams" "$step" "$before" "$after" "$tick" "$result" "$(loadavg)" <<'EOF2'
+  emit "$(python3 - "$server" "$scenario" "$streams" "$step" "$before" "$after" "$tick" "$result" "$(loadavg)" "$peak" <<'EOF2'
 import json, sys
-server, scenario, streams, step, before, after, tick, result, load = sys.argv[1:]
+server, scenario, streams, step, before, after, tick, result, load, peak = sys.argv[1:]
 r = json.loads(result)
 cpu = (int(after) - int(before)) / int(tick)
 events = r["events"]
@@ -138,6 +142,7 @@ print(json.dumps({
     "events_per_s": r["events_per_s"], "gap_p50_ms": r["gap_p50_ms"], "gap_p99_ms": r["gap_p99_ms"],
     "gap_max_ms": r["gap_max_ms"],
     "cpu_s_per_million_events": round(cpu / events * 1e6, 2) if events else None,
+    "peak_rss_mib": round(int(peak) / 1024, 1),
     "loadavg": load,
 }))
 EOF2
@@ -279,7 +284,7 @@ EOF
 echo "load average before: $(loadavg) ($(nproc) cores)" >&2
 alternate() { if [ $(($1 % 2)) = 1 ]; then echo sim baseline; else echo baseline sim; fi; }
 # label streams tokens step_ms: as fast as the server goes, and many streams at a decode pace.
-scenarios=${SCENARIOS:-"1x200000@0 64x20000@0 256x400@5"}
+scenarios=${SCENARIOS:-"1x200000@0 64x20000@0 256x400@5 64x500@10 64x5000@1"}
 for scenario in $scenarios; do
   streams=${scenario%%x*}; rest=${scenario#*x}; tokens=${rest%@*}; step=${rest#*@}
   for run in $(seq "$cpu_runs"); do
@@ -326,6 +331,7 @@ for scenario in dict.fromkeys(r["scenario"] for r in rows if r["measure"] == "th
     line(f"{title}: events/s", "throughput", "events_per_s", "", scenario=scenario)
     line("  client gap p99", "throughput", "gap_p99_ms", "ms", scenario=scenario)
     line("  server CPU per event", "throughput", "cpu_s_per_million_events", "s / 1M events", scenario=scenario)
+    line("  server peak RSS", "throughput", "peak_rss_mib", "MiB", scenario=scenario)
 for streams in sorted({r["streams"] for r in rows if r["measure"] == "cpu_per_event"}):
     step = next(r["step_ms"] for r in rows if r["measure"] == "cpu_per_event")
     runs = sum(1 for r in rows if r["measure"] == "cpu_per_event" and r["server"] == "sim" and r["streams"] == streams)
