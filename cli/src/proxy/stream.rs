@@ -586,6 +586,9 @@ impl Pump {
         // room in the gate (a slow client) is not the upstream's.
         let mut waiting_since = Instant::now();
         let mut idle = std::pin::pin!(tokio::time::sleep(self.idle));
+        // One wait for the stop, polled again for each event (a new one per event would join
+        // and leave the token's waiters, two locks, every time).
+        let mut stopped = std::pin::pin!(self.stop.clone().cancelled_owned());
         let mut stall = self.stall;
         let end = loop {
             if let Some(injected) = stall.filter(|injected| injected.at == sent.next_id) {
@@ -593,7 +596,7 @@ impl Pump {
                 stall = None;
                 tokio::select! {
                     () = tokio::time::sleep(injected.duration) => {}
-                    () = self.stop.cancelled() => {}
+                    () = &mut stopped => {}
                 }
                 waiting_since = Instant::now();
             }
@@ -604,7 +607,7 @@ impl Pump {
                     biased;
                     // A stop after the answer's own end event: nothing to add to it.
                     // (A Messages or Responses answer finished but for its end event gets it.)
-                    () = self.stop.cancelled() => break match sent.finished && !self.format.ends_with_done() {
+                    () = &mut stopped => break match sent.finished && !self.format.ends_with_done() {
                         true => self.done(&mut sent, &mut tx).await?,
                         false => End::Stopped,
                     },

@@ -1,6 +1,6 @@
 //! The upstream client: one pool of HTTP/1.1 connections (plain, or TLS through rustls) with
-//! TCP_NODELAY and a connect timeout for every upstream, and the requests and responses it
-//! carries, without hop-by-hop headers.
+//! TCP_NODELAY, a connect timeout and a 16 KiB read buffer for every upstream, and the requests
+//! and responses it carries, without hop-by-hop headers.
 //!
 //! Pooling reuses connections for requests that finish (non-streamed completions, `/v1/models`).
 //! A response body dropped before its end (a stream whose client left) is not returned to the
