@@ -70,21 +70,20 @@ fn cr_lf_and_crlf_end_lines() {
 #[test]
 fn a_line_end_is_found_at_any_offset_of_a_long_line() {
     // The decoder looks for line ends eight bytes at a time: one at each offset of the words
-    // and of the tail, with bytes on either side that differ from CR and LF by one bit.
-    for len in 0..40 {
-        for end in ["\n", "\r", "\r\n"] {
-            let value: String = "\x0b\x0c\x0e\u{8d}\u{8a}x"
-                .chars()
-                .cycle()
-                .take(len)
-                .collect();
-            let input = format!("data:{value}{end}{end}");
-            let expected = [event(&value)];
-            assert_eq!(
-                decode_in_pieces(input.as_bytes(), &[]),
-                expected,
-                "{input:?}"
-            );
+    // (a pad of 0 to 7 bytes moves it through all eight) and of the tail, with bytes on either
+    // side that differ from CR and LF by one bit; whole, and split at every point.
+    for pad in 0..8 {
+        for len in 0..24 {
+            for end in ["\n", "\r", "\r\n"] {
+                let value: String = "\x0b\x0c\x0e\u{8d}\u{8a}x"
+                    .chars()
+                    .cycle()
+                    .take(len)
+                    .collect();
+                let value = format!("{}{value}", "x".repeat(pad));
+                let input = format!("data:{value}{end}{end}");
+                check(input.as_bytes(), &[event(&value)]);
+            }
         }
     }
 }

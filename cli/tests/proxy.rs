@@ -1147,6 +1147,21 @@ async fn a_refused_connection_is_a_502() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_response_head_over_the_read_buffer_is_a_502_that_says_so() {
+    let hostile = Hostile::start(Case::HugeHead).await;
+    let proxy = start_proxy(&hostile.url(), &[]);
+    let mut response = RawResponse::get(proxy, "/v1/models", "").await;
+    assert_eq!(response.status(), 502);
+    let error: Value = serde_json::from_str(&response.text().await).unwrap();
+    assert_eq!(error["error"]["type"], "upstream_error");
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("response head is larger than the proxy takes (16384 bytes)"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connect_timeout_is_a_504() {
     // A listener that never accepts, its backlog full: further connects hang in SYN retries.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();

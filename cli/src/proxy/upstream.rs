@@ -143,7 +143,11 @@ impl Upstream {
         forwarded.remove(header::EXPECT);
         self.client.request(request).await.map_err(|error| {
             let message = serving::with_causes(&error);
-            if !error.is_connect() {
+            if head_too_large(&error) {
+                UpstreamError::Failed(format!(
+                    "its response head is larger than the proxy takes ({UPSTREAM_BUFFER} bytes): {message}"
+                ))
+            } else if !error.is_connect() {
                 UpstreamError::Failed(message)
             } else if caused_by::<rustls::Error>(&error) {
                 UpstreamError::Tls(message)
@@ -238,6 +242,15 @@ fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
         error
             .downcast_ref::<std::io::Error>()
             .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+    })
+}
+
+/// Whether hyper gave up on a response head that did not fit in [`UPSTREAM_BUFFER`].
+fn head_too_large(error: &(dyn std::error::Error + 'static)) -> bool {
+    any_cause(error, &|error| {
+        error
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_parse_too_large)
     })
 }
 

@@ -1,7 +1,7 @@
 //! A hostile upstream on a raw tokio `TcpListener`: it answers every request with one
 //! misbehaviour (a 50 MB line, invalid UTF-8, endless comments, a close mid-stream, a short
 //! `Content-Length`, error statuses, odd content types, no headers at all, slow headers, a
-//! 1 GiB or endless body) and keeps what it was sent, so a test can check what reached it.
+//! 20 KB head, a 1 GiB or endless body) and keeps what it was sent, so a test can check what reached it.
 
 #![allow(dead_code)] // each test uses a part
 
@@ -51,6 +51,8 @@ pub enum Case {
     Plain(u64),
     /// `text/plain`, close-delimited, for ever.
     Endless,
+    /// A response head of 20 KB (one long header), then [`Case::Json`]'s body.
+    HugeHead,
 }
 
 /// The fixed body of [`Case::Json`].
@@ -224,6 +226,15 @@ async fn answer(socket: &mut TcpStream, case: Case) -> std::io::Result<()> {
         Case::SlowHeaders(ms) => {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             stream(socket, 3, "text/event-stream").await
+        }
+        Case::HugeHead => {
+            let padding = "x".repeat(20_000);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: {padding}\r\nContent-Length: {}\r\n\r\n",
+                JSON_BODY.len()
+            );
+            socket.write_all(head.as_bytes()).await?;
+            socket.write_all(JSON_BODY.as_bytes()).await
         }
         Case::LongLine => {
             socket.write_all(SSE_CLOSE.as_bytes()).await?;
