@@ -1,7 +1,8 @@
 //! A hostile upstream on a raw tokio `TcpListener`: it answers every request with one
 //! misbehaviour (a 50 MB line, invalid UTF-8, endless comments, a close mid-stream, a short
 //! `Content-Length`, error statuses, odd content types, no headers at all, slow headers, a
-//! 20 KB head, a 1 GiB or endless body) and keeps what it was sent, so a test can check what reached it.
+//! 20 KB head, a 1 GiB or endless body) and keeps what it was sent, so a test can check what
+//! reached it.
 
 #![allow(dead_code)] // each test uses a part
 
