@@ -6,12 +6,12 @@
 #[cfg(all(test, loom))]
 pub(crate) use loom::sync::{
     Arc, Mutex, MutexGuard,
-    atomic::{AtomicBool, AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
 };
 #[cfg(not(all(test, loom)))]
 pub(crate) use std::sync::{
     Arc, Mutex, MutexGuard,
-    atomic::{AtomicBool, AtomicU64, Ordering},
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
 };
 
 /// Locks `mutex`, ignoring poisoning. The only foreign code that runs under one of the crate's

@@ -155,7 +155,8 @@ impl<T: Chunk> Buffer<T> {
     }
 
     /// Puts `chunk` in the queue (or merges it) if the bounds and the group's budget allow;
-    /// hands it back otherwise.
+    /// hands it back otherwise. The bytes are reserved in the budget before the chunk goes in,
+    /// in one atomic step, so gates racing for the group's last room cannot all take it.
     fn admit(
         &self,
         state: &mut State<T>,
@@ -164,37 +165,54 @@ impl<T: Chunk> Buffer<T> {
         enqueued_at: Option<Instant>,
     ) -> Result<(), T> {
         let (events, bytes) = self.held(state);
-        let fits_bytes = bytes.saturating_add(len) <= self.config.max_bytes
-            && self
-                .config
-                .budget
-                .as_ref()
-                .is_none_or(|budget| budget.admits(bytes, len));
-        if events == 0 || (events < self.config.max_events && fits_bytes) {
+        let new_event = events < self.config.max_events;
+        let wanted = bytes.saturating_add(len) <= self.config.max_bytes
+            && (new_event || self.config.policy.coalesces());
+        let budget = self.config.budget.as_deref();
+        let reserved = wanted && budget.is_none_or(|budget| budget.reserve(bytes, len));
+        // What the budget already counts for this chunk.
+        let taken = if reserved && budget.is_some() { len } else { 0 };
+        // A gate that holds nothing admits one chunk whatever the bounds: no stream deadlocks.
+        if events == 0 || (new_event && reserved) {
             state.queue.push(chunk, len, enqueued_at);
             state.stats.chunks_sent += 1;
             state.stats.peak_buffered_events = state.stats.peak_buffered_events.max(events + 1);
             state.stats.peak_buffered_bytes = state.stats.peak_buffered_bytes.max(bytes + len);
-            self.accepted(state, len, (0, len));
+            self.accepted(state, len, (0, len), taken);
             return Ok(());
         }
-        if !(self.config.policy.coalesces() && fits_bytes) {
+        if !reserved {
             return Err(chunk);
         }
-        let held = state.queue.merge(chunk)?;
-        state.stats.chunks_merged += 1;
-        self.accepted(state, len, held);
-        Ok(())
+        match state.queue.merge(chunk) {
+            Ok(held) => {
+                state.stats.chunks_merged += 1;
+                self.accepted(state, len, held, taken);
+                Ok(())
+            }
+            Err(chunk) => {
+                if let Some(budget) = budget {
+                    budget.sub(taken);
+                }
+                Err(chunk)
+            }
+        }
     }
 
     /// Counts an accepted chunk of `len` bytes that changed what the buffer holds from
-    /// `held.0` to `held.1` bytes (a new event: from 0 to `len`).
-    fn accepted(&self, state: &mut State<T>, len: usize, held: (usize, usize)) {
+    /// `held.0` to `held.1` bytes (a new event: from 0 to `len`), of which the group's budget
+    /// already counts `taken` more.
+    fn accepted(&self, state: &mut State<T>, len: usize, held: (usize, usize), taken: usize) {
         state.stats.next_id = state.queue.next_id();
         state.stats.bytes_sent += len as u64;
         if let Some(budget) = &self.config.budget {
-            budget.add(held.1);
-            budget.sub(held.0);
+            // One step, up or down: no passing over-count for another gate to be refused by.
+            let counted = held.0 + taken;
+            if held.1 >= counted {
+                budget.add(held.1 - counted);
+            } else {
+                budget.sub(counted - held.1);
+            }
         }
     }
 
@@ -240,7 +258,8 @@ impl<T: Chunk> Buffer<T> {
     }
 
     /// Whether a chunk of `len` bytes would be admitted as an event of its own while the gate
-    /// holds `events` and `bytes` (as [`admit`](Buffer::admit) decides).
+    /// holds `events` and `bytes`, as [`admit`](Buffer::admit) would decide now (another gate
+    /// of the group may take the budget's room first).
     fn fits(&self, events: usize, bytes: usize, len: usize) -> bool {
         events == 0
             || (events < self.config.max_events

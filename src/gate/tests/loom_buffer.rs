@@ -37,7 +37,7 @@ pub(super) fn buffer(max_events: usize, max_bytes: usize, policy: Policy) -> Arc
 
 /// A gate's parts without its task, as [`Gate::channel`](crate::Gate::channel) makes them: the
 /// buffer, the engine's sender, the consumer.
-fn parts(
+pub(super) fn parts(
     max_events: usize,
     max_bytes: usize,
     policy: Policy,
