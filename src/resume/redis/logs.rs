@@ -116,7 +116,7 @@ impl RedisLogs {
         if let Some(reservation) = claim.reserved.take() {
             reservation.registered();
         }
-        let pumped = Arc::new(Pumped::new(consumer.handle()));
+        let pumped = Arc::new(Pumped::new(consumer.handle(), None));
         lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
         // Attached before the pump looks, so a zero grace does not expire it at once.
         let first = match RedisReader::attach(self.shared.clone(), &id, None, claim.shape).await {
@@ -197,7 +197,8 @@ impl RedisLogs {
         if let Some(reservation) = claim.reserved.take() {
             reservation.registered();
         }
-        let pumped = Arc::new(Pumped::new(consumer.handle()));
+        let last = logged.entries.last().map(|(entry, _)| *entry);
+        let pumped = Arc::new(Pumped::new(consumer.handle(), last));
         lock(&self.shared.pumped).insert(id.clone(), pumped.clone());
         let pumping = Pumping { id, name, logged };
         self.spawn_pump(pumping, pumped, claim, consumer);

@@ -54,6 +54,7 @@ mod logs;
 mod pump;
 mod reader;
 mod shared;
+mod tail;
 mod timing;
 
 pub(crate) use self::logs::RedisLogs;

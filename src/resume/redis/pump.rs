@@ -3,7 +3,9 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
+use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
+use std::task::{Context, Poll, Waker};
 
 use futures_core::Stream;
 use redis::RedisResult;
@@ -11,7 +13,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::keys::{END, EntryId, Keys, format_id, millis};
 use super::shared::{Pumped, Shared};
-use super::timing::{MIN_RETAIN, PUMP_LEASE, RUNNING_TTL, TICK};
+use super::timing::{BATCH, MIN_RETAIN, PUMP_LEASE, RENEWAL, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::resume::claim::Claim;
 use crate::sse::SseFrame;
@@ -30,6 +32,9 @@ struct Log {
     evicted: Option<u64>,
     max_events: usize,
     max_bytes: usize,
+    /// Nothing appended yet: the log's key may not exist, and the first append gives it its
+    /// TTL (the renewals keep it).
+    fresh: bool,
 }
 
 impl Log {
@@ -80,6 +85,7 @@ impl Log {
             evicted: None,
             max_events: options.log_events.max(1),
             max_bytes: options.log_bytes.max(1),
+            fresh: true,
         }
     }
 }
@@ -145,6 +151,12 @@ impl Readers {
 /// that hold it; it doubles each look that finds them where they were, up to [`TICK`].
 const REPOLL: std::time::Duration = std::time::Duration::from_millis(5);
 
+/// How many looks go by between renewals of the pump's lease and the keys' TTL.
+const RENEWALS: u32 = {
+    let every = RENEWAL.as_millis() / TICK.as_millis();
+    if every > 1 { every as u32 } else { 1 }
+};
+
 /// What to do with the frame the pump holds.
 enum Step {
     Append,
@@ -177,10 +189,10 @@ pub(crate) async fn pump<S>(
     let Pumping { id, name, logged } = pumping;
     let keys = Keys::new(&id);
     let log = Log::new(&shared.options, logged);
-    if run(&shared, (&id, &name), &keys, &pumped, &mut frames, log)
-        .await
-        .is_err()
-    {
+    let ran = run(&shared, (&id, &name), &keys, &pumped, &mut frames, log).await;
+    // Readers here read the rest (the end marker, or what an adopter appends) from Redis.
+    pumped.stopped();
+    if ran.is_err() {
         let _ = pumped.handle.cancel_with(EndReason::ConsumerGone);
     }
     drop(frames);
@@ -223,6 +235,7 @@ where
     // A frame taken from the gate and not yet appended: while it waits, the gate behind it
     // fills and pauses the generator.
     let mut pending = None::<SseFrame>;
+    let mut looks = 0u32;
     loop {
         let waiting = pending.is_some();
         // Whether to look at Redis now: the tick, or a reader elsewhere holding the pump.
@@ -264,7 +277,10 @@ where
         };
         if look {
             let (stop, held);
-            (readers, stop, held) = watch(shared, keys, name, readers.cut).await?;
+            // The lease and the keys' TTL, every few looks.
+            let renew = looks % RENEWALS == 0;
+            looks += 1;
+            (readers, stop, held) = watch(shared, keys, name, renew, readers.cut).await?;
             if !held {
                 return lost(pumped);
             }
@@ -286,6 +302,9 @@ where
             pumped.bytes.store(log.bytes as u64, Ordering::Relaxed);
         }
         stopped |= pumped.stop_waiting.load(Ordering::Relaxed);
+        // The frames the log admits now, appended in one round trip.
+        let mut batch = Vec::new();
+        let mut ended = false;
         while let Some(frame) = pending.take() {
             let step = if stopped {
                 if log.fits(&frame) {
@@ -321,11 +340,17 @@ where
             };
             match step {
                 Step::Append => {
-                    if !append(shared, (keys, name), &mut log, &frame).await? {
-                        return lost(pumped);
-                    }
+                    batch.push((log.add(&frame), frame));
                     held_since = None;
                     backoff = REPOLL;
+                    // The frames the gate has ready go with it.
+                    if batch.len() < BATCH {
+                        match ready(frames) {
+                            Poll::Ready(Some(frame)) => pending = Some(frame),
+                            Poll::Ready(None) => ended = true,
+                            Poll::Pending => {}
+                        }
+                    }
                 }
                 Step::Evict => {
                     evict(&mut log);
@@ -348,7 +373,25 @@ where
                 }
             }
         }
+        if !batch.is_empty() {
+            if !append(shared, (keys, name), &mut log, &batch).await? {
+                return lost(pumped);
+            }
+            pumped.appended(batch);
+        }
+        if ended {
+            if !finish(shared, (keys, name), &log).await? {
+                return lost(pumped);
+            }
+            return Ok(());
+        }
     }
+}
+
+/// The next frame if the gate has one ready now, without waiting for one.
+fn ready<S: Stream<Item = SseFrame> + Unpin>(frames: &mut S) -> Poll<Option<SseFrame>> {
+    let mut cx = Context::from_waker(Waker::noop());
+    Pin::new(frames).poll_next(&mut cx)
 }
 
 /// The stream is no longer this pump's: its lease lapsed (this instance stalled past it) and
@@ -400,32 +443,57 @@ pub(crate) async fn hold(shared: &Shared, keys: &Keys, name: &str) -> RedisResul
     Ok(held)
 }
 
-/// Drops lapsed leases and renews the pump's lease and the keys' TTL; returns the readers
-/// attached (and their positions, `cut` kept), whether a stop was asked for, and whether the
-/// stream is still this pump's (`name`'s).
+/// The pump's look at its stream, for the claim `ARGV[2]`, with the keys of [`Keys::all`]:
+/// drops the readers' leases that lapsed by `ARGV[1]` (Unix ms); counts the look (an attach on
+/// another instance knows so when it has been seen, see `reader::seen`); with `ARGV[3]` set,
+/// renews the pump's lease for `ARGV[3]` ms (on Redis's clock, as [`HOLD`]) and every key's
+/// TTL for `ARGV[4]` ms. Answers the readers with a lease, the positions readers on other
+/// instances wrote (field, value, in turn), whether a stop was asked for, and whether the
+/// stream is still the claim's. One instant, one round trip.
+static LOOK: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
+local leased = redis.call('ZRANGE', KEYS[3], 0, -1)
+local positions = redis.call('HGETALL', KEYS[4])
+local stop = redis.call('HEXISTS', KEYS[1], 'stop')
+redis.call('HINCRBY', KEYS[1], 'looks', 1)
+local held = 0
+if redis.call('HGET', KEYS[1], 'claim') == ARGV[2] then held = 1 end
+if ARGV[3] ~= '' then
+    if held == 1 then
+        local now = redis.call('TIME')
+        local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[3])
+        redis.call('HSET', KEYS[1], 'pump', string.format('%d', expiry))
+    end
+    for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
+end
+return {leased, positions, stop, held}",
+    )
+});
+
+/// Looks at the stream (see [`LOOK`]), renewing the pump's lease and the keys' TTL if
+/// `renew`; returns the readers attached (and their positions, `cut` kept), whether a stop
+/// was asked for, and whether the stream is still this pump's (`name`'s).
 async fn watch(
     shared: &Shared,
     keys: &Keys,
     name: &str,
+    renew: bool,
     mut cut: HashSet<String>,
 ) -> RedisResult<(Readers, bool, bool)> {
-    // One instant: an attach elsewhere that read the count of looks before this one saw its
-    // lease (see `reader::seen`).
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .cmd("ZREMRANGEBYSCORE")
-        .arg(&keys.readers)
-        .arg("-inf")
-        .arg(super::keys::now_ms())
-        .ignore()
-        .zrange(&keys.readers, 0, -1)
-        .hgetall(&keys.positions)
-        .hget(&keys.meta, "stop")
-        // Counted, so that an attach on another instance knows when it has been seen.
-        .hincr(&keys.meta, "looks", 1)
-        .ignore();
-    let (leased, remote, stop, held): (Vec<String>, HashMap<String, u64>, Option<String>, bool) =
-        shared.query(renew(&mut pipe, keys, name)).await?;
+    let mut look = LOOK.prepare_invoke();
+    for key in keys.all() {
+        look.key(key);
+    }
+    look.arg(super::keys::now_ms()).arg(name);
+    if renew {
+        look.arg(millis(PUMP_LEASE)).arg(millis(RUNNING_TTL));
+    } else {
+        look.arg("").arg("");
+    }
+    let (leased, remote, stop, held): (Vec<String>, HashMap<String, u64>, bool, bool) =
+        shared.invoke(&look).await?;
     let leased: HashSet<String> = leased.into_iter().collect();
     // A reader that left is no longer cut off: its name will not come back.
     cut.retain(|name| leased.contains(name));
@@ -434,7 +502,7 @@ async fn watch(
         remote,
         cut,
     };
-    Ok((readers, stop.is_some(), held))
+    Ok((readers, stop, held))
 }
 
 /// Cuts off the readers `names`: here, at once; on other instances, through the stream's cut
@@ -480,19 +548,30 @@ fn evict(log: &mut Log) {
     }
 }
 
-/// Appends a frame for the claim `ARGV[1]`, if the stream is still its own: the entry `ARGV[2]`
-/// with the fields and values from `ARGV[6]` on; past the log's bounds, trims it to the
-/// entry `ARGV[4]` and moves its `start` to `ARGV[5]` (both empty: nothing evicted); renews
-/// the log's TTL (`ARGV[3]` ms). Whether it appended.
-const APPEND: &str = r"
+/// Appends frames for the claim `ARGV[1]`, if the stream is still its own: from `ARGV[5]` on,
+/// four arguments per entry (its id, its `k`, its `f`, its `e` or empty); past the log's
+/// bounds, trims it to the entry `ARGV[2]` and moves its `start` to `ARGV[3]` (both empty:
+/// nothing evicted); gives a new log its TTL (`ARGV[4]` ms, or empty: the log has one, which
+/// the pump's looks renew). Whether it appended.
+static APPEND: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
 if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
-redis.call('XADD', KEYS[2], ARGV[2], unpack(ARGV, 6))
-if ARGV[4] ~= '' then
-    redis.call('XTRIM', KEYS[2], 'MINID', ARGV[4])
-    redis.call('HSET', KEYS[1], 'start', ARGV[5])
+for i = 5, #ARGV, 4 do
+    if ARGV[i + 3] == '' then
+        redis.call('XADD', KEYS[2], ARGV[i], 'k', ARGV[i + 1], 'f', ARGV[i + 2])
+    else
+        redis.call('XADD', KEYS[2], ARGV[i], 'k', ARGV[i + 1], 'f', ARGV[i + 2], 'e', ARGV[i + 3])
+    end
 end
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
-return 1";
+if ARGV[2] ~= '' then
+    redis.call('XTRIM', KEYS[2], 'MINID', ARGV[2])
+    redis.call('HSET', KEYS[1], 'start', ARGV[3])
+end
+if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
+return 1",
+    )
+});
 
 /// Ends the stream for the claim `ARGV[1]`, if it is still its own: the end marker (the entry
 /// `ARGV[2]`, whose `k` is `ARGV[5]`), the state `ended` with its `end` (`ARGV[3]`), the
@@ -506,53 +585,61 @@ redis.call('HDEL', KEYS[1], 'request')
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
 return 1";
 
-/// Appends `frame` as `name`'s, trimming what the log no longer holds; whether the stream was
-/// still its own.
+impl Log {
+    /// Counts `frame` in as the next entry (its append follows, or the stream ends); returns
+    /// its entry id.
+    fn add(&mut self, frame: &SseFrame) -> EntryId {
+        let id = self.next_id(frame.id());
+        self.entries.push_back((id, frame.bytes().len()));
+        self.bytes += frame.bytes().len();
+        self.last = id;
+        if let Some(event) = frame.id() {
+            self.end = event.saturating_add(1);
+        }
+        id
+    }
+}
+
+/// Appends `batch` (counted in `log` already, each with its entry id) as `name`'s, trimming
+/// what the log no longer holds, in one round trip; whether the stream was still its own.
 async fn append(
     shared: &Shared,
     (keys, name): (&Keys, &str),
     log: &mut Log,
-    frame: &SseFrame,
+    batch: &[(EntryId, SseFrame)],
 ) -> RedisResult<bool> {
-    let id = log.next_id(frame.id());
     // What was evicted goes from Redis too, and the log's start moves past it.
     let evicted = log.evicted.map(|event| {
-        let oldest = log.entries.front().map_or(id, |(oldest, _)| *oldest);
+        let oldest = log.entries.front().map_or(log.last, |(oldest, _)| *oldest);
         (format_id(oldest), event.saturating_add(1).to_string())
     });
     let (trim, start) = evicted.unwrap_or_default();
-    let mut pipe = redis::pipe();
-    let add = pipe
-        .cmd("EVAL")
-        .arg(APPEND)
-        .arg(2)
-        .arg(&keys.meta)
-        .arg(&keys.log)
+    let ttl = if log.fresh {
+        millis(RUNNING_TTL).to_string()
+    } else {
+        String::new()
+    };
+    let mut add = APPEND.prepare_invoke();
+    add.key(&keys.meta)
+        .key(&keys.log)
         .arg(name)
-        .arg(format_id(id))
-        .arg(millis(RUNNING_TTL))
         .arg(trim)
         .arg(start)
-        .arg("k")
-        .arg(frame.kind().as_str())
-        .arg("f")
-        .arg(&frame.bytes()[..]);
-    // A terminal frame keeps its end reason, for the probes of a reader on any instance.
-    if let Some(reason) = frame.end_reason() {
-        add.arg("e").arg(reason.as_str());
+        .arg(ttl);
+    for (id, frame) in batch {
+        // A terminal frame keeps its end reason, for the probes of a reader on any instance.
+        let reason = frame.end_reason().map_or("", |reason| reason.as_str());
+        add.arg(format_id(*id))
+            .arg(frame.kind().as_str())
+            .arg(&frame.bytes()[..])
+            .arg(reason);
     }
-    let (appended,): (bool,) = shared.query(&pipe).await?;
-    if !appended {
-        return Ok(false);
+    let appended: bool = shared.invoke(&add).await?;
+    if appended {
+        log.evicted = None;
+        log.fresh = false;
     }
-    log.evicted = None;
-    log.entries.push_back((id, frame.bytes().len()));
-    log.bytes += frame.bytes().len();
-    log.last = id;
-    if let Some(event) = frame.id() {
-        log.end = event.saturating_add(1);
-    }
-    Ok(true)
+    Ok(appended)
 }
 
 /// Appends the end marker as `name`'s and keeps the stream for the retention; `end` (the id

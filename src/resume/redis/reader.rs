@@ -14,6 +14,7 @@ use super::keys::{
     Entries, EntryId, Keys, LogEntry, format_id, millis, now_ms, parse_entry, parse_id,
 };
 use super::shared::{Position, Pumped, Shared};
+use super::tail::Found;
 use super::timing::{BATCH, BLOCK, LEASE, LEASE_RENEWAL, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::gate::GateError;
@@ -49,7 +50,6 @@ impl RedisReader {
     ) -> Result<Self, AttachError> {
         let unavailable = |error| AttachError::Unavailable(StoreError::new(error));
         let keys = Keys::new(id);
-        let connection = shared.dedicated().await.map_err(unavailable)?;
         let next = after.map_or(0, |after| after.saturating_add(1));
         let position = Arc::new(Position::new(shared.name(), next));
         let local = shared.pumped(id);
@@ -63,14 +63,12 @@ impl RedisReader {
         let (tx, frames) = mpsc::channel(BATCH);
         // The entry of event `after`: the reader goes on after it.
         let last = after.map(|after| (after, 1));
-        let remote = local.is_none();
         let shared_read_ahead = shared.options.read_ahead as u64;
         tokio::spawn(run(
             shared.clone(),
             keys.clone(),
             position.clone(),
-            remote,
-            connection,
+            local.clone(),
             (last, shape),
             tx,
         ));
@@ -144,17 +142,18 @@ const SEEN_POLL: std::time::Duration = std::time::Duration::from_millis(10);
 const SEEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The reader's task: renews its lease (and, for a reader on another instance than the pump,
-/// writes its position every tick it moved) while it reads the log into `tx`, until the end,
+/// writes its position every tick it moved) while it reads the log into `tx` (from the pump's
+/// tail in memory while `local`, the stream pumped here, holds what it needs), until the end,
 /// the reader's drop or its cut; then gives the lease up.
 async fn run(
     shared: Arc<Shared>,
     keys: Keys,
     position: Arc<Position>,
-    remote: bool,
-    mut connection: MultiplexedConnection,
+    local: Option<Arc<Pumped>>,
     (last, shape): (Option<EntryId>, ErrorShape),
     tx: mpsc::Sender<SseFrame>,
 ) {
+    let remote = local.is_none();
     let keep = async {
         // A reader on another instance than the pump's writes its position every tick it
         // moved; one on the pump's only renews its lease.
@@ -196,7 +195,7 @@ async fn run(
         () = tx.closed() => None,
         () = keep => None,
         () = cut => Some(behind(&reading, shared.options.max_lag)),
-        end = read(&mut connection, &keys, &reading, shared.options.max_lag, last, &tx) => end,
+        end = read(&shared, &keys, local.as_deref(), &reading, last, &tx) => end,
     };
     if let Some(frame) = end {
         // Nobody may read it any more: then there is nothing to say.
@@ -229,6 +228,18 @@ impl Reading<'_> {
         let next = self.queued.load(Ordering::Relaxed);
         self.shape.frame(kind, message, Some(next))
     }
+
+    /// Queues `frame` for the consumer; whether it is still there to read it.
+    async fn queue(&self, tx: &mpsc::Sender<SseFrame>, frame: SseFrame) -> bool {
+        let after = frame.id().map(|id| id.saturating_add(1));
+        if tx.send(frame).await.is_err() {
+            return false;
+        }
+        if let Some(after) = after {
+            self.queued.store(after, Ordering::Relaxed);
+        }
+        true
+    }
 }
 
 /// The terminal frame of a reader cut off for holding the log back.
@@ -242,26 +253,53 @@ fn behind(reading: &Reading<'_>, max_lag: std::time::Duration) -> SseFrame {
 }
 
 /// Sends the frames of the entries after `last` until the end marker (`None`), or returns the
-/// terminal frame of a read that cannot go on.
+/// terminal frame of a read that cannot go on. While the stream is pumped here (`local`) and
+/// its tail holds what follows, from memory; otherwise from the log in Redis.
 async fn read(
-    connection: &mut MultiplexedConnection,
+    shared: &Shared,
     keys: &Keys,
+    local: Option<&Pumped>,
     reading: &Reading<'_>,
-    max_lag: std::time::Duration,
     mut last: Option<EntryId>,
     tx: &mpsc::Sender<SseFrame>,
 ) -> Option<SseFrame> {
     let reader = reading.position;
+    let max_lag = shared.options.max_lag;
     let store_error = |message: &str| {
         let frame = reading.end("resume_store_error", message);
         Some(frame.ending(EndReason::UpstreamError))
     };
     let failed = || store_error("the resume store failed");
+    // For `XREAD BLOCK`, which would hold up every other command on a shared connection: made
+    // when first needed (a reader fed from memory never needs it).
+    let mut blocking = None::<MultiplexedConnection>;
     loop {
+        if let Some(local) = local {
+            let appended = local.appended.notified();
+            tokio::pin!(appended);
+            appended.as_mut().enable();
+            match local.after(last, BATCH) {
+                Found::Frames(frames) => {
+                    for (id, frame) in frames {
+                        if !reading.queue(tx, frame).await {
+                            return None;
+                        }
+                        last = Some(id);
+                    }
+                    continue;
+                }
+                Found::Nothing => {
+                    appended.await;
+                    continue;
+                }
+                Found::Elsewhere => {}
+            }
+        }
         let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
         // The log's start, whether the pump cut this reader off, and the next entries, at one
         // instant.
-        let snapshot: RedisResult<(Option<u64>, bool, Entries)> = redis::pipe()
+        let mut snapshot = redis::pipe();
+        snapshot
             .atomic()
             .hget(&keys.meta, "start")
             .sismember(&keys.cut, &reader.name)
@@ -270,9 +308,8 @@ async fn read(
             .arg(from)
             .arg("+")
             .arg("COUNT")
-            .arg(BATCH)
-            .query_async(connection)
-            .await;
+            .arg(BATCH);
+        let snapshot: RedisResult<(Option<u64>, bool, Entries)> = shared.query(&snapshot).await;
         let Ok((start, cut, entries)) = snapshot else {
             return failed();
         };
@@ -291,6 +328,13 @@ async fn read(
             return Some(end_frame(&error, reading.shape, Some(next)));
         }
         if entries.is_empty() {
+            let connection = match blocking.as_mut() {
+                Some(connection) => connection,
+                None => match shared.dedicated().await {
+                    Ok(connection) => blocking.insert(connection),
+                    Err(_) => return failed(),
+                },
+            };
             // Until something comes (or a while, to look at the stream again).
             let wait = redis::cmd("XREAD")
                 .arg("BLOCK")
@@ -311,12 +355,8 @@ async fn read(
             let id = parse_id(&id);
             match id.and_then(|id| parse_entry(id, &fields)) {
                 Some(LogEntry::Frame(frame)) => {
-                    let after = frame.id().map(|id| id.saturating_add(1));
-                    if tx.send(frame).await.is_err() {
+                    if !reading.queue(tx, frame).await {
                         return None;
-                    }
-                    if let Some(after) = after {
-                        reading.queued.store(after, Ordering::Relaxed);
                     }
                 }
                 Some(LogEntry::End) => return None,

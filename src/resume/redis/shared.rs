@@ -5,13 +5,18 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, FromRedisValue, Pipeline, RedisResult};
+use redis::{
+    AsyncConnectionConfig, Client, FromRedisValue, Pipeline, RedisResult, ScriptInvocation,
+};
 use tokio::sync::{Notify, watch};
 
+use super::keys::EntryId;
+use super::tail::{Found, Tail};
 use super::timing::BLOCK;
 use crate::gate::GateHandle;
 use crate::resume::options::ResumeOptions;
 use crate::resume::stats::Counters;
+use crate::sse::SseFrame;
 use crate::sync::{Arc, Mutex, lock};
 
 /// What an explicit stop asked through any instance calls for a stream pumped here.
@@ -35,11 +40,15 @@ pub(crate) struct Shared {
     next_name: AtomicU64,
 }
 
-/// A stream this instance pumps: its gate, its readers here, and what its stats count.
+/// A stream this instance pumps: its gate, its readers here, what it appended that they may
+/// still need, and what its stats count.
 pub(crate) struct Pumped {
     pub(crate) handle: GateHandle,
     /// The readers attached through this instance, whose positions the pump reads here.
     pub(crate) readers: Mutex<Vec<Arc<Position>>>,
+    tail: Mutex<Tail>,
+    /// The pump appended to the tail, or stopped.
+    pub(crate) appended: Notify,
     /// A reader here moved (or was added), or the stream was told to stop waiting.
     pub(crate) moved: Notify,
     /// An explicit stop reached it: its last events wait for nobody.
@@ -84,10 +93,14 @@ impl Position {
 }
 
 impl Pumped {
-    pub(crate) fn new(handle: GateHandle) -> Self {
+    /// A stream this instance is to pump, whose log's last entry is `last` (`None`: a new
+    /// stream).
+    pub(crate) fn new(handle: GateHandle, last: Option<EntryId>) -> Self {
         Pumped {
             handle,
             readers: Mutex::new(Vec::new()),
+            tail: Mutex::new(Tail::new(last)),
+            appended: Notify::new(),
             moved: Notify::new(),
             stop_waiting: AtomicBool::new(false),
             detached: AtomicBool::new(false),
@@ -105,6 +118,35 @@ impl Pumped {
     pub(crate) fn remove(&self, name: &str) {
         lock(&self.readers).retain(|reader| reader.name != name);
         self.moved.notify_one();
+    }
+
+    /// Redis has the entries `appended`: readers here are fed them from memory, and what no
+    /// reader here needs any more is forgotten.
+    pub(crate) fn appended(&self, appended: impl IntoIterator<Item = (EntryId, SseFrame)>) {
+        let slowest = lock(&self.readers)
+            .iter()
+            .filter(|reader| !reader.cut.load(Ordering::Relaxed))
+            .map(|reader| reader.next.load(Ordering::Relaxed))
+            .min();
+        let mut tail = lock(&self.tail);
+        for (id, frame) in appended {
+            tail.push(id, frame);
+        }
+        tail.trim(slowest);
+        drop(tail);
+        self.appended.notify_waiters();
+    }
+
+    /// At most `max` of the entries after `last` (`None`: from the log's start), if the tail
+    /// holds them.
+    pub(crate) fn after(&self, last: Option<EntryId>, max: usize) -> Found {
+        lock(&self.tail).after(last, max)
+    }
+
+    /// The pump stopped: readers here read on from Redis.
+    pub(crate) fn stopped(&self) {
+        lock(&self.tail).close();
+        self.appended.notify_waiters();
     }
 }
 
@@ -137,6 +179,21 @@ impl Shared {
     pub(crate) async fn query<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
         let mut connection = self.connection().await?;
         let result = pipe.query_async(&mut connection).await;
+        if result.is_err() {
+            *lock(&self.connection) = None;
+        }
+        result
+    }
+
+    /// Runs the script `invocation` on the shared connection, by its digest (loading it first
+    /// when Redis does not have it: a restarted Redis has no script); an error drops the
+    /// connection, so the next use reconnects.
+    pub(crate) async fn invoke<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        let mut connection = self.connection().await?;
+        let result = invocation.invoke_async(&mut connection).await;
         if result.is_err() {
             *lock(&self.connection) = None;
         }
