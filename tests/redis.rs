@@ -212,7 +212,7 @@ async fn claims_are_exclusive_across_instances_until_the_retention_ends() {
     let retain = Duration::from_secs(3);
     let (here, there) = instances(&redis, ResumeOptions::default().retain(retain));
     // Two instances claiming one new id at once: one wins, every time.
-    for n in 0..200 {
+    for n in 0..1000 {
         let id = format!("new-{n}");
         let (a, b) = tokio::join!(here.claim(&id), there.claim(&id));
         assert!(a.is_ok() != b.is_ok(), "{n}: {a:?} {b:?}");
@@ -257,6 +257,34 @@ async fn claims_are_exclusive_across_instances_until_the_retention_ends() {
         there.stop("never").await,
         Err(AttachError::Unknown)
     ));
+}
+
+/// Redis restarted while an instance's connection to it was idle: the first request after the
+/// restart does not fail for that connection (it is made again at once), and streams run as
+/// before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_request_after_a_redis_restart_succeeds() {
+    let Some(mut redis) = RedisServer::start("restart") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    // Both instances have a connection.
+    for instance in [&here, &there] {
+        let nothing = instance.attach("nothing", None).await;
+        assert!(matches!(nothing, Err(AttachError::Unknown)), "{nothing:?}");
+    }
+    redis.kill();
+    redis.restart();
+    let claim = here.claim("after").await;
+    assert!(
+        claim.is_ok(),
+        "the first claim after the restart: {claim:?}"
+    );
+    drop(claim);
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 3, Duration::ZERO, Arc::default());
+    let mut first = register(&there, "stream", consumer).await;
+    assert_eq!(rest(&mut first).await.0, expected(0..3));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

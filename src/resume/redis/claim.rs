@@ -26,13 +26,15 @@ pub(crate) struct Reservation {
 }
 
 /// Claims an id: creates its meta key as `claimed` by `ARGV[1]` with a TTL of `ARGV[2]` ms, or
-/// answers the state of the stream that has it.
+/// answers the state of the stream that has it. Run again by the same claim (its answer was
+/// lost with its connection), it wins again.
 const CLAIM: &str = r"
 if redis.call('HSETNX', KEYS[1], 'state', 'claimed') == 1 then
     redis.call('HSET', KEYS[1], 'claim', ARGV[1])
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return 'won'
 end
+if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then return 'won' end
 return redis.call('HGET', KEYS[1], 'state')";
 
 /// The longest a claim waits for an earlier one of its id to be given back, and a release for

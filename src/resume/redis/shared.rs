@@ -166,38 +166,59 @@ impl Shared {
         }
     }
 
-    async fn connection(&self) -> RedisResult<MultiplexedConnection> {
+    /// The shared connection, and whether it was made before this call (it may have been cut
+    /// since: a restarted Redis, a dropped link).
+    async fn connection(&self) -> RedisResult<(MultiplexedConnection, bool)> {
         if let Some(connection) = lock(&self.connection).clone() {
-            return Ok(connection);
+            return Ok((connection, true));
         }
         let connection = self.client.get_multiplexed_async_connection().await?;
         *lock(&self.connection) = Some(connection.clone());
-        Ok(connection)
+        Ok((connection, false))
     }
 
-    /// Runs `pipe` on the shared connection; an error drops it, so the next use reconnects.
+    /// Runs `pipe` on the shared connection (see [`again`](Shared::again)).
     pub(crate) async fn query<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
-        let mut connection = self.connection().await?;
-        let result = pipe.query_async(&mut connection).await;
-        if result.is_err() {
-            *lock(&self.connection) = None;
+        let mut first = true;
+        loop {
+            let (mut connection, made_before) = self.connection().await?;
+            let result = pipe.query_async(&mut connection).await;
+            if !self.again(&result, first && made_before) {
+                return result;
+            }
+            first = false;
         }
-        result
     }
 
-    /// Runs the script `invocation` on the shared connection, by its digest (loading it first
-    /// when Redis does not have it: a restarted Redis has no script); an error drops the
-    /// connection, so the next use reconnects.
+    /// Runs the script `invocation` on the shared connection (see [`again`](Shared::again)),
+    /// by its digest, loading it first when Redis does not have it (a restarted Redis has
+    /// none).
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
-        let mut connection = self.connection().await?;
-        let result = invocation.invoke_async(&mut connection).await;
-        if result.is_err() {
-            *lock(&self.connection) = None;
+        let mut first = true;
+        loop {
+            let (mut connection, made_before) = self.connection().await?;
+            let result = invocation.invoke_async(&mut connection).await;
+            if !self.again(&result, first && made_before) {
+                return result;
+            }
+            first = false;
         }
-        result
+    }
+
+    /// After a command on the shared connection: whether to run it again. An error drops the
+    /// connection, so the next use makes a new one; a connection found cut at its first use
+    /// since it was made (`made_before`: Redis restarted, or the link dropped, while it was
+    /// idle) is re-made at once and the command runs once more, so the first request after a
+    /// restart does not fail for it.
+    fn again<T>(&self, result: &RedisResult<T>, made_before: bool) -> bool {
+        let Err(error) = result else {
+            return false;
+        };
+        *lock(&self.connection) = None;
+        made_before && error.is_unrecoverable_error()
     }
 
     /// A connection of its own for a reader, whose `XREAD BLOCK` waits for an answer.
