@@ -89,7 +89,7 @@ impl ByteBudget {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(test)]
 mod tests {
     use super::ByteBudget;
 

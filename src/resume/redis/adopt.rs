@@ -55,7 +55,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, id: &str) -> Result<Adopted, Ado
         .arg(&name)
         .arg(millis(PUMP_LEASE))
         .arg(millis(RUNNING_TTL));
-    let (answer,): (Vec<Vec<u8>>,) = shared.query(&adopt).await.map_err(unavailable)?;
+    let (answer,): (Vec<Vec<u8>>,) = shared.redis.query(&adopt).await.map_err(unavailable)?;
     let text = |at: usize| answer.get(at).map(|bytes| Bytes::copy_from_slice(bytes));
     match text(0).as_deref() {
         Some(b"adopted") => {}
@@ -69,6 +69,7 @@ pub(crate) async fn adopt(shared: &Arc<Shared>, id: &str) -> Result<Adopted, Ado
         .and_then(|start| std::str::from_utf8(&start).ok()?.parse().ok())
         .unwrap_or(0);
     let (entries,): (Entries,) = shared
+        .redis
         .query(redis::pipe().cmd("XRANGE").arg(&keys.log).arg("-").arg("+"))
         .await
         .map_err(unavailable)?;

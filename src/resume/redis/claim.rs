@@ -70,6 +70,7 @@ impl Reservation {
             .arg(&name)
             .arg(millis(RUNNING_TTL));
         let (answer,): (Option<String>,) = shared
+            .redis
             .query(&claim)
             .await
             .map_err(|error| ClaimError::Unavailable(StoreError::new(error)))?;
@@ -124,6 +125,7 @@ async fn renew(shared: Arc<Shared>, meta: String) {
         tokio::time::sleep(every).await;
         // A failure is seen by whoever uses the claim next.
         let _: RedisResult<()> = shared
+            .redis
             .query(
                 redis::pipe()
                     .pexpire(&meta, millis(RUNNING_TTL) as i64)
@@ -167,7 +169,7 @@ impl Drop for Reservation {
                 .arg(&name)
                 .ignore();
             // Left to its TTL if Redis does not answer.
-            let _ = tokio::time::timeout(RELEASE_WAIT, shared.query::<()>(&release)).await;
+            let _ = tokio::time::timeout(RELEASE_WAIT, shared.redis.query::<()>(&release)).await;
             lock(&shared.releasing).remove(&id);
             let _ = done.send(true);
         });

@@ -106,6 +106,7 @@ impl RedisLogs {
                 .ignore();
         }
         self.shared
+            .redis
             .query::<()>(
                 register
                     .pexpire(&keys.meta, millis(RUNNING_TTL) as i64)
@@ -244,6 +245,7 @@ impl RedisLogs {
         type Meta = (Option<String>, Option<u64>, Option<u64>, Option<String>);
         let ((state, start, end, shape),): (Meta,) = self
             .shared
+            .redis
             .query(redis::pipe().hmget(&keys.meta, &["state", "start", "end", "shape"]))
             .await
             .map_err(unavailable)?;
@@ -272,6 +274,7 @@ impl RedisLogs {
         stop.cmd("EVAL").arg(STOP).arg(1).arg(&keys.meta);
         let (state,): (Option<String>,) = self
             .shared
+            .redis
             .query(&stop)
             .await
             .map_err(|error| AttachError::Unavailable(unavailable(error)))?;
@@ -302,7 +305,7 @@ impl RedisLogs {
             .arg(1)
             .arg(Keys::new(id).meta)
             .arg(alias_field(alias));
-        let (named,): (bool,) = self.shared.query(&name).await.map_err(unavailable)?;
+        let (named,): (bool,) = self.shared.redis.query(&name).await.map_err(unavailable)?;
         if !named {
             return Ok(());
         }
@@ -313,13 +316,18 @@ impl RedisLogs {
             .arg("PX")
             .arg(millis(self.shared.options.retain + ALIAS_TTL))
             .ignore();
-        self.shared.query::<()>(&set).await.map_err(unavailable)
+        self.shared
+            .redis
+            .query::<()>(&set)
+            .await
+            .map_err(unavailable)
     }
 
     /// The id of the stream `alias` names: one whose meta key still has that name.
     pub(crate) async fn resolve(&self, alias: &str) -> Result<Option<String>, StoreError> {
         let (id,): (Option<String>,) = self
             .shared
+            .redis
             .query(redis::pipe().get(alias_key(alias)))
             .await
             .map_err(unavailable)?;
@@ -328,6 +336,7 @@ impl RedisLogs {
         };
         let (named,): (bool,) = self
             .shared
+            .redis
             .query(redis::pipe().hexists(Keys::new(&id).meta, alias_field(alias)))
             .await
             .map_err(unavailable)?;
@@ -338,7 +347,9 @@ impl RedisLogs {
     pub(crate) async fn check(&self) -> Result<(), StoreError> {
         let ping = tokio::time::timeout(
             BLOCK * 2,
-            self.shared.query::<()>(redis::pipe().cmd("PING").ignore()),
+            self.shared
+                .redis
+                .query::<()>(redis::pipe().cmd("PING").ignore()),
         )
         .await;
         match ping {

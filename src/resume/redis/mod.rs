@@ -2,13 +2,19 @@
 //! stream through any instance of a horizontally scaled server.
 //!
 //! The instance that runs a generator pumps its stream's encoded SSE frames into a Redis Stream
-//! (`pump.rs`); readers on any instance read it from a position (`reader.rs`). Claims,
-//! attachment, positions, the explicit stop and the logs live in Redis, so every instance sees
-//! them.
+//! (`pump.rs`), its appends and looks grouped with every other pump's into one script call
+//! (`batcher.rs`); readers on any instance read it from a position (`reader.rs`), those on the
+//! pump's own instance from the tail it keeps in memory while it holds what they need
+//! (`tail.rs`). Claims, attachment, positions, the explicit stop and the logs live in Redis, so
+//! every instance sees them.
 //!
 //! ```text
-//! generator -> gate -> sse -> pump --XADD--> [Redis Stream, bounded] --XRANGE, XREAD BLOCK-->
-//!     reader (any instance) -> subscriber -> transport
+//! generator -> gate -> sse -> pump -> batcher --XADD--> [Redis Stream, bounded]
+//!                               |                           |
+//!                               +-> tail (in memory)        +--XRANGE, XREAD BLOCK--+
+//!                                     |                                             |
+//!                                     reader (the pump's instance)   reader (any instance)
+//!                                                   -> subscriber -> transport
 //! ```
 //!
 //! Keys, for a stream `id` (`{id}` is a hash tag, so a cluster keeps them on one slot):
@@ -18,7 +24,7 @@
 //!   the last event as `n-2`, `n-3`. A `Last-Event-ID` of `n` reads the entries after `n-1`.
 //! - `streamgate:{id}:meta`: a hash: `state` (`claimed`, `running` or `ended`), `claim` (the
 //!   name of the claim whose pump runs the stream), `pump` (that pump's lease: its expiry in
-//!   Unix milliseconds, renewed every tick), `request` (what the claim kept for an adopter),
+//!   Unix milliseconds, renewed every 500 ms), `request` (what the claim kept for an adopter),
 //!   `start` (the first event id the log can replay), `end` (once ended: the id after the last
 //!   event), `stop` (set by an explicit stop), `looks` (the pump's looks so far), and an
 //!   `alias:{name}` field for each second name the stream was given (`Registry::alias`).
@@ -39,16 +45,19 @@
 //! (or its append still in flight), writes nothing once the stream was adopted, and stops at
 //! its next look. Leases are on Redis's clock (`TIME`).
 //!
-//! Every key has a TTL: a running stream's are renewed by its pump every 100 ms (a claimed
+//! Every key has a TTL: a running stream's are renewed by its pump every 500 ms (a claimed
 //! one's by its claim), so the keys of an instance that died go away 10 s after it; a finished
 //! stream's last the retention (at least 3 s, so attached readers read its end). Redis failing
 //! under a reader ends it with an `event: error` frame of type `resume_store_error` at once (a
 //! blocked read waits at most 2 s for an answer), never a hang; under the pump, it cancels the
 //! generator as `ConsumerGone` (nobody can read what it makes). The shared connection
-//! reconnects at its next use.
+//! (`connection.rs`) is made again at its next use, and at once when it is found cut at its
+//! first use after Redis restarted.
 
 mod adopt;
+mod batcher;
 mod claim;
+mod connection;
 mod keys;
 mod logs;
 mod pump;

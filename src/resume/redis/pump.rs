@@ -3,7 +3,6 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
-use std::sync::LazyLock;
 use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
@@ -11,6 +10,7 @@ use futures_core::Stream;
 use redis::RedisResult;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::batcher::{Append, Look, Looked};
 use super::keys::{END, EntryId, Keys, format_id, millis};
 use super::shared::{Pumped, Shared};
 use super::timing::{BATCH, MIN_RETAIN, PUMP_LEASE, RENEWAL, RUNNING_TTL, TICK};
@@ -187,7 +187,7 @@ pub(crate) async fn pump<S>(
     S: Stream<Item = SseFrame> + Unpin,
 {
     let Pumping { id, name, logged } = pumping;
-    let keys = Keys::new(&id);
+    let keys = Arc::new(Keys::new(&id));
     let log = Log::new(&shared.options, logged);
     let ran = run(&shared, (&id, &name), &keys, &pumped, &mut frames, log).await;
     // Readers here read the rest (the end marker, or what an adopter appends) from Redis.
@@ -204,7 +204,7 @@ pub(crate) async fn pump<S>(
 async fn run<S>(
     shared: &Shared,
     (id, name): (&str, &str),
-    keys: &Keys,
+    keys: &Arc<Keys>,
     pumped: &Pumped,
     frames: &mut S,
     mut log: Log,
@@ -296,7 +296,10 @@ where
                 // Nobody came back in time.
                 let _ = pumped.handle.cancel_with(expiry);
                 shared.counters.expired();
-                return shared.query(redis::pipe().del(&keys.all()).ignore()).await;
+                return shared
+                    .redis
+                    .query(redis::pipe().del(&keys.all()).ignore())
+                    .await;
             }
             pumped.detached.store(!attached, Ordering::Relaxed);
             pumped.bytes.store(log.bytes as u64, Ordering::Relaxed);
@@ -438,68 +441,40 @@ fn renew<'a>(pipe: &'a mut redis::Pipeline, keys: &Keys, name: &str) -> &'a mut 
 /// is still its own.
 pub(crate) async fn hold(shared: &Shared, keys: &Keys, name: &str) -> RedisResult<bool> {
     let (held,): (bool,) = shared
+        .redis
         .query(renew(redis::pipe().atomic(), keys, name))
         .await?;
     Ok(held)
 }
 
-/// The pump's look at its stream, for the claim `ARGV[2]`, with the keys of [`Keys::all`]:
-/// drops the readers' leases that lapsed by `ARGV[1]` (Unix ms); counts the look (an attach on
-/// another instance knows so when it has been seen, see `reader::seen`); with `ARGV[3]` set,
-/// renews the pump's lease for `ARGV[3]` ms (on Redis's clock, as [`HOLD`]) and every key's
-/// TTL for `ARGV[4]` ms. Answers the readers with a lease, the positions readers on other
-/// instances wrote (field, value, in turn), whether a stop was asked for, and whether the
-/// stream is still the claim's. One instant, one round trip.
-static LOOK: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r"
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', ARGV[1])
-local leased = redis.call('ZRANGE', KEYS[3], 0, -1)
-local positions = redis.call('HGETALL', KEYS[4])
-local stop = redis.call('HEXISTS', KEYS[1], 'stop')
-redis.call('HINCRBY', KEYS[1], 'looks', 1)
-local held = 0
-if redis.call('HGET', KEYS[1], 'claim') == ARGV[2] then held = 1 end
-if ARGV[3] ~= '' then
-    if held == 1 then
-        local now = redis.call('TIME')
-        local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[3])
-        redis.call('HSET', KEYS[1], 'pump', string.format('%d', expiry))
-    end
-    for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[4]) end
-end
-return {leased, positions, stop, held}",
-    )
-});
-
-/// Looks at the stream (see [`LOOK`]), renewing the pump's lease and the keys' TTL if
+/// Looks at the stream (see `batcher.rs`), renewing the pump's lease and the keys' TTL if
 /// `renew`; returns the readers attached (and their positions, `cut` kept), whether a stop
 /// was asked for, and whether the stream is still this pump's (`name`'s).
 async fn watch(
     shared: &Shared,
-    keys: &Keys,
+    keys: &Arc<Keys>,
     name: &str,
     renew: bool,
     mut cut: HashSet<String>,
 ) -> RedisResult<(Readers, bool, bool)> {
-    let mut look = LOOK.prepare_invoke();
-    for key in keys.all() {
-        look.key(key);
-    }
-    look.arg(super::keys::now_ms()).arg(name);
-    if renew {
-        look.arg(millis(PUMP_LEASE)).arg(millis(RUNNING_TTL));
-    } else {
-        look.arg("").arg("");
-    }
-    let (leased, remote, stop, held): (Vec<String>, HashMap<String, u64>, bool, bool) =
-        shared.invoke(&look).await?;
+    let look = Look {
+        keys: keys.clone(),
+        name: name.to_owned(),
+        now_ms: super::keys::now_ms(),
+        renew: renew.then(|| (millis(PUMP_LEASE), millis(RUNNING_TTL))),
+    };
+    let Looked {
+        leased,
+        positions,
+        stop,
+        held,
+    } = shared.batcher.look(look).await?;
     let leased: HashSet<String> = leased.into_iter().collect();
     // A reader that left is no longer cut off: its name will not come back.
     cut.retain(|name| leased.contains(name));
     let readers = Readers {
         leased,
-        remote,
+        remote: positions,
         cut,
     };
     Ok((readers, stop, held))
@@ -530,6 +505,7 @@ async fn cut(
     }
     let ttl = millis(RUNNING_TTL) as i64;
     shared
+        .redis
         .query(
             redis::pipe()
                 .sadd(&keys.cut, remote)
@@ -547,31 +523,6 @@ fn evict(log: &mut Log) {
         log.evicted = Some(event);
     }
 }
-
-/// Appends frames for the claim `ARGV[1]`, if the stream is still its own: from `ARGV[5]` on,
-/// four arguments per entry (its id, its `k`, its `f`, its `e` or empty); past the log's
-/// bounds, trims it to the entry `ARGV[2]` and moves its `start` to `ARGV[3]` (both empty:
-/// nothing evicted); gives a new log its TTL (`ARGV[4]` ms, or empty: the log has one, which
-/// the pump's looks renew). Whether it appended.
-static APPEND: LazyLock<redis::Script> = LazyLock::new(|| {
-    redis::Script::new(
-        r"
-if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
-for i = 5, #ARGV, 4 do
-    if ARGV[i + 3] == '' then
-        redis.call('XADD', KEYS[2], ARGV[i], 'k', ARGV[i + 1], 'f', ARGV[i + 2])
-    else
-        redis.call('XADD', KEYS[2], ARGV[i], 'k', ARGV[i + 1], 'f', ARGV[i + 2], 'e', ARGV[i + 3])
-    end
-end
-if ARGV[2] ~= '' then
-    redis.call('XTRIM', KEYS[2], 'MINID', ARGV[2])
-    redis.call('HSET', KEYS[1], 'start', ARGV[3])
-end
-if ARGV[4] ~= '' then redis.call('PEXPIRE', KEYS[2], ARGV[4]) end
-return 1",
-    )
-});
 
 /// Ends the stream for the claim `ARGV[1]`, if it is still its own: the end marker (the entry
 /// `ARGV[2]`, whose `k` is `ARGV[5]`), the state `ended` with its `end` (`ARGV[3]`), the
@@ -601,40 +552,27 @@ impl Log {
 }
 
 /// Appends `batch` (counted in `log` already, each with its entry id) as `name`'s, trimming
-/// what the log no longer holds, in one round trip; whether the stream was still its own.
+/// what the log no longer holds, with what the other pumps have ready (see `batcher.rs`);
+/// whether the stream was still its own.
 async fn append(
     shared: &Shared,
-    (keys, name): (&Keys, &str),
+    (keys, name): (&Arc<Keys>, &str),
     log: &mut Log,
     batch: &[(EntryId, SseFrame)],
 ) -> RedisResult<bool> {
     // What was evicted goes from Redis too, and the log's start moves past it.
     let evicted = log.evicted.map(|event| {
         let oldest = log.entries.front().map_or(log.last, |(oldest, _)| *oldest);
-        (format_id(oldest), event.saturating_add(1).to_string())
+        (oldest, event.saturating_add(1))
     });
-    let (trim, start) = evicted.unwrap_or_default();
-    let ttl = if log.fresh {
-        millis(RUNNING_TTL).to_string()
-    } else {
-        String::new()
+    let append = Append {
+        keys: keys.clone(),
+        name: name.to_owned(),
+        evicted,
+        ttl: log.fresh.then(|| millis(RUNNING_TTL)),
+        frames: batch.to_vec(),
     };
-    let mut add = APPEND.prepare_invoke();
-    add.key(&keys.meta)
-        .key(&keys.log)
-        .arg(name)
-        .arg(trim)
-        .arg(start)
-        .arg(ttl);
-    for (id, frame) in batch {
-        // A terminal frame keeps its end reason, for the probes of a reader on any instance.
-        let reason = frame.end_reason().map_or("", |reason| reason.as_str());
-        add.arg(format_id(*id))
-            .arg(frame.kind().as_str())
-            .arg(&frame.bytes()[..])
-            .arg(reason);
-    }
-    let appended: bool = shared.invoke(&add).await?;
+    let appended = shared.batcher.append(append).await?;
     if appended {
         log.evicted = None;
         log.fresh = false;
@@ -657,6 +595,6 @@ async fn finish(shared: &Shared, (keys, name): (&Keys, &str), log: &Log) -> Redi
         .arg(log.end)
         .arg(retain)
         .arg(END);
-    let (ended,): (bool,) = shared.query(&pipe).await?;
+    let (ended,): (bool,) = shared.redis.query(&pipe).await?;
     Ok(ended)
 }

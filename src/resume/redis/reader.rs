@@ -1,5 +1,5 @@
 //! A reader of a stream in Redis, on any instance: its lease, its position, and its task that
-//! reads the log into a channel.
+//! reads the log (or, on the pump's instance, the pump's tail in memory) into a channel.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,7 +111,7 @@ async fn lease(
             .pexpire(&keys.positions, ttl)
             .ignore();
     }
-    let (looks,): (Option<u64>,) = shared.query(pipe.hget(&keys.meta, "looks")).await?;
+    let (looks,): (Option<u64>,) = shared.redis.query(pipe.hget(&keys.meta, "looks")).await?;
     Ok(looks.unwrap_or(0))
 }
 
@@ -123,6 +123,7 @@ async fn seen(shared: &Shared, keys: &Keys, looks: u64, next: u64) -> Result<(),
     let deadline = tokio::time::Instant::now() + SEEN_WAIT;
     loop {
         let ((state, now, start),): ((Option<String>, Option<u64>, Option<u64>),) = shared
+            .redis
             .query(redis::pipe().hmget(&keys.meta, &["state", "looks", "start"]))
             .await
             .map_err(|error| AttachError::Unavailable(StoreError::new(error)))?;
@@ -202,6 +203,7 @@ async fn run(
         let _ = tx.send(frame).await;
     }
     let _: RedisResult<()> = shared
+        .redis
         .query(
             redis::pipe()
                 .zrem(&keys.readers, &position.name)
@@ -309,7 +311,8 @@ async fn read(
             .arg("+")
             .arg("COUNT")
             .arg(BATCH);
-        let snapshot: RedisResult<(Option<u64>, bool, Entries)> = shared.query(&snapshot).await;
+        let snapshot: RedisResult<(Option<u64>, bool, Entries)> =
+            shared.redis.query(&snapshot).await;
         let Ok((start, cut, entries)) = snapshot else {
             return failed();
         };
@@ -330,7 +333,7 @@ async fn read(
         if entries.is_empty() {
             let connection = match blocking.as_mut() {
                 Some(connection) => connection,
-                None => match shared.dedicated().await {
+                None => match shared.redis.dedicated().await {
                     Ok(connection) => blocking.insert(connection),
                     Err(_) => return failed(),
                 },

@@ -1,18 +1,16 @@
-//! What a Redis store's pumps, readers and claims share: the connection, the options, the
-//! streams this instance pumps and the positions of their readers here.
+//! What a Redis store's pumps, readers and claims share: the connection, the batcher, the
+//! options, the streams this instance pumps and the positions of their readers here.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, FromRedisValue, Pipeline, RedisResult, ScriptInvocation,
-};
+use redis::Client;
 use tokio::sync::{Notify, watch};
 
+use super::batcher::Batcher;
+use super::connection::Connection;
 use super::keys::EntryId;
 use super::tail::{Found, Tail};
-use super::timing::BLOCK;
 use crate::gate::GateHandle;
 use crate::resume::options::ResumeOptions;
 use crate::resume::stats::Counters;
@@ -24,9 +22,10 @@ pub(crate) type StopHook = Box<dyn Fn(&str) + Send + Sync>;
 
 /// Shared by a Redis store's pumps, readers and claims.
 pub(crate) struct Shared {
-    client: Client,
-    /// The connection for short commands, made at first use and again after an error.
-    connection: Mutex<Option<MultiplexedConnection>>,
+    /// The connection for short commands.
+    pub(crate) redis: Arc<Connection>,
+    /// Groups the pumps' appends and looks into one round trip.
+    pub(crate) batcher: Batcher,
     pub(crate) options: ResumeOptions,
     pub(crate) on_stop: StopHook,
     /// The streams this instance pumps.
@@ -153,9 +152,10 @@ impl Pumped {
 impl Shared {
     pub(crate) fn new(client: Client, options: ResumeOptions, on_stop: StopHook) -> Self {
         use std::hash::{BuildHasher, RandomState};
+        let redis = Arc::new(Connection::new(client));
         Shared {
-            client,
-            connection: Mutex::new(None),
+            batcher: Batcher::new(redis.clone()),
+            redis,
             options,
             on_stop,
             pumped: Mutex::new(HashMap::new()),
@@ -164,69 +164,6 @@ impl Shared {
             instance: RandomState::new().hash_one(super::keys::now_ms()),
             next_name: AtomicU64::new(0),
         }
-    }
-
-    /// The shared connection, and whether it was made before this call (it may have been cut
-    /// since: a restarted Redis, a dropped link).
-    async fn connection(&self) -> RedisResult<(MultiplexedConnection, bool)> {
-        if let Some(connection) = lock(&self.connection).clone() {
-            return Ok((connection, true));
-        }
-        let connection = self.client.get_multiplexed_async_connection().await?;
-        *lock(&self.connection) = Some(connection.clone());
-        Ok((connection, false))
-    }
-
-    /// Runs `pipe` on the shared connection (see [`again`](Shared::again)).
-    pub(crate) async fn query<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
-        let mut first = true;
-        loop {
-            let (mut connection, made_before) = self.connection().await?;
-            let result = pipe.query_async(&mut connection).await;
-            if !self.again(&result, first && made_before) {
-                return result;
-            }
-            first = false;
-        }
-    }
-
-    /// Runs the script `invocation` on the shared connection (see [`again`](Shared::again)),
-    /// by its digest, loading it first when Redis does not have it (a restarted Redis has
-    /// none).
-    pub(crate) async fn invoke<T: FromRedisValue>(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-    ) -> RedisResult<T> {
-        let mut first = true;
-        loop {
-            let (mut connection, made_before) = self.connection().await?;
-            let result = invocation.invoke_async(&mut connection).await;
-            if !self.again(&result, first && made_before) {
-                return result;
-            }
-            first = false;
-        }
-    }
-
-    /// After a command on the shared connection: whether to run it again. An error drops the
-    /// connection, so the next use makes a new one; a connection found cut at its first use
-    /// since it was made (`made_before`: Redis restarted, or the link dropped, while it was
-    /// idle) is re-made at once and the command runs once more, so the first request after a
-    /// restart does not fail for it.
-    fn again<T>(&self, result: &RedisResult<T>, made_before: bool) -> bool {
-        let Err(error) = result else {
-            return false;
-        };
-        *lock(&self.connection) = None;
-        made_before && error.is_unrecoverable_error()
-    }
-
-    /// A connection of its own for a reader, whose `XREAD BLOCK` waits for an answer.
-    pub(crate) async fn dedicated(&self) -> RedisResult<MultiplexedConnection> {
-        let config = AsyncConnectionConfig::new().set_response_timeout(Some(BLOCK * 2));
-        self.client
-            .get_multiplexed_async_connection_with_config(&config)
-            .await
     }
 
     /// A name for a new reader or claim, unique across instances.

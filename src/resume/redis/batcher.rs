@@ -1,0 +1,259 @@
+//! The instance's pumps' calls to Redis, grouped: every pump hands its append (the frames it
+//! has ready) and its look (at its stream's readers and stop) to one task, which makes one
+//! script call of everything the pumps handed it while the call before was on its way (a group
+//! commit). The round trips, and Redis's wake-ups, per event fall as streams are added instead
+//! of growing with them.
+//!
+//! A call takes keys of many streams, so it runs on one Redis (not a cluster, whose script
+//! calls must keep to one slot).
+
+use std::collections::HashMap;
+use std::sync::{LazyLock, OnceLock};
+
+use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, Value};
+use tokio::sync::{mpsc, oneshot};
+
+use super::connection::Connection;
+use super::keys::{EntryId, Keys, format_id};
+use crate::sse::SseFrame;
+use crate::sync::Arc;
+
+/// One pump's append: its frames, each with its entry id, for its claim, and what the log
+/// gives up with them.
+pub(crate) struct Append {
+    pub(crate) keys: Arc<Keys>,
+    /// The claim's name: the frames go in only while the stream is still its own.
+    pub(crate) name: String,
+    /// The entry the log is trimmed to and its new `start`, when entries were evicted.
+    pub(crate) evicted: Option<(EntryId, u64)>,
+    /// The TTL a new log gets, in ms (its first append; the pump's looks renew it).
+    pub(crate) ttl: Option<u64>,
+    pub(crate) frames: Vec<(EntryId, SseFrame)>,
+}
+
+/// One pump's look at its stream, for its claim.
+pub(crate) struct Look {
+    pub(crate) keys: Arc<Keys>,
+    pub(crate) name: String,
+    /// Unix ms: the readers' leases that lapsed by then are dropped.
+    pub(crate) now_ms: u64,
+    /// The pump's lease and the keys' TTL to renew, in ms, if it is time to.
+    pub(crate) renew: Option<(u64, u64)>,
+}
+
+/// What a look saw.
+pub(crate) struct Looked {
+    /// The readers with a live lease, on any instance.
+    pub(crate) leased: Vec<String>,
+    /// The positions readers on other instances wrote.
+    pub(crate) positions: HashMap<String, u64>,
+    /// A stop was asked for.
+    pub(crate) stop: bool,
+    /// The stream is still the claim's.
+    pub(crate) held: bool,
+}
+
+enum Call {
+    Append(Append),
+    Look(Look),
+}
+
+type Answer = oneshot::Sender<RedisResult<Value>>;
+
+/// The pumps' calls, for a whole instance.
+pub(crate) struct Batcher {
+    redis: Arc<Connection>,
+    /// To the task, started at the first call (inside the runtime).
+    task: OnceLock<mpsc::UnboundedSender<(Call, Answer)>>,
+}
+
+/// The most calls one script call takes.
+const MAX_GROUP: usize = 256;
+
+/// The pumps' calls, in turn; one answer each.
+///
+/// An append (`ARGV` `a`; `KEYS` the stream's meta key and log) takes five arguments more: the
+/// claim's name, the entry to trim the log to and the new `start` (both empty: nothing
+/// evicted), a new log's TTL in ms (or empty), the number of frames; then four per frame: its
+/// entry id, its `k`, its `f`, its `e` (or empty). Its frames go in only while `claim` is still
+/// its own, so the old pump of an adopted stream writes nothing. It answers 1 appended, 0 not
+/// its own, -1 Redis refused a frame (the other calls go on).
+///
+/// A look (`ARGV` `l`; `KEYS` every key of the stream, as [`Keys::all`]) takes four: the time
+/// (Unix ms) by which the readers' leases lapsed, the claim's name, the pump's lease and the
+/// keys' TTL in ms (both empty: no renewal; the lease is on Redis's clock, as `pump::HOLD`
+/// sets it). It counts itself (an attach on another instance knows so that it has been seen,
+/// see `reader::seen`) and answers the readers with a lease, the positions readers on other
+/// instances wrote (field, value, in turn), whether a stop was asked for, and whether the
+/// stream is still the claim's.
+static CALLS: LazyLock<redis::Script> = LazyLock::new(|| {
+    redis::Script::new(
+        r"
+local answers = {}
+local k, a = 1, 1
+while a <= #ARGV do
+    if ARGV[a] == 'a' then
+        local meta, log = KEYS[k], KEYS[k + 1]
+        local n = tonumber(ARGV[a + 5])
+        local first, last = a + 6, a + 5 + 4 * n
+        local answer = 0
+        if redis.call('HGET', meta, 'claim') == ARGV[a + 1] then
+            answer = 1
+            for i = first, last, 4 do
+                local added
+                if ARGV[i + 3] == '' then
+                    added = redis.pcall('XADD', log, ARGV[i], 'k', ARGV[i + 1], 'f', ARGV[i + 2])
+                else
+                    added = redis.pcall('XADD', log, ARGV[i], 'k', ARGV[i + 1], 'f', ARGV[i + 2],
+                        'e', ARGV[i + 3])
+                end
+                if type(added) == 'table' and added.err then
+                    answer = -1
+                    break
+                end
+            end
+            if answer == 1 and ARGV[a + 2] ~= '' then
+                redis.call('XTRIM', log, 'MINID', ARGV[a + 2])
+                redis.call('HSET', meta, 'start', ARGV[a + 3])
+            end
+            if answer == 1 and ARGV[a + 4] ~= '' then redis.call('PEXPIRE', log, ARGV[a + 4]) end
+        end
+        answers[#answers + 1] = answer
+        k, a = k + 2, last + 1
+    else
+        local meta, readers, positions = KEYS[k], KEYS[k + 2], KEYS[k + 3]
+        redis.call('ZREMRANGEBYSCORE', readers, '-inf', ARGV[a + 1])
+        local leased = redis.call('ZRANGE', readers, 0, -1)
+        local written = redis.call('HGETALL', positions)
+        local stop = redis.call('HEXISTS', meta, 'stop')
+        redis.call('HINCRBY', meta, 'looks', 1)
+        local held = 0
+        if redis.call('HGET', meta, 'claim') == ARGV[a + 2] then held = 1 end
+        if ARGV[a + 3] ~= '' then
+            if held == 1 then
+                local now = redis.call('TIME')
+                local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[a + 3])
+                redis.call('HSET', meta, 'pump', string.format('%d', expiry))
+            end
+            for i = k, k + 4 do redis.call('PEXPIRE', KEYS[i], ARGV[a + 4]) end
+        end
+        answers[#answers + 1] = {leased, written, stop, held}
+        k, a = k + 5, a + 5
+    end
+end
+return answers",
+    )
+});
+
+impl Batcher {
+    pub(crate) fn new(redis: Arc<Connection>) -> Self {
+        Batcher {
+            redis,
+            task: OnceLock::new(),
+        }
+    }
+
+    /// Appends, with whatever the other pumps have ready; whether the stream was still the
+    /// claim's.
+    pub(crate) async fn append(&self, append: Append) -> RedisResult<bool> {
+        match redis::from_redis_value::<i64>(self.call(Call::Append(append)).await?)? {
+            1 => Ok(true),
+            0 => Ok(false),
+            _ => Err(RedisError::from((
+                ErrorKind::Client,
+                "Redis refused an append to the stream's log",
+            ))),
+        }
+    }
+
+    /// Looks at the stream, with whatever the other pumps have ready.
+    pub(crate) async fn look(&self, look: Look) -> RedisResult<Looked> {
+        let answer = self.call(Call::Look(look)).await?;
+        let (leased, positions, stop, held) = redis::from_redis_value(answer)?;
+        Ok(Looked {
+            leased,
+            positions,
+            stop,
+            held,
+        })
+    }
+
+    /// Hands `call` to the task and waits for its answer.
+    async fn call(&self, call: Call) -> RedisResult<Value> {
+        let task = self.task.get_or_init(|| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            tokio::spawn(run(self.redis.clone(), rx));
+            tx
+        });
+        let (answer, answered) = oneshot::channel();
+        let gone = || RedisError::from((ErrorKind::Client, "the resume store's batcher stopped"));
+        task.send((call, answer)).map_err(|_| gone())?;
+        answered.await.map_err(|_| gone())?
+    }
+}
+
+/// The task: takes every call waiting (at most [`MAX_GROUP`]), makes one script call of them,
+/// answers each; until the batcher is dropped.
+async fn run(redis: Arc<Connection>, mut calls: mpsc::UnboundedReceiver<(Call, Answer)>) {
+    let mut group = Vec::new();
+    while calls.recv_many(&mut group, MAX_GROUP).await > 0 {
+        let mut script = CALLS.prepare_invoke();
+        for (call, _) in &group {
+            match call {
+                Call::Append(append) => add_append(&mut script, append),
+                Call::Look(look) => add_look(&mut script, look),
+            }
+        }
+        let answers: RedisResult<Vec<Value>> = redis.invoke(&script).await;
+        let mut answers = answers.map(Vec::into_iter);
+        for (_, answer) in group.drain(..) {
+            let result = match &mut answers {
+                Ok(each) => each.next().ok_or_else(|| {
+                    RedisError::from((ErrorKind::Parse, "fewer answers than calls"))
+                }),
+                Err(error) => Err(error.clone()),
+            };
+            // A pump that went away meanwhile needs no answer.
+            let _ = answer.send(result);
+        }
+    }
+}
+
+/// Adds `append` to the call (see [`CALLS`]).
+fn add_append(script: &mut ScriptInvocation<'_>, append: &Append) {
+    script
+        .key(&append.keys.meta)
+        .key(&append.keys.log)
+        .arg("a")
+        .arg(&append.name);
+    match append.evicted {
+        Some((oldest, start)) => script.arg(format_id(oldest)).arg(start),
+        None => script.arg("").arg(""),
+    };
+    match append.ttl {
+        Some(ttl) => script.arg(ttl),
+        None => script.arg(""),
+    };
+    script.arg(append.frames.len());
+    for (id, frame) in &append.frames {
+        // A terminal frame keeps its end reason, for the probes of a reader on any instance.
+        let reason = frame.end_reason().map_or("", |reason| reason.as_str());
+        script
+            .arg(format_id(*id))
+            .arg(frame.kind().as_str())
+            .arg(&frame.bytes()[..])
+            .arg(reason);
+    }
+}
+
+/// Adds `look` to the call (see [`CALLS`]).
+fn add_look(script: &mut ScriptInvocation<'_>, look: &Look) {
+    for key in look.keys.all() {
+        script.key(key);
+    }
+    script.arg("l").arg(look.now_ms).arg(&look.name);
+    match look.renew {
+        Some((lease, ttl)) => script.arg(lease).arg(ttl),
+        None => script.arg("").arg(""),
+    };
+}
