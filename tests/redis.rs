@@ -287,6 +287,63 @@ async fn the_first_request_after_a_redis_restart_succeeds() {
     assert_eq!(rest(&mut first).await.0, expected(0..3));
 }
 
+/// Redis restarted (empty: no persistence) while a stream runs, within the outage window: its
+/// subscriber pauses and then gets every event, once, in order; the generator completes (its
+/// pump gave the stream back to the empty Redis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_within_the_outage_window_loses_no_event() {
+    let Some(mut redis) = RedisServer::start("outage") else {
+        return;
+    };
+    let (here, _) = instances(&redis, ResumeOptions::default());
+    let releases = Releases::default();
+    let generated = Arc::new(AtomicU64::new(0));
+    let consumer = tokens(&releases, 60, Duration::from_millis(5), generated.clone());
+    let mut subscriber = register(&here, "through", consumer).await;
+    let mut seen = take(&mut subscriber, 5).await;
+    redis.kill();
+    sleep(Duration::from_millis(300)).await;
+    redis.restart();
+    let (rest, end) = rest(&mut subscriber).await;
+    seen.extend(rest);
+    assert_eq!(seen, expected(0..60), "every event once, in order");
+    assert!(end.is_none(), "completed: {:?}", end.map(|end| end.message));
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::Completed);
+}
+
+/// Redis away past the outage window: the subscriber ends with a `resume_store_error` frame
+/// once the window has passed (not before, never a hang), and the generator is stopped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_past_the_outage_window_ends_the_stream_visibly() {
+    let Some(mut redis) = RedisServer::start("outage-past") else {
+        return;
+    };
+    let window = Duration::from_millis(400);
+    let (here, _) = instances(&redis, ResumeOptions::default().outage(window));
+    let releases = Releases::default();
+    let consumer = tokens(
+        &releases,
+        u64::MAX,
+        Duration::from_millis(5),
+        Arc::default(),
+    );
+    let mut subscriber = register(&here, "gone", consumer).await;
+    take(&mut subscriber, 3).await;
+    redis.kill();
+    let killed = std::time::Instant::now();
+    let (_, end) = rest(&mut subscriber).await;
+    let ended = killed.elapsed();
+    let end = end.expect("an early end");
+    assert!(
+        end.data.to_string().contains("resume_store_error"),
+        "{}",
+        end.data
+    );
+    assert!(window <= ended && ended < window * 4, "{ended:?}");
+    releases.wait_for(1).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_through_another_instance_cancels_the_signal_the_claim_gave_out() {
     let Some(redis) = RedisServer::start("stop") else {

@@ -163,7 +163,7 @@ pub struct ResumeFlags {
     /// How long a stream whose client disconnected goes on into its replay log (generating,
     /// or reading its upstream), waiting for a resume, before it is cancelled (0: a disconnect
     /// cancels it at once; at most a day).
-    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = grace_millis)]
+    #[arg(long = "resume-grace-ms", value_name = "MS", default_value = "0", value_parser = up_to_a_day)]
     pub grace: Duration,
     /// Per-stream replay log bound, in bytes; a full log pauses a detached stream.
     #[arg(long, value_name = "B", default_value_t = DEFAULT_LOG_BYTES, value_parser = positive)]
@@ -172,6 +172,11 @@ pub struct ResumeFlags {
     /// instance can serve the resume; needs a `--resume-grace-ms`).
     #[arg(long = "resume-store", value_name = "URL", default_value = "memory", value_parser = resume_store)]
     pub store: ResumeStore,
+    /// How long a Redis store rides out Redis being away (a restart, a failover, a dropped
+    /// connection): its streams pause and go on when it is back; past this they end with a
+    /// `resume_store_error` frame (at most a day).
+    #[arg(long = "resume-store-outage-ms", value_name = "MS", default_value = "10000", value_parser = up_to_a_day)]
+    pub outage: Duration,
 }
 
 /// The longest `--resume-grace-ms`: a day. A grace is how long a detached stream keeps its
@@ -180,8 +185,9 @@ pub struct ResumeFlags {
 /// TTL) for as long.
 pub const MAX_RESUME_GRACE: Duration = Duration::from_secs(24 * 60 * 60);
 
-/// `--resume-grace-ms`: a number of milliseconds from 0 to [`MAX_RESUME_GRACE`].
-fn grace_millis(value: &str) -> Result<Duration, String> {
+/// `--resume-grace-ms`, `--resume-store-outage-ms`: a number of milliseconds from 0 to
+/// [`MAX_RESUME_GRACE`] (a day).
+fn up_to_a_day(value: &str) -> Result<Duration, String> {
     let grace = millis_or_zero(value)?;
     if grace > MAX_RESUME_GRACE {
         return Err(format!(
@@ -230,7 +236,8 @@ impl ResumeFlags {
             .retain(self.grace)
             .log_bounds(DEFAULT_LOG_EVENTS, self.replay_bytes)
             .read_ahead(gate.buffer_events)
-            .max_lag(gate.slow_deadline);
+            .max_lag(gate.slow_deadline)
+            .outage(self.outage);
         match &self.store {
             ResumeStore::Memory => Ok(Registry::memory(options)),
             ResumeStore::Redis(url) if self.grace.is_zero() => Err(format!(
@@ -353,6 +360,7 @@ mod tests {
         assert_eq!(flags.gate.heartbeat, Duration::from_secs(15));
         assert!(flags.resume.grace.is_zero());
         assert_eq!(flags.resume.store, ResumeStore::Memory);
+        assert_eq!(flags.resume.outage, streamgate::resume::DEFAULT_OUTAGE);
         assert_eq!(flags.listen.sndbuf, None);
         assert_eq!(flags.listen.max_connections, None);
         // `Default` is parsing no flag.
@@ -371,10 +379,12 @@ mod tests {
             MAX_RESUME_GRACE
         );
         let more = (MAX_RESUME_GRACE.as_millis() + 1).to_string();
-        for absurd in [more.as_str(), "99999999999999999", "1.5"] {
-            let parsed = Flags::try_parse_from(["test", "--resume-grace-ms", absurd]);
-            let error = parsed.err().expect(absurd).to_string();
-            assert!(error.contains("--resume-grace-ms"), "{error}");
+        for flag in ["--resume-grace-ms", "--resume-store-outage-ms"] {
+            for absurd in [more.as_str(), "99999999999999999", "1.5"] {
+                let parsed = Flags::try_parse_from(["test", flag, absurd]);
+                let error = parsed.err().expect(absurd).to_string();
+                assert!(error.contains(flag), "{error}");
+            }
         }
         let store = ["test", "--resume-store", "redis://127.0.0.1:1"];
         let flags = Flags::parse_from(store);

@@ -38,7 +38,8 @@ pub use self::aliases::MAX_ALIASES;
 pub use self::claim::Claim;
 pub use self::error::{AdoptError, AttachError, ClaimError, RegisterError, StoreError};
 pub use self::options::{
-    DEFAULT_GRACE, DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, DEFAULT_RETAIN, ResumeOptions,
+    DEFAULT_GRACE, DEFAULT_LOG_BYTES, DEFAULT_LOG_EVENTS, DEFAULT_OUTAGE, DEFAULT_RETAIN,
+    ResumeOptions,
 };
 pub use self::registry::Registry;
 pub use self::stats::RegistryStats;

@@ -17,6 +17,9 @@ pub const DEFAULT_LOG_EVENTS: usize = 16 * 1024;
 /// The default retention: how long the log of a finished stream can still be replayed.
 pub const DEFAULT_RETAIN: Duration = Duration::from_secs(60);
 
+/// The default outage window: how long the Redis store rides out Redis being away.
+pub const DEFAULT_OUTAGE: Duration = Duration::from_secs(10);
+
 /// How a [`Registry`](super::Registry) keeps its streams, whichever store holds them.
 ///
 /// # Examples
@@ -30,7 +33,8 @@ pub const DEFAULT_RETAIN: Duration = Duration::from_secs(60);
 ///     .retain(Duration::from_secs(30))       // a finished stream stays replayable this long
 ///     .read_ahead(64)                        // a reader may fall this many events behind...
 ///     .max_lag(Duration::from_secs(10))      // ...holding the others back at most this long
-///     .log_bounds(16 * 1024, 1024 * 1024);   // the replay log's events and bytes
+///     .log_bounds(16 * 1024, 1024 * 1024)    // the replay log's events and bytes
+///     .outage(Duration::from_secs(10));      // Redis may be away this long (a restart)
 /// assert_eq!(options, options.clone());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +45,7 @@ pub struct ResumeOptions {
     pub(crate) log_bytes: usize,
     pub(crate) log_events: usize,
     pub(crate) retain: Duration,
+    pub(crate) outage: Duration,
 }
 
 impl ResumeOptions {
@@ -87,6 +92,20 @@ impl ResumeOptions {
         self.retain = retain;
         self
     }
+
+    /// How long the Redis store rides out Redis being away (a restart, a failover, a dropped
+    /// connection): its pumps and readers try again, waiting longer each time, and their
+    /// streams pause meanwhile (nothing reaches a subscriber that Redis does not have, so a
+    /// resume through another instance stays exact), then go on where they were. Past the
+    /// window, the streams end with a `resume_store_error` frame. A Redis that comes back
+    /// empty (restarted without persistence) gets each running stream back from its pump, its
+    /// log starting at what the pump had not written yet: a resume from further back is
+    /// [`Gone`](super::AttachError::Gone). The memory store has nothing to ride out. Default
+    /// [`DEFAULT_OUTAGE`].
+    pub fn outage(mut self, window: Duration) -> Self {
+        self.outage = window;
+        self
+    }
 }
 
 impl Default for ResumeOptions {
@@ -98,6 +117,7 @@ impl Default for ResumeOptions {
             log_bytes: DEFAULT_LOG_BYTES,
             log_events: DEFAULT_LOG_EVENTS,
             retain: DEFAULT_RETAIN,
+            outage: DEFAULT_OUTAGE,
         }
     }
 }

@@ -14,8 +14,9 @@ use redis::{ErrorKind, RedisError, RedisResult, ScriptInvocation, Value};
 use tokio::sync::{mpsc, oneshot};
 
 use super::connection::Connection;
-use super::keys::{EntryId, Keys, format_id};
-use crate::sse::SseFrame;
+use super::keys::{EntryId, Keys, format_id, millis};
+use super::timing::{PUMP_LEASE, RUNNING_TTL};
+use crate::sse::{ErrorShape, SseFrame};
 use crate::sync::Arc;
 
 /// One pump's append: its frames, each with its entry id, for its claim, and what the log
@@ -26,8 +27,10 @@ pub(crate) struct Append {
     pub(crate) name: String,
     /// The entry the log is trimmed to and its new `start`, when entries were evicted.
     pub(crate) evicted: Option<(EntryId, u64)>,
-    /// The TTL a new log gets, in ms (its first append; the pump's looks renew it).
-    pub(crate) ttl: Option<u64>,
+    /// Nothing appended yet: the log is new, and gets its TTL (the pump's looks renew it).
+    pub(crate) fresh: bool,
+    /// The stream's error shape, for a Redis back from a restart that lost it.
+    pub(crate) shape: ErrorShape,
     pub(crate) frames: Vec<(EntryId, SseFrame)>,
 }
 
@@ -54,7 +57,7 @@ pub(crate) struct Looked {
 }
 
 enum Call {
-    Append(Append),
+    Append(Arc<Append>),
     Look(Look),
 }
 
@@ -72,12 +75,17 @@ const MAX_GROUP: usize = 256;
 
 /// The pumps' calls, in turn; one answer each.
 ///
-/// An append (`ARGV` `a`; `KEYS` the stream's meta key and log) takes five arguments more: the
-/// claim's name, the entry to trim the log to and the new `start` (both empty: nothing
-/// evicted), a new log's TTL in ms (or empty), the number of frames; then four per frame: its
-/// entry id, its `k`, its `f`, its `e` (or empty). Its frames go in only while `claim` is still
-/// its own, so the old pump of an adopted stream writes nothing. It answers 1 appended, 0 not
-/// its own, -1 Redis refused a frame (the other calls go on).
+/// An append (`ARGV` `a`; `KEYS` the stream's meta key and log) takes eight arguments more:
+/// the claim's name, the entry to trim the log to and the new `start` (both empty: nothing
+/// evicted), the keys' TTL in ms, whether the log is new (`1`, or empty: a new one gets the
+/// TTL, which the pump's looks renew), the stream's error shape and the pump's lease in ms (for
+/// a stream Redis lost), the number of frames; then four per frame: its entry id, its `k`, its
+/// `f`, its `e` (or empty). Its frames go in only while `claim` is still its own, so the old
+/// pump of an adopted stream writes nothing. A stream whose meta key is gone (Redis came back
+/// empty from a restart) is made again, running and the claim's, its log starting at these
+/// frames. A frame whose entry the log already has went in with a call whose answer was lost
+/// (a dropped connection), and is not added again. It answers 1 appended, 0 not its own, -1
+/// Redis refused a frame (the other calls go on).
 ///
 /// A look (`ARGV` `l`; `KEYS` every key of the stream, as [`Keys::all`]) takes four: the time
 /// (Unix ms) by which the readers' leases lapsed, the claim's name, the pump's lease and the
@@ -94,10 +102,22 @@ local k, a = 1, 1
 while a <= #ARGV do
     if ARGV[a] == 'a' then
         local meta, log = KEYS[k], KEYS[k + 1]
-        local n = tonumber(ARGV[a + 5])
-        local first, last = a + 6, a + 5 + 4 * n
+        local ttl, n = ARGV[a + 4], tonumber(ARGV[a + 8])
+        local first, last = a + 9, a + 8 + 4 * n
         local answer = 0
-        if redis.call('HGET', meta, 'claim') == ARGV[a + 1] then
+        local claim = redis.call('HGET', meta, 'claim')
+        local fresh = ARGV[a + 5] ~= ''
+        if claim == false and n > 0 then
+            -- Redis came back empty: the stream again, its log from these frames on.
+            local start = string.match(ARGV[first], '^(%d+)-')
+            local now = redis.call('TIME')
+            local lease = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[a + 7])
+            redis.call('HSET', meta, 'state', 'running', 'claim', ARGV[a + 1], 'start', start,
+                'pump', string.format('%d', lease), 'shape', ARGV[a + 6])
+            redis.call('PEXPIRE', meta, ttl)
+            claim, fresh = ARGV[a + 1], true
+        end
+        if claim == ARGV[a + 1] then
             answer = 1
             for i = first, last, 4 do
                 local added
@@ -107,7 +127,9 @@ while a <= #ARGV do
                     added = redis.pcall('XADD', log, ARGV[i], 'k', ARGV[i + 1], 'f', ARGV[i + 2],
                         'e', ARGV[i + 3])
                 end
-                if type(added) == 'table' and added.err then
+                -- An entry the log has already went in with a call whose answer was lost.
+                if type(added) == 'table' and added.err
+                    and not string.find(added.err, 'equal or smaller', 1, true) then
                     answer = -1
                     break
                 end
@@ -116,7 +138,7 @@ while a <= #ARGV do
                 redis.call('XTRIM', log, 'MINID', ARGV[a + 2])
                 redis.call('HSET', meta, 'start', ARGV[a + 3])
             end
-            if answer == 1 and ARGV[a + 4] ~= '' then redis.call('PEXPIRE', log, ARGV[a + 4]) end
+            if answer == 1 and fresh then redis.call('PEXPIRE', log, ttl) end
         end
         answers[#answers + 1] = answer
         k, a = k + 2, last + 1
@@ -155,7 +177,7 @@ impl Batcher {
 
     /// Appends, with whatever the other pumps have ready; whether the stream was still the
     /// claim's.
-    pub(crate) async fn append(&self, append: Append) -> RedisResult<bool> {
+    pub(crate) async fn append(&self, append: Arc<Append>) -> RedisResult<bool> {
         match redis::from_redis_value::<i64>(self.call(Call::Append(append)).await?)? {
             1 => Ok(true),
             0 => Ok(false),
@@ -230,11 +252,12 @@ fn add_append(script: &mut ScriptInvocation<'_>, append: &Append) {
         Some((oldest, start)) => script.arg(format_id(oldest)).arg(start),
         None => script.arg("").arg(""),
     };
-    match append.ttl {
-        Some(ttl) => script.arg(ttl),
-        None => script.arg(""),
-    };
-    script.arg(append.frames.len());
+    script
+        .arg(millis(RUNNING_TTL))
+        .arg(if append.fresh { "1" } else { "" })
+        .arg(append.shape.as_str())
+        .arg(millis(PUMP_LEASE))
+        .arg(append.frames.len());
     for (id, frame) in &append.frames {
         // A terminal frame keeps its end reason, for the probes of a reader on any instance.
         let reason = frame.end_reason().map_or("", |reason| reason.as_str());

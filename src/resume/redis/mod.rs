@@ -47,12 +47,13 @@
 //!
 //! Every key has a TTL: a running stream's are renewed by its pump every 500 ms (a claimed
 //! one's by its claim), so the keys of an instance that died go away 10 s after it; a finished
-//! stream's last the retention (at least 3 s, so attached readers read its end). Redis failing
-//! under a reader ends it with an `event: error` frame of type `resume_store_error` at once (a
-//! blocked read waits at most 2 s for an answer), never a hang; under the pump, it cancels the
-//! generator as `ConsumerGone` (nobody can read what it makes). The shared connection
-//! (`connection.rs`) is made again at its next use, and at once when it is found cut at its
-//! first use after Redis restarted.
+//! stream's last the retention (at least 3 s, so attached readers read its end). Redis away is
+//! ridden out for the outage window (`outage.rs`): the stream pauses, and a Redis back empty
+//! gets it again from its pump's next append. Past the window, a reader ends with an
+//! `event: error` frame of type `resume_store_error` (a blocked read waits at most 2 s for an
+//! answer), never a hang, and the pump cancels the generator as `ConsumerGone` (nobody can read
+//! what it makes). The shared connection (`connection.rs`) is made again at its next use, and
+//! at once when it is found cut at its first use after Redis restarted.
 
 mod adopt;
 mod batcher;
@@ -60,6 +61,7 @@ mod claim;
 mod connection;
 mod keys;
 mod logs;
+mod outage;
 mod pump;
 mod reader;
 mod shared;

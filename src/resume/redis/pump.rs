@@ -12,11 +12,12 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use super::batcher::{Append, Look, Looked};
 use super::keys::{END, EntryId, Keys, format_id, millis};
+use super::outage::Outage;
 use super::shared::{Pumped, Shared};
 use super::timing::{BATCH, MIN_RETAIN, PUMP_LEASE, RENEWAL, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::resume::claim::Claim;
-use crate::sse::SseFrame;
+use crate::sse::{ErrorShape, SseFrame};
 use crate::sync::{Arc, lock};
 
 /// What the pump appended and its log still holds, oldest first, within the registry's bounds.
@@ -103,9 +104,13 @@ struct Readers {
 }
 
 impl Readers {
-    /// Whether a reader is attached that was not cut off.
-    fn attached(&self) -> bool {
-        self.leased.iter().any(|name| !self.cut.contains(name))
+    /// Whether a reader is attached that was not cut off: one with a lease, or one here (whose
+    /// lease a Redis back from a restart has not seen yet).
+    fn attached(&self, pumped: &Pumped) -> bool {
+        let here = lock(&pumped.readers)
+            .iter()
+            .any(|reader| !self.cut.contains(&reader.name));
+        here || self.leased.iter().any(|name| !self.cut.contains(name))
     }
 
     /// Calls `each` with the name, position and place (`true`: another instance) of every
@@ -189,9 +194,11 @@ pub(crate) async fn pump<S>(
     let Pumping { id, name, logged } = pumping;
     let keys = Arc::new(Keys::new(&id));
     let log = Log::new(&shared.options, logged);
-    let ran = run(&shared, (&id, &name), &keys, &pumped, &mut frames, log).await;
-    // Readers here read the rest (the end marker, or what an adopter appends) from Redis.
-    pumped.stopped();
+    let stream = (&*id, &*name, claim.shape);
+    let ran = run(&shared, stream, &keys, &pumped, &mut frames, log).await;
+    // Readers here read the rest (the end marker, or what an adopter appends) from Redis, or
+    // end at once if it failed the pump.
+    pumped.stopped(ran.is_err());
     if ran.is_err() {
         let _ = pumped.handle.cancel_with(EndReason::ConsumerGone);
     }
@@ -203,7 +210,7 @@ pub(crate) async fn pump<S>(
 
 async fn run<S>(
     shared: &Shared,
-    (id, name): (&str, &str),
+    (id, name, shape): (&str, &str, ErrorShape),
     keys: &Arc<Keys>,
     pumped: &Pumped,
     frames: &mut S,
@@ -236,6 +243,8 @@ where
     // fills and pauses the generator.
     let mut pending = None::<SseFrame>;
     let mut looks = 0u32;
+    // Redis away: every call is tried again for the outage window (the stream pauses).
+    let mut outage = Outage::new(options.outage);
     loop {
         let waiting = pending.is_some();
         // Whether to look at Redis now: the tick, or a reader elsewhere holding the pump.
@@ -255,7 +264,7 @@ where
                     cut(shared, keys, pumped, &mut readers, names).await?;
                 }
                 held_since = None;
-                attached = readers.attached();
+                attached = readers.attached(pumped);
                 if !attached {
                     // The grace starts at the next look.
                     expiry = EndReason::SlowConsumer;
@@ -268,7 +277,7 @@ where
                     false
                 }
                 None => {
-                    if !finish(shared, (keys, name), &log).await? {
+                    if !outage.ride(|| finish(shared, (keys, name), &log)).await? {
                         return lost(pumped);
                     }
                     return Ok(());
@@ -280,7 +289,8 @@ where
             // The lease and the keys' TTL, every few looks.
             let renew = looks % RENEWALS == 0;
             looks += 1;
-            (readers, stop, held) = watch(shared, keys, name, renew, readers.cut).await?;
+            let looked = outage.ride(|| look_at(shared, keys, name, renew)).await?;
+            (readers, stop, held) = seen(looked, readers.cut);
             if !held {
                 return lost(pumped);
             }
@@ -288,7 +298,7 @@ where
                 stopped = true;
                 (shared.on_stop)(id);
             }
-            attached = readers.attached();
+            attached = readers.attached(pumped);
             if attached {
                 alone_since = None;
                 expiry = EndReason::ConsumerGone;
@@ -377,13 +387,19 @@ where
             }
         }
         if !batch.is_empty() {
-            if !append(shared, (keys, name), &mut log, &batch).await? {
+            let append = Arc::new(prepare((keys, name, shape), &log, &batch));
+            if !outage
+                .ride(|| shared.batcher.append(append.clone()))
+                .await?
+            {
                 return lost(pumped);
             }
+            log.evicted = None;
+            log.fresh = false;
             pumped.appended(batch);
         }
         if ended {
-            if !finish(shared, (keys, name), &log).await? {
+            if !outage.ride(|| finish(shared, (keys, name), &log)).await? {
                 return lost(pumped);
             }
             return Ok(());
@@ -448,27 +464,31 @@ pub(crate) async fn hold(shared: &Shared, keys: &Keys, name: &str) -> RedisResul
 }
 
 /// Looks at the stream (see `batcher.rs`), renewing the pump's lease and the keys' TTL if
-/// `renew`; returns the readers attached (and their positions, `cut` kept), whether a stop
-/// was asked for, and whether the stream is still this pump's (`name`'s).
-async fn watch(
+/// `renew`.
+async fn look_at(
     shared: &Shared,
     keys: &Arc<Keys>,
     name: &str,
     renew: bool,
-    mut cut: HashSet<String>,
-) -> RedisResult<(Readers, bool, bool)> {
+) -> RedisResult<Looked> {
     let look = Look {
         keys: keys.clone(),
         name: name.to_owned(),
         now_ms: super::keys::now_ms(),
         renew: renew.then(|| (millis(PUMP_LEASE), millis(RUNNING_TTL))),
     };
+    shared.batcher.look(look).await
+}
+
+/// What a look saw: the readers attached (and their positions, `cut` kept), whether a stop was
+/// asked for, and whether the stream is still this pump's.
+fn seen(looked: Looked, mut cut: HashSet<String>) -> (Readers, bool, bool) {
     let Looked {
         leased,
         positions,
         stop,
         held,
-    } = shared.batcher.look(look).await?;
+    } = looked;
     let leased: HashSet<String> = leased.into_iter().collect();
     // A reader that left is no longer cut off: its name will not come back.
     cut.retain(|name| leased.contains(name));
@@ -477,7 +497,7 @@ async fn watch(
         remote: positions,
         cut,
     };
-    Ok((readers, stop, held))
+    (readers, stop, held)
 }
 
 /// Cuts off the readers `names`: here, at once; on other instances, through the stream's cut
@@ -551,33 +571,26 @@ impl Log {
     }
 }
 
-/// Appends `batch` (counted in `log` already, each with its entry id) as `name`'s, trimming
-/// what the log no longer holds, with what the other pumps have ready (see `batcher.rs`);
-/// whether the stream was still its own.
-async fn append(
-    shared: &Shared,
-    (keys, name): (&Arc<Keys>, &str),
-    log: &mut Log,
+/// The append of `batch` (counted in `log` already, each with its entry id) as `name`'s,
+/// trimming what the log no longer holds (see `batcher.rs`).
+fn prepare(
+    (keys, name, shape): (&Arc<Keys>, &str, ErrorShape),
+    log: &Log,
     batch: &[(EntryId, SseFrame)],
-) -> RedisResult<bool> {
+) -> Append {
     // What was evicted goes from Redis too, and the log's start moves past it.
     let evicted = log.evicted.map(|event| {
         let oldest = log.entries.front().map_or(log.last, |(oldest, _)| *oldest);
         (oldest, event.saturating_add(1))
     });
-    let append = Append {
+    Append {
         keys: keys.clone(),
         name: name.to_owned(),
         evicted,
-        ttl: log.fresh.then(|| millis(RUNNING_TTL)),
+        fresh: log.fresh,
+        shape,
         frames: batch.to_vec(),
-    };
-    let appended = shared.batcher.append(append).await?;
-    if appended {
-        log.evicted = None;
-        log.fresh = false;
     }
-    Ok(appended)
 }
 
 /// Appends the end marker as `name`'s and keeps the stream for the retention; `end` (the id

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use super::keys::{
     Entries, EntryId, Keys, LogEntry, format_id, millis, now_ms, parse_entry, parse_id,
 };
+use super::outage::Outage;
 use super::shared::{Position, Pumped, Shared};
 use super::tail::Found;
 use super::timing::{BATCH, BLOCK, LEASE, LEASE_RENEWAL, RUNNING_TTL, TICK};
@@ -275,6 +276,8 @@ async fn read(
     // For `XREAD BLOCK`, which would hold up every other command on a shared connection: made
     // when first needed (a reader fed from memory never needs it).
     let mut blocking = None::<MultiplexedConnection>;
+    // Redis away: the read is tried again for the outage window (the reader pauses).
+    let mut outage = Outage::new(shared.options.outage);
     loop {
         if let Some(local) = local {
             let appended = local.appended.notified();
@@ -295,6 +298,7 @@ async fn read(
                     continue;
                 }
                 Found::Elsewhere => {}
+                Found::Failed => return failed(),
             }
         }
         let from = last.map_or_else(|| "-".to_owned(), |id| format!("({}", format_id(id)));
@@ -312,7 +316,7 @@ async fn read(
             .arg("COUNT")
             .arg(BATCH);
         let snapshot: RedisResult<(Option<u64>, bool, Entries)> =
-            shared.redis.query(&snapshot).await;
+            outage.ride(|| shared.redis.query(&snapshot)).await;
         let Ok((start, cut, entries)) = snapshot else {
             return failed();
         };
@@ -335,7 +339,13 @@ async fn read(
                 Some(connection) => connection,
                 None => match shared.redis.dedicated().await {
                     Ok(connection) => blocking.insert(connection),
-                    Err(_) => return failed(),
+                    Err(error) => match outage.retry(&error) {
+                        Some(wait) => {
+                            tokio::time::sleep(wait).await;
+                            continue;
+                        }
+                        None => return failed(),
+                    },
                 },
             };
             // Until something comes (or a while, to look at the stream again).
@@ -349,8 +359,13 @@ async fn read(
                 .arg(format_id(last.unwrap_or((0, 0))))
                 .query_async::<redis::Value>(connection)
                 .await;
-            if wait.is_err() {
-                return failed();
+            if let Err(error) = wait {
+                // A new connection for the next wait.
+                blocking = None;
+                match outage.retry(&error) {
+                    Some(wait) => tokio::time::sleep(wait).await,
+                    None => return failed(),
+                }
             }
             continue;
         }

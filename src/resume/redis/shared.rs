@@ -142,9 +142,9 @@ impl Pumped {
         lock(&self.tail).after(last, max)
     }
 
-    /// The pump stopped: readers here read on from Redis.
-    pub(crate) fn stopped(&self) {
-        lock(&self.tail).close();
+    /// The pump stopped: readers here read on from Redis, or end at once if Redis `failed` it.
+    pub(crate) fn stopped(&self, failed: bool) {
+        lock(&self.tail).close(failed);
         self.appended.notify_waiters();
     }
 }

@@ -16,6 +16,8 @@ pub(crate) struct Tail {
     before: Option<EntryId>,
     /// The pump runs: once it stopped, readers here read the rest of the log from Redis.
     open: bool,
+    /// The pump stopped because Redis failed it: readers here end saying so.
+    failed: bool,
 }
 
 /// What a reader finds in the tail after the entry it has.
@@ -27,6 +29,8 @@ pub(crate) enum Found {
     /// It needs entries the tail does not hold (older ones, or the pump stopped): Redis has
     /// them.
     Elsewhere,
+    /// The pump stopped because Redis failed it (past the outage window).
+    Failed,
 }
 
 impl Tail {
@@ -36,6 +40,7 @@ impl Tail {
             frames: VecDeque::new(),
             before,
             open: true,
+            failed: false,
         }
     }
 
@@ -47,6 +52,9 @@ impl Tail {
 
     /// At most `max` entries after `last` (the entry the reader has; `None`: none).
     pub(crate) fn after(&self, last: Option<EntryId>, max: usize) -> Found {
+        if self.failed {
+            return Found::Failed;
+        }
         if !self.open || last < self.before {
             return Found::Elsewhere;
         }
@@ -73,9 +81,10 @@ impl Tail {
         }
     }
 
-    /// The pump stopped: readers here read on from Redis.
-    pub(crate) fn close(&mut self) {
+    /// The pump stopped: readers here read on from Redis, or end at once if Redis `failed` it.
+    pub(crate) fn close(&mut self, failed: bool) {
         self.open = false;
+        self.failed = failed;
         self.frames.clear();
     }
 }
@@ -100,7 +109,7 @@ mod tests {
         match found {
             Found::Frames(frames) => Some(frames.into_iter().map(|(id, _)| id).collect()),
             Found::Nothing => Some(Vec::new()),
-            Found::Elsewhere => None,
+            Found::Elsewhere | Found::Failed => None,
         }
     }
 
@@ -143,11 +152,13 @@ mod tests {
         assert_eq!(ids(tail.after(Some((5, 1)), 64)), Some(vec![(5, 2)]));
         tail.trim(None);
         assert_eq!(ids(tail.after(Some((5, 2)), 64)), Some(vec![]));
-        tail.close();
+        tail.close(false);
         assert_eq!(
             ids(tail.after(Some((5, 2)), 64)),
             None,
             "a stopped pump's readers read Redis"
         );
+        tail.close(true);
+        assert!(matches!(tail.after(Some((5, 2)), 64), Found::Failed));
     }
 }
