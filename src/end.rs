@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// assert_eq!(reason, EndReason::SlowConsumer);
 /// assert_eq!(reason.to_string(), "slow_consumer");
 /// assert!("slow-consumer".parse::<EndReason>().is_err());
-/// assert_eq!(EndReason::ALL.len(), 8);
+/// assert_eq!(EndReason::ALL.len(), 9);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
@@ -52,11 +52,16 @@ pub enum EndReason {
     /// The stream's upstream failed (at a gateway): it sent an `event: error` frame, or its
     /// connection broke before the stream's end.
     UpstreamError,
+    /// The resume store a resumable stream is kept in failed it: Redis was away for longer
+    /// than the registry's outage window (see
+    /// [`ResumeOptions::outage`](crate::resume::ResumeOptions::outage)), so nothing more it
+    /// made could be kept for a resume.
+    ResumeStoreError,
 }
 
 impl EndReason {
     /// Every end reason, in the order of [`index`](EndReason::index).
-    pub const ALL: [EndReason; 8] = [
+    pub const ALL: [EndReason; 9] = [
         EndReason::Completed,
         EndReason::ConsumerGone,
         EndReason::Cancelled,
@@ -65,11 +70,12 @@ impl EndReason {
         EndReason::GeneratorPanic,
         EndReason::Shutdown,
         EndReason::UpstreamError,
+        EndReason::ResumeStoreError,
     ];
 
     /// A short snake-case name for labels, hop records and wire frames: `completed`,
     /// `consumer_gone`, `cancelled`, `slow_consumer`, `generator_error`, `generator_panic`,
-    /// `shutdown`, `upstream_error`.
+    /// `shutdown`, `upstream_error`, `resume_store_error`.
     pub const fn as_str(self) -> &'static str {
         match self {
             EndReason::Completed => "completed",
@@ -80,6 +86,7 @@ impl EndReason {
             EndReason::GeneratorPanic => "generator_panic",
             EndReason::Shutdown => "shutdown",
             EndReason::UpstreamError => "upstream_error",
+            EndReason::ResumeStoreError => "resume_store_error",
         }
     }
 

@@ -312,6 +312,50 @@ async fn a_redis_restart_within_the_outage_window_loses_no_event() {
     assert_eq!(releases.once().0, EndReason::Completed);
 }
 
+/// Redis restarted empty while a stream is idle between two tokens (its pump's next call is a
+/// look, not an append) and a reader on the other instance has read everything: the pump gives
+/// the stream back to Redis, and both subscribers, here and there, get every event once, in
+/// order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_stream_read_through_both_instances_outlives_a_redis_restart() {
+    let Some(mut redis) = RedisServer::start("outage-idle") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    let releases = Releases::default();
+    let consumer = releases
+        .gate()
+        .policy(Policy::backpressure().max_pause(None))
+        .max_events(4)
+        .spawn(|_, mut tx| async move {
+            for i in 0..20u64 {
+                if i == 5 {
+                    // Idle while Redis restarts.
+                    sleep(Duration::from_millis(1500)).await;
+                }
+                tx.send(format!("t{i}")).await?;
+            }
+            Ok::<_, streamgate::SendError<String>>(())
+        });
+    let mut local = register(&here, "idle", consumer).await;
+    let mut remote = there.attach("idle", None).await.unwrap();
+    let mut seen_here = take(&mut local, 5).await;
+    let mut seen_there = take(&mut remote, 5).await;
+    sleep(Duration::from_millis(200)).await;
+    redis.kill();
+    sleep(Duration::from_millis(300)).await;
+    redis.restart();
+    let (rest_here, end_here) = rest(&mut local).await;
+    let (rest_there, end_there) = rest(&mut remote).await;
+    seen_here.extend(rest_here);
+    seen_there.extend(rest_there);
+    assert_eq!(seen_here, expected(0..20), "here");
+    assert_eq!(seen_there, expected(0..20), "there");
+    assert!(end_here.is_none() && end_there.is_none(), "completed");
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::Completed);
+}
+
 /// Redis away past the outage window: the subscriber ends with a `resume_store_error` frame
 /// once the window has passed (not before, never a hang), and the generator is stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

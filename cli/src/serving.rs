@@ -189,11 +189,12 @@ pub const CANCELLED: [EndReason; 3] = [
 ];
 
 /// The ends `/stats` counts as `streams_failed`: the generator failed or panicked, or the
-/// upstream did.
-pub const FAILED: [EndReason; 3] = [
+/// upstream or the resume store did.
+pub const FAILED: [EndReason; 4] = [
     EndReason::GeneratorError,
     EndReason::GeneratorPanic,
     EndReason::UpstreamError,
+    EndReason::ResumeStoreError,
 ];
 
 impl StreamCounts {

@@ -186,7 +186,10 @@ async fn redis_dying_mid_stream_ends_every_subscriber_with_an_error() {
         "{ended:?}"
     );
     let on_a = wait_for(a, "the generator stops", |s| s["generators_running"] == 0).await;
-    assert_eq!(on_a["streams_cancelled"], 1, "{on_a}");
+    // Named for what ended it, in `/stats` as in the frame.
+    assert_eq!(on_a["streams_ended"]["resume_store_error"], 1, "{on_a}");
+    assert_eq!(on_a["streams_failed"], 1, "{on_a}");
+    assert_eq!(on_a["streams_cancelled"], 0, "{on_a}");
     assert_eq!(on_a["kv_blocks_in_use"], 0);
     // Without Redis a new stream is refused, with a reason.
     let refused = RawResponse::post_json(a, "/v1/chat/completions", &resume_client::chat(5)).await;

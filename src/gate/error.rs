@@ -84,6 +84,7 @@ impl fmt::Display for GateError {
             EndReason::GeneratorPanic => "stream ended: generator panicked",
             EndReason::Shutdown => "stream ended: shutting down",
             EndReason::UpstreamError => "stream ended: upstream failed",
+            EndReason::ResumeStoreError => "stream ended: the resume store failed",
         })
     }
 }

@@ -95,11 +95,11 @@ impl ResumeOptions {
 
     /// How long the Redis store rides out Redis being away (a restart, a failover, a dropped
     /// connection): its pumps and readers try again, waiting longer each time, and their
-    /// streams pause meanwhile (nothing reaches a subscriber that Redis does not have, so a
-    /// resume through another instance stays exact), then go on where they were. Past the
-    /// window, the streams end with a `resume_store_error` frame. A Redis that comes back
-    /// empty (restarted without persistence) gets each running stream back from its pump, its
-    /// log starting at what the pump had not written yet: a resume from further back is
+    /// streams pause meanwhile (nothing reaches a subscriber before Redis acknowledged it), then
+    /// go on where they were. Past the window, the streams end with a `resume_store_error`
+    /// frame and as [`ResumeStoreError`](crate::EndReason::ResumeStoreError). A Redis that
+    /// comes back empty (restarted without persistence) gets each running stream back from its
+    /// pump, its log starting where the pump was: a resume from further back is
     /// [`Gone`](super::AttachError::Gone). The memory store has nothing to ride out. Default
     /// [`DEFAULT_OUTAGE`].
     pub fn outage(mut self, window: Duration) -> Self {

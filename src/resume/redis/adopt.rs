@@ -15,7 +15,7 @@ use crate::sync::Arc;
 /// on Redis's clock) has lapsed: the new lease lasts `ARGV[2]` ms, and every key (`KEYS`, the
 /// meta key first) `ARGV[3]` ms more, so that the log read next is still there. Answers the
 /// outcome, then (adopted) the request kept with the stream, the log's start and the stream's
-/// error shape.
+/// error shape. Run again by the same claim, it answers the same.
 const ADOPT: &str = r"
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state then return {'unknown'} end
@@ -23,7 +23,11 @@ if state == 'ended' then return {'ended'} end
 if state ~= 'running' then return {'pumped'} end
 local time = redis.call('TIME')
 local now = time[1] * 1000 + math.floor(time[2] / 1000)
-if tonumber(redis.call('HGET', KEYS[1], 'pump') or '0') > now then return {'pumped'} end
+-- Run again by the same adoption (its answer was lost with its connection), it adopts again.
+local again = redis.call('HGET', KEYS[1], 'claim') == ARGV[1]
+if not again and tonumber(redis.call('HGET', KEYS[1], 'pump') or '0') > now then
+    return {'pumped'}
+end
 local lease = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'pump', lease)
 for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[3]) end

@@ -24,7 +24,7 @@
 //!   the last event as `n-2`, `n-3`. A `Last-Event-ID` of `n` reads the entries after `n-1`.
 //! - `streamgate:{id}:meta`: a hash: `state` (`claimed`, `running` or `ended`), `claim` (the
 //!   name of the claim whose pump runs the stream), `pump` (that pump's lease: its expiry in
-//!   Unix milliseconds, renewed every 500 ms), `request` (what the claim kept for an adopter),
+//!   Unix milliseconds, renewed every fifth look), `request` (what the claim kept for an adopter),
 //!   `start` (the first event id the log can replay), `end` (once ended: the id after the last
 //!   event), `stop` (set by an explicit stop), `looks` (the pump's looks so far), and an
 //!   `alias:{name}` field for each second name the stream was given (`Registry::alias`).
@@ -43,17 +43,18 @@
 //! pump carries the stream on after the last logged event. Every append and the end are one
 //! script that writes only while `claim` is the pump's own: the old pump, were it only stalled
 //! (or its append still in flight), writes nothing once the stream was adopted, and stops at
-//! its next look. Leases are on Redis's clock (`TIME`).
+//! its next look. (A stream missing from Redis altogether is made again by its pump only right
+//! after an outage, see `outage.rs`.) Leases are on Redis's clock (`TIME`).
 //!
-//! Every key has a TTL: a running stream's are renewed by its pump every 500 ms (a claimed
+//! Every key has a TTL: a running stream's are renewed by its pump every fifth look (a claimed
 //! one's by its claim), so the keys of an instance that died go away 10 s after it; a finished
 //! stream's last the retention (at least 3 s, so attached readers read its end). Redis away is
 //! ridden out for the outage window (`outage.rs`): the stream pauses, and a Redis back empty
 //! gets it again from its pump's next append. Past the window, a reader ends with an
 //! `event: error` frame of type `resume_store_error` (a blocked read waits at most 2 s for an
-//! answer), never a hang, and the pump cancels the generator as `ConsumerGone` (nobody can read
-//! what it makes). The shared connection (`connection.rs`) is made again at its next use, and
-//! at once when it is found cut at its first use after Redis restarted.
+//! answer), never a hang, and the pump cancels the generator as `ResumeStoreError` (nobody
+//! can read what it makes). The shared connection (`connection.rs`) is made again at its next
+//! use, and at once when it is found cut at its first use after Redis restarted.
 
 mod adopt;
 mod batcher;

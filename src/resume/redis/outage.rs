@@ -11,11 +11,13 @@ use tokio::time::Instant;
 const FIRST_WAIT: Duration = Duration::from_millis(25);
 const LONGEST_WAIT: Duration = Duration::from_millis(500);
 
-/// One caller's outage: when it began, and the next wait.
+/// One caller's outage: when it began, the next wait, and whether its last call went through
+/// only after Redis had been away.
 pub(crate) struct Outage {
     window: Duration,
     since: Option<Instant>,
     wait: Duration,
+    recovered: bool,
 }
 
 impl Outage {
@@ -25,6 +27,7 @@ impl Outage {
             window,
             since: None,
             wait: FIRST_WAIT,
+            recovered: false,
         }
     }
 
@@ -34,6 +37,11 @@ impl Outage {
         if !away(error) {
             return None;
         }
+        self.wait_within_window()
+    }
+
+    /// The next wait, if the window since the outage began has time left.
+    fn wait_within_window(&mut self) -> Option<Duration> {
         let since = *self.since.get_or_insert_with(Instant::now);
         let left = self
             .window
@@ -46,8 +54,22 @@ impl Outage {
 
     /// A call went through: the outage, if there was one, is over.
     pub(crate) fn over(&mut self) {
+        self.recovered = self.since.is_some();
         self.since = None;
         self.wait = FIRST_WAIT;
+    }
+
+    /// Whether the last call went through only after Redis had been away: a stream it finds
+    /// missing was lost with Redis (it came back empty), not ended or taken away meanwhile.
+    pub(crate) fn recovered(&self) -> bool {
+        self.recovered
+    }
+
+    /// After a stream was found missing right after an outage: how long to wait before
+    /// looking again (its pump may be about to give it back), within the same window as
+    /// [`retry`](Outage::retry).
+    pub(crate) fn retry_missing(&mut self) -> Option<Duration> {
+        self.wait_within_window()
     }
 
     /// Runs `call` until it goes through, trying again while Redis is away (at most the
@@ -75,7 +97,7 @@ impl Outage {
 /// Whether `error` says Redis is away for now rather than that it refused the command: the
 /// connection failed, was refused, dropped or timed out, or Redis is loading, has no master or
 /// is a replica that cannot take writes (a failover under way).
-fn away(error: &RedisError) -> bool {
+pub(crate) fn away(error: &RedisError) -> bool {
     error.is_io_error()
         || error.is_connection_refusal()
         || error.is_timeout()

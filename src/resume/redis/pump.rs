@@ -10,10 +10,10 @@ use futures_core::Stream;
 use redis::RedisResult;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::batcher::{Append, Look, Looked};
+use super::batcher::{Append, Look, Looked, Standing};
 use super::keys::{END, EntryId, Keys, format_id, millis};
 use super::outage::Outage;
-use super::shared::{Pumped, Shared};
+use super::shared::{Position, Pumped, Shared};
 use super::timing::{BATCH, MIN_RETAIN, PUMP_LEASE, RENEWAL, RUNNING_TTL, TICK};
 use crate::end::EndReason;
 use crate::resume::claim::Claim;
@@ -107,17 +107,21 @@ impl Readers {
     /// Whether a reader is attached that was not cut off: one with a lease, or one here (whose
     /// lease a Redis back from a restart has not seen yet).
     fn attached(&self, pumped: &Pumped) -> bool {
-        let here = lock(&pumped.readers)
-            .iter()
-            .any(|reader| !self.cut.contains(&reader.name));
+        let here = lock(&pumped.readers).iter().any(|reader| self.live(reader));
         here || self.leased.iter().any(|name| !self.cut.contains(name))
+    }
+
+    /// Whether `reader`, here, was not cut off (a cut reader still here is on its way out: its
+    /// lease may lapse before it is gone).
+    fn live(&self, reader: &Position) -> bool {
+        !self.cut.contains(&reader.name) && !reader.cut.load(Ordering::Relaxed)
     }
 
     /// Calls `each` with the name, position and place (`true`: another instance) of every
     /// reader not cut off.
     fn each(&self, pumped: &Pumped, mut each: impl FnMut(&str, u64, bool)) {
         let local = lock(&pumped.readers);
-        for reader in local.iter().filter(|r| !self.cut.contains(&r.name)) {
+        for reader in local.iter().filter(|reader| self.live(reader)) {
             each(&reader.name, reader.next.load(Ordering::Relaxed), false);
         }
         for (name, next) in &self.remote {
@@ -180,8 +184,9 @@ pub(crate) struct Pumping {
 }
 
 /// Pumps `frames` (a gated stream, encoded) into the log of the stream until it ends, the
-/// grace runs out, Redis fails or another instance adopted it (the last two cancel the gate as
-/// `ConsumerGone`); gives the claim back once the gate is released.
+/// grace runs out, Redis fails it (past the outage window: the gate is cancelled as
+/// `ResumeStoreError`) or another instance adopted it (as `ConsumerGone`: its readers read on
+/// from the adopter); gives the claim back once the gate is released.
 pub(crate) async fn pump<S>(
     shared: Arc<Shared>,
     pumping: Pumping,
@@ -200,7 +205,7 @@ pub(crate) async fn pump<S>(
     // end at once if it failed the pump.
     pumped.stopped(ran.is_err());
     if ran.is_err() {
-        let _ = pumped.handle.cancel_with(EndReason::ConsumerGone);
+        let _ = pumped.handle.cancel_with(EndReason::ResumeStoreError);
     }
     drop(frames);
     pumped.handle.released().await;
@@ -285,13 +290,15 @@ where
             },
         };
         if look {
-            let (stop, held);
+            let (stop, standing);
             // The lease and the keys' TTL, every few looks.
             let renew = looks % RENEWALS == 0;
             looks += 1;
             let looked = outage.ride(|| look_at(shared, keys, name, renew)).await?;
-            (readers, stop, held) = seen(looked, readers.cut);
-            if !held {
+            (readers, stop, standing) = seen(looked, readers.cut);
+            let again_from = log.end;
+            let give_back = || Append::again(keys, name, shape, again_from);
+            if !stands(shared, &mut outage, standing, give_back).await? {
                 return lost(pumped);
             }
             if stop && !stopped {
@@ -388,10 +395,13 @@ where
         }
         if !batch.is_empty() {
             let append = Arc::new(prepare((keys, name, shape), &log, &batch));
-            if !outage
+            let standing = outage
                 .ride(|| shared.batcher.append(append.clone()))
-                .await?
-            {
+                .await?;
+            // The same frames again, into the stream made again from the first of them.
+            let again_from = batch.first().map_or(log.end, |((event, _), _)| *event);
+            let give_back = || append.made_again_from(again_from);
+            if !stands(shared, &mut outage, standing, give_back).await? {
                 return lost(pumped);
             }
             log.evicted = None;
@@ -481,13 +491,13 @@ async fn look_at(
 }
 
 /// What a look saw: the readers attached (and their positions, `cut` kept), whether a stop was
-/// asked for, and whether the stream is still this pump's.
-fn seen(looked: Looked, mut cut: HashSet<String>) -> (Readers, bool, bool) {
+/// asked for, and whose the stream is.
+fn seen(looked: Looked, mut cut: HashSet<String>) -> (Readers, bool, Standing) {
     let Looked {
         leased,
         positions,
         stop,
-        held,
+        standing,
     } = looked;
     let leased: HashSet<String> = leased.into_iter().collect();
     // A reader that left is no longer cut off: its name will not come back.
@@ -497,7 +507,29 @@ fn seen(looked: Looked, mut cut: HashSet<String>) -> (Readers, bool, bool) {
         remote: positions,
         cut,
     };
-    (readers, stop, held)
+    (readers, stop, standing)
+}
+
+/// Whether the stream is still this pump's, as a call found it `standing`: a stream that Redis
+/// lost, found so right after an outage (it came back empty), is given back to it at once
+/// (`give_back`: an append that makes it again); one found lost otherwise (its keys expired) or
+/// another claim's is not this pump's any more.
+async fn stands(
+    shared: &Shared,
+    outage: &mut Outage,
+    standing: Standing,
+    give_back: impl FnOnce() -> Append,
+) -> RedisResult<bool> {
+    match standing {
+        Standing::Ours => Ok(true),
+        Standing::Adopted => Ok(false),
+        Standing::Lost if !outage.recovered() => Ok(false),
+        Standing::Lost => {
+            let again = Arc::new(give_back());
+            let standing = outage.ride(|| shared.batcher.append(again.clone())).await?;
+            Ok(standing == Standing::Ours)
+        }
+    }
 }
 
 /// Cuts off the readers `names`: here, at once; on other instances, through the stream's cut
@@ -547,9 +579,10 @@ fn evict(log: &mut Log) {
 /// Ends the stream for the claim `ARGV[1]`, if it is still its own: the end marker (the entry
 /// `ARGV[2]`, whose `k` is `ARGV[5]`), the state `ended` with its `end` (`ARGV[3]`), the
 /// request kept for an adopter gone, and every key kept for the retention (`ARGV[4]` ms).
-/// Whether it ended it.
+/// Whether it ended it (run again by the same claim, its answer lost, it answers the same).
 const FINISH: &str = r"
 if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'state') == 'ended' then return 1 end
 redis.call('XADD', KEYS[2], ARGV[2], 'k', ARGV[5])
 redis.call('HSET', KEYS[1], 'state', 'ended', 'end', ARGV[3])
 redis.call('HDEL', KEYS[1], 'request')
@@ -589,6 +622,7 @@ fn prepare(
         evicted,
         fresh: log.fresh,
         shape,
+        again_from: None,
         frames: batch.to_vec(),
     }
 }

@@ -269,8 +269,8 @@ async fn read(
     let reader = reading.position;
     let max_lag = shared.options.max_lag;
     let store_error = |message: &str| {
-        let frame = reading.end("resume_store_error", message);
-        Some(frame.ending(EndReason::UpstreamError))
+        let frame = reading.end(EndReason::ResumeStoreError.as_str(), message);
+        Some(frame.ending(EndReason::ResumeStoreError))
     };
     let failed = || store_error("the resume store failed");
     // For `XREAD BLOCK`, which would hold up every other command on a shared connection: made
@@ -324,6 +324,14 @@ async fn read(
             return Some(behind(reading, max_lag));
         }
         let Some(start) = start else {
+            // Right after an outage, Redis may have come back empty: the stream's pump gives
+            // it back at its next call.
+            if outage.recovered() {
+                if let Some(wait) = outage.retry_missing() {
+                    tokio::time::sleep(wait).await;
+                    continue;
+                }
+            }
             return store_error("the stream is no longer in the resume store");
         };
         let next = last.map_or(0, |(event, _)| event.saturating_add(1));
