@@ -360,7 +360,15 @@ where
             };
             match step {
                 Step::Append => {
-                    batch.push((log.add(&frame), frame));
+                    let Some(id) = log.add(&frame) else {
+                        // An upstream's own id (kept by a gateway) that went back: the log,
+                        // ordered by id, cannot keep it.
+                        return Err(redis::RedisError::from((
+                            redis::ErrorKind::Client,
+                            "an event id that does not follow the stream's last one",
+                        )));
+                    };
+                    batch.push((id, frame));
                     held_since = None;
                     backoff = REPOLL;
                     // The frames the gate has ready go with it.
@@ -591,16 +599,19 @@ return 1";
 
 impl Log {
     /// Counts `frame` in as the next entry (its append follows, or the stream ends); returns
-    /// its entry id.
-    fn add(&mut self, frame: &SseFrame) -> EntryId {
+    /// its entry id, or `None` (and counts nothing) if that id does not follow the last one.
+    fn add(&mut self, frame: &SseFrame) -> Option<EntryId> {
         let id = self.next_id(frame.id());
+        if id <= self.last {
+            return None;
+        }
         self.entries.push_back((id, frame.bytes().len()));
         self.bytes += frame.bytes().len();
         self.last = id;
         if let Some(event) = frame.id() {
             self.end = event.saturating_add(1);
         }
-        id
+        Some(id)
     }
 }
 
