@@ -186,11 +186,33 @@ async fn redis_dying_mid_stream_ends_every_subscriber_with_an_error() {
         "{ended:?}"
     );
     let on_a = wait_for(a, "the generator stops", |s| s["generators_running"] == 0).await;
-    // Named for what ended it, in `/stats` as in the frame.
+    // Named for what ended it, in `/stats` as in the frame...
     assert_eq!(on_a["streams_ended"]["resume_store_error"], 1, "{on_a}");
     assert_eq!(on_a["streams_failed"], 1, "{on_a}");
     assert_eq!(on_a["streams_cancelled"], 0, "{on_a}");
-    assert_eq!(on_a["kv_blocks_in_use"], 0);
+    // ...and in `/metrics`, at the generator's hops as at the client's (the recorder is the
+    // test process's: other tests' streams end there too, but none for this reason).
+    let deadline = Instant::now() + common::HANG;
+    for hop in ["worker.decode", "worker.publish", "worker.write"] {
+        loop {
+            let page = RawResponse::get(a, "/metrics", "").await.text().await;
+            let named = page
+                .lines()
+                .filter(|line| line.starts_with("streamgate_streams_ended_total{"))
+                .filter(|line| line.contains(&format!("hop=\"{hop}\"")))
+                .filter(|line| line.contains("reason=\"resume_store_error\""))
+                .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum::<f64>();
+            if named >= 1.0 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{hop}: no resume_store_error end: {page}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
     // Without Redis a new stream is refused, with a reason.
     let refused = RawResponse::post_json(a, "/v1/chat/completions", &resume_client::chat(5)).await;
     assert_eq!(refused.status(), 503);

@@ -10,6 +10,7 @@ use tokio_util::sync::{WaitForCancellationFuture, WaitForCancellationFutureOwned
 
 use super::buffer::{Buffer, Refused};
 use super::error::BoxError;
+use super::handle::GateHandle;
 use crate::chunk::Chunk;
 use crate::end::EndReason;
 use crate::sync::Arc;
@@ -378,6 +379,28 @@ impl<T: Chunk> fmt::Debug for Sender<T> {
             .field("closed", &self.is_closed())
             .field("in_task", &self.in_task)
             .finish_non_exhaustive()
+    }
+}
+
+impl<T: Chunk + Send + 'static> Sender<T> {
+    /// A handle on the gate this sender feeds: what a generator asks why its stream ended
+    /// (its consumer gone, a stop, a slow consumer, a failed resume store), to record that as
+    /// its own end, also where it is dropped rather than failing a send.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use streamgate::{EndReason, Gate};
+    ///
+    /// let (mut tx, consumer) = Gate::new().channel::<String>();
+    /// let gate = tx.handle();
+    /// assert_eq!(gate.end_reason(), None);
+    /// drop(consumer); // the client left
+    /// assert!(tx.try_send("late".to_owned()).is_err());
+    /// assert_eq!(gate.end_reason(), Some(EndReason::ConsumerGone));
+    /// ```
+    pub fn handle(&self) -> GateHandle {
+        GateHandle::new(self.buffer.clone())
     }
 }
 

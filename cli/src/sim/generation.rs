@@ -5,8 +5,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use streamgate::probe::Observation;
-use streamgate::{BoxError, Consumer, EndReason, Kind, Sender};
+use streamgate::probe::{Observation, Recorder};
+use streamgate::{BoxError, Consumer, EndReason, GateHandle, Kind, Sender};
 use tokio_util::sync::CancellationToken;
 
 use super::delta::{Delta, Frame};
@@ -101,18 +101,44 @@ struct Worker {
     blocks: KvBlocks,
 }
 
+/// The worker's two hops. Each records how the stream ended; if the generation stops for the
+/// gate's end (its send refused, or the generation dropped), as the gate ended it.
+struct Hops {
+    decode: Recorder,
+    publish: Recorder,
+    gate: GateHandle,
+}
+
+impl Hops {
+    fn end(&mut self, reason: EndReason) {
+        self.decode.end(reason);
+        self.publish.end(reason);
+    }
+}
+
+impl Drop for Hops {
+    fn drop(&mut self) {
+        // A no-op for a generation that recorded its own end.
+        let reason = self.gate.end_reason().unwrap_or(EndReason::ConsumerGone);
+        self.end(reason);
+    }
+}
+
 impl Worker {
     async fn run(mut self, mut tx: Sender<Delta>) -> Result<(), BoxError> {
         let config = &self.sim.config;
-        let mut decode = self.sim.decode.recorder(self.meta.stream.as_str());
-        let mut publish = self.sim.publish.recorder(self.meta.stream.as_str());
+        let mut hops = Hops {
+            decode: self.sim.decode.recorder(self.meta.stream.as_str()),
+            publish: self.sim.publish.recorder(self.meta.stream.as_str()),
+            gate: tx.handle(),
+        };
         // What a diagnosis slices the worker's records by (`diagnose --by model`).
         let attrs = [
             ("model", self.meta.model.as_str()),
             ("api", self.meta.format.name()),
         ];
-        decode.attrs(&attrs);
-        publish.attrs(&attrs);
+        hops.decode.attrs(&attrs);
+        hops.publish.attrs(&attrs);
         let gone = |_| "the stream ended";
         let mut finish = FinishReason::Length;
         let Output { tokens, first_id } = self.output.clone();
@@ -145,8 +171,7 @@ impl Worker {
                 break;
             }
             if let Err(full) = self.blocks.room_for(made) {
-                decode.end(EndReason::GeneratorError);
-                publish.end(EndReason::GeneratorError);
+                hops.end(EndReason::GeneratorError);
                 // Other streams hold the rest of the pool: this one stops, gives its blocks
                 // back at once, and says why before the gate's end.
                 let blocks = self.blocks.give_back();
@@ -168,7 +193,7 @@ impl Worker {
             let token_len = self.meta.token_len(i);
             // The hop records' seq is the event id.
             let observed = Observation::new(Some(id), token_len as u64, Kind::Visible);
-            decode.observe(observed);
+            hops.decode.observe(observed);
             let token = Delta::Text {
                 meta: self.meta.clone(),
                 from: i,
@@ -177,7 +202,7 @@ impl Worker {
                 id,
             };
             tx.send(token).await.map_err(gone)?;
-            publish.observe(observed);
+            hops.publish.observe(observed);
             id += 1;
             len += token_len;
         }
@@ -188,14 +213,13 @@ impl Worker {
             tokio::time::sleep(config.step).await;
             self.die_if_made(made);
         }
-        // A stop asked for is the stream cancelled; a recorder dropped on the way out (the
-        // gate ended first) is its consumer gone.
+        // A stop asked for is the stream cancelled (a gate that ended first is recorded as it
+        // ended, by `Hops`).
         let ended = match finish {
             FinishReason::Stop => EndReason::Cancelled,
             FinishReason::Length => EndReason::Completed,
         };
-        decode.end(ended);
-        publish.end(ended);
+        hops.end(ended);
         let ending = Ending {
             tokens: from..from + made,
             len,
