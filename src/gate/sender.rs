@@ -392,12 +392,15 @@ impl<T: Chunk + Send + 'static> Sender<T> {
     /// ```
     /// use streamgate::{EndReason, Gate};
     ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
     /// let (mut tx, consumer) = Gate::new().channel::<String>();
     /// let gate = tx.handle();
     /// assert_eq!(gate.end_reason(), None);
     /// drop(consumer); // the client left
     /// assert!(tx.try_send("late".to_owned()).is_err());
     /// assert_eq!(gate.end_reason(), Some(EndReason::ConsumerGone));
+    /// # }
     /// ```
     pub fn handle(&self) -> GateHandle {
         GateHandle::new(self.buffer.clone())
