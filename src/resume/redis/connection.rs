@@ -9,6 +9,13 @@ use redis::{
 use super::timing::BLOCK;
 use crate::sync::{Mutex, lock};
 
+/// What [`Connection::run`] sends.
+#[derive(Clone, Copy)]
+enum Command<'a, 'b> {
+    Pipe(&'a Pipeline),
+    Script(&'a ScriptInvocation<'b>),
+}
+
 /// The connection every pump, reader and claim of an instance shares (multiplexed: requests
 /// from many tasks go out together), and the client that makes it and the readers' own.
 pub(crate) struct Connection {
@@ -38,28 +45,27 @@ impl Connection {
 
     /// Runs `pipe` on the shared connection (see [`again`](Connection::again)).
     pub(crate) async fn query<T: FromRedisValue>(&self, pipe: &Pipeline) -> RedisResult<T> {
-        let mut first = true;
-        loop {
-            let (mut connection, made_before) = self.cached().await?;
-            let result = pipe.query_async(&mut connection).await;
-            if !self.again(&result, first && made_before) {
-                return result;
-            }
-            first = false;
-        }
+        self.run(Command::Pipe(pipe)).await
     }
 
-    /// Runs the script `invocation` on the shared connection (see [`again`](Connection::again)),
-    /// by its digest, loading it first when Redis does not have it (a restarted Redis has
-    /// none).
+    /// Runs the script `invocation` on the shared connection (see
+    /// [`again`](Connection::again)), by its digest, loading it first when Redis does not have
+    /// it (a restarted Redis has none).
     pub(crate) async fn invoke<T: FromRedisValue>(
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> RedisResult<T> {
+        self.run(Command::Script(invocation)).await
+    }
+
+    async fn run<T: FromRedisValue>(&self, command: Command<'_, '_>) -> RedisResult<T> {
         let mut first = true;
         loop {
             let (mut connection, made_before) = self.cached().await?;
-            let result = invocation.invoke_async(&mut connection).await;
+            let result = match command {
+                Command::Pipe(pipe) => pipe.query_async(&mut connection).await,
+                Command::Script(invocation) => invocation.invoke_async(&mut connection).await,
+            };
             if !self.again(&result, first && made_before) {
                 return result;
             }
