@@ -98,7 +98,8 @@ impl EndReason {
 
     /// Whether the stream ended on the generator's side of the path (it finished, failed or
     /// its upstream did) rather than because of a consumer, a stop or a shutdown: an end a hop
-    /// receives from the hop before it.
+    /// receives from the hop before it. [`ResumeStoreError`](EndReason::ResumeStoreError) is
+    /// not: the store sits between the generator and its readers, after the generator's hops.
     ///
     /// ```
     /// use streamgate::EndReason;
@@ -141,7 +142,7 @@ pub struct UnknownEndReason(());
 
 impl fmt::Display for UnknownEndReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("not an end reason (completed, consumer_gone, cancelled, slow_consumer, generator_error, generator_panic, shutdown, upstream_error)")
+        f.write_str("not an end reason (completed, consumer_gone, cancelled, slow_consumer, generator_error, generator_panic, shutdown, upstream_error, resume_store_error)")
     }
 }
 

@@ -356,6 +356,49 @@ async fn an_idle_stream_read_through_both_instances_outlives_a_redis_restart() {
     assert_eq!(releases.once().0, EndReason::Completed);
 }
 
+/// A stream whose generator finishes while Redis is away, and Redis comes back empty: its pump
+/// gives the stream back and ends it there, so both subscribers, here and on the other
+/// instance, complete with every event (not a `resume_store_error` after the last one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_finishes_while_redis_is_away_completes() {
+    let Some(mut redis) = RedisServer::start("outage-finish") else {
+        return;
+    };
+    let (here, there) = instances(&redis, ResumeOptions::default());
+    let releases = Releases::default();
+    let killed = Arc::new(tokio::sync::Notify::new());
+    let consumer = {
+        let killed = killed.clone();
+        releases
+            .gate()
+            .policy(Policy::backpressure().max_pause(None))
+            .spawn(move |_, mut tx| async move {
+                for i in 0..5u64 {
+                    tx.send(format!("t{i}")).await?;
+                }
+                // Finishes while Redis is away.
+                killed.notified().await;
+                Ok::<_, streamgate::SendError<String>>(())
+            })
+    };
+    let mut local = register(&here, "finishing", consumer).await;
+    let mut remote = there.attach("finishing", None).await.unwrap();
+    let mut seen_here = take(&mut local, 5).await;
+    let mut seen_there = take(&mut remote, 5).await;
+    redis.kill();
+    killed.notify_one();
+    sleep(Duration::from_millis(300)).await;
+    redis.restart();
+    let (rest_here, end_here) = rest(&mut local).await;
+    let (rest_there, end_there) = rest(&mut remote).await;
+    seen_here.extend(rest_here);
+    seen_there.extend(rest_there);
+    assert_eq!((seen_here, end_here.map(|end| end.message)), (expected(0..5), None));
+    assert_eq!((seen_there, end_there.map(|end| end.message)), (expected(0..5), None));
+    releases.wait_for(1).await;
+    assert_eq!(releases.once().0, EndReason::Completed);
+}
+
 /// Redis away past the outage window: the subscriber ends with a `resume_store_error` frame
 /// once the window has passed (not before, never a hang), and the generator is stopped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

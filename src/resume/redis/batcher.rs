@@ -99,7 +99,8 @@ impl Append {
 }
 
 impl Standing {
-    fn from_answer(answer: i64) -> RedisResult<Self> {
+    /// A script's answer: 1 the claim's, 0 another's, 2 not in Redis (else a refusal).
+    pub(crate) fn from_answer(answer: i64) -> RedisResult<Self> {
         match answer {
             1 => Ok(Standing::Ours),
             0 => Ok(Standing::Adopted),
@@ -198,7 +199,11 @@ while a <= #ARGV do
             end
             if answer == 1 and ARGV[a + 2] ~= '' then
                 redis.call('XTRIM', log, 'MINID', ARGV[a + 2])
-                redis.call('HSET', meta, 'start', ARGV[a + 3])
+                -- The start only moves on.
+                local start = tonumber(redis.call('HGET', meta, 'start') or '0')
+                if tonumber(ARGV[a + 3]) > start then
+                    redis.call('HSET', meta, 'start', ARGV[a + 3])
+                end
             end
             if answer == 1 and fresh then redis.call('PEXPIRE', log, ttl) end
         end

@@ -7,6 +7,7 @@ use redis::{
 };
 
 use super::timing::BLOCK;
+use crate::sync::{AtomicU64, Ordering};
 use crate::sync::{Mutex, lock};
 
 /// What [`Connection::run`] sends.
@@ -21,6 +22,9 @@ enum Command<'a, 'b> {
 pub(crate) struct Connection {
     client: Client,
     cached: Mutex<Option<MultiplexedConnection>>,
+    /// How many shared connections were made so far: one more than the last a caller saw
+    /// means the connection was made again since (after an error: a restart, a dropped link).
+    made: AtomicU64,
 }
 
 impl Connection {
@@ -29,6 +33,7 @@ impl Connection {
         Connection {
             client,
             cached: Mutex::new(None),
+            made: AtomicU64::new(0),
         }
     }
 
@@ -40,7 +45,13 @@ impl Connection {
         }
         let connection = self.client.get_multiplexed_async_connection().await?;
         *lock(&self.cached) = Some(connection.clone());
+        self.made.fetch_add(1, Ordering::Relaxed);
         Ok((connection, false))
+    }
+
+    /// How many shared connections were made so far.
+    pub(crate) fn made(&self) -> u64 {
+        self.made.load(Ordering::Relaxed)
     }
 
     /// Runs `pipe` on the shared connection (see [`again`](Connection::again)).

@@ -18,7 +18,14 @@ pub(crate) struct Outage {
     since: Option<Instant>,
     wait: Duration,
     recovered: bool,
+    /// Since when the stream has been found missing right after an outage.
+    missing_since: Option<Instant>,
+    /// How many connections the instance had made when this caller's call last went through.
+    made: Option<u64>,
 }
+
+/// How often a reader looks again for a stream missing right after an outage.
+const MISSING_WAIT: Duration = Duration::from_millis(50);
 
 impl Outage {
     /// No outage yet, one that may last up to `window`.
@@ -28,6 +35,8 @@ impl Outage {
             since: None,
             wait: FIRST_WAIT,
             recovered: false,
+            missing_since: None,
+            made: None,
         }
     }
 
@@ -59,17 +68,39 @@ impl Outage {
         self.wait = FIRST_WAIT;
     }
 
-    /// Whether the last call went through only after Redis had been away: a stream it finds
-    /// missing was lost with Redis (it came back empty), not ended or taken away meanwhile.
-    pub(crate) fn recovered(&self) -> bool {
-        self.recovered
+    /// Whether the last call went through only after Redis had been away, for this caller or
+    /// for the instance's connection (which had made `made` connections by then, more than
+    /// when this caller's call last went through: Redis restarted between two of its calls): a
+    /// stream it finds missing was lost with Redis (it came back empty), not ended or taken
+    /// away meanwhile.
+    pub(crate) fn recovered(&self, made: u64) -> bool {
+        self.recovered || self.made.is_some_and(|before| before != made)
     }
 
-    /// After a stream was found missing right after an outage: how long to wait before
-    /// looking again (its pump may be about to give it back), within the same window as
-    /// [`retry`](Outage::retry).
-    pub(crate) fn retry_missing(&mut self) -> Option<Duration> {
-        self.wait_within_window()
+    /// The caller's call went through, and found its stream, with the instance's connection
+    /// at `made` connections.
+    pub(crate) fn went_through(&mut self, made: u64) {
+        self.made = Some(made);
+    }
+
+    /// After a stream was found missing: how long to wait before looking again, if it was
+    /// found so right after an outage (its pump may be about to give it back) and has been
+    /// missing for less than the window; `None` otherwise (it is gone).
+    pub(crate) fn retry_missing(&mut self, made: u64) -> Option<Duration> {
+        if self.missing_since.is_none() && !self.recovered(made) {
+            return None;
+        }
+        let since = *self.missing_since.get_or_insert_with(Instant::now);
+        let left = self
+            .window
+            .checked_sub(since.elapsed())
+            .filter(|left| !left.is_zero())?;
+        Some(MISSING_WAIT.min(left))
+    }
+
+    /// The stream was found (again).
+    pub(crate) fn found(&mut self) {
+        self.missing_since = None;
     }
 
     /// Runs `call` until it goes through, trying again while Redis is away (at most the

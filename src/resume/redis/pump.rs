@@ -282,7 +282,7 @@ where
                     false
                 }
                 None => {
-                    if !outage.ride(|| finish(shared, (keys, name), &log)).await? {
+                    if !end(shared, (keys, name, shape), &mut log, &mut outage).await? {
                         return lost(pumped);
                     }
                     return Ok(());
@@ -298,8 +298,10 @@ where
             (readers, stop, standing) = seen(looked, readers.cut);
             let again_from = log.end;
             let give_back = || Append::again(keys, name, shape, again_from);
-            if !stands(shared, &mut outage, standing, give_back).await? {
-                return lost(pumped);
+            match stands(shared, &mut outage, standing, give_back).await? {
+                Kept::Still => {}
+                Kept::GivenBack => log.given_back(again_from),
+                Kept::Gone => return lost(pumped),
             }
             if stop && !stopped {
                 stopped = true;
@@ -362,11 +364,10 @@ where
                 Step::Append => {
                     let Some(id) = log.add(&frame) else {
                         // An upstream's own id (kept by a gateway) that went back: the log,
-                        // ordered by id, cannot keep it.
-                        return Err(redis::RedisError::from((
-                            redis::ErrorKind::Client,
-                            "an event id that does not follow the stream's last one",
-                        )));
+                        // ordered by id, cannot keep it. The upstream failed the stream; its
+                        // terminal frame comes next.
+                        let _ = pumped.handle.cancel_with(EndReason::UpstreamError);
+                        continue;
                     };
                     batch.push((id, frame));
                     held_since = None;
@@ -406,18 +407,24 @@ where
             let standing = outage
                 .ride(|| shared.batcher.append(append.clone()))
                 .await?;
-            // The same frames again, into the stream made again from the first of them.
-            let again_from = batch.first().map_or(log.end, |((event, _), _)| *event);
+            // The same frames again, into the stream made again from the first event among
+            // them (or, with none, from the next).
+            let again_from = batch
+                .iter()
+                .find_map(|(_, frame)| frame.id())
+                .unwrap_or(log.end);
             let give_back = || append.made_again_from(again_from);
-            if !stands(shared, &mut outage, standing, give_back).await? {
-                return lost(pumped);
+            match stands(shared, &mut outage, standing, give_back).await? {
+                Kept::Still => {}
+                Kept::GivenBack => log.given_back(again_from),
+                Kept::Gone => return lost(pumped),
             }
             log.evicted = None;
             log.fresh = false;
             pumped.appended(batch);
         }
         if ended {
-            if !outage.ride(|| finish(shared, (keys, name), &log)).await? {
+            if !end(shared, (keys, name, shape), &mut log, &mut outage).await? {
                 return lost(pumped);
             }
             return Ok(());
@@ -518,25 +525,63 @@ fn seen(looked: Looked, mut cut: HashSet<String>) -> (Readers, bool, Standing) {
     (readers, stop, standing)
 }
 
-/// Whether the stream is still this pump's, as a call found it `standing`: a stream that Redis
-/// lost, found so right after an outage (it came back empty), is given back to it at once
-/// (`give_back`: an append that makes it again); one found lost otherwise (its keys expired) or
-/// another claim's is not this pump's any more.
+/// What became of the stream after a call.
+enum Kept {
+    /// It is still this pump's.
+    Still,
+    /// Redis had lost it (it came back empty) and the pump gave it back: its log starts anew.
+    GivenBack,
+    /// Another instance adopted it, or its keys expired: it is not this pump's any more.
+    Gone,
+}
+
+/// What became of the stream, as a call found it `standing`: a stream that Redis lost, found
+/// so right after an outage (this pump's, or its instance's connection's: it came back empty),
+/// is given back at once (`give_back`: an append that makes it again); one found lost otherwise
+/// (its keys expired) or another claim's is gone.
 async fn stands(
     shared: &Shared,
     outage: &mut Outage,
     standing: Standing,
     give_back: impl FnOnce() -> Append,
-) -> RedisResult<bool> {
-    match standing {
-        Standing::Ours => Ok(true),
-        Standing::Adopted => Ok(false),
-        Standing::Lost if !outage.recovered() => Ok(false),
+) -> RedisResult<Kept> {
+    let kept = match standing {
+        Standing::Ours => Kept::Still,
+        Standing::Adopted => Kept::Gone,
+        Standing::Lost if !outage.recovered(shared.redis.made()) => Kept::Gone,
         Standing::Lost => {
             let again = Arc::new(give_back());
-            let standing = outage.ride(|| shared.batcher.append(again.clone())).await?;
+            match outage.ride(|| shared.batcher.append(again.clone())).await? {
+                Standing::Ours => Kept::GivenBack,
+                _ => Kept::Gone,
+            }
+        }
+    };
+    if !matches!(kept, Kept::Gone) {
+        outage.went_through(shared.redis.made());
+    }
+    Ok(kept)
+}
+
+/// Ends the stream in Redis (see [`finish`]), giving it back first if Redis lost it (see
+/// [`stands`]); whether it was still this pump's.
+async fn end(
+    shared: &Shared,
+    (keys, name, shape): (&Arc<Keys>, &str, ErrorShape),
+    log: &mut Log,
+    outage: &mut Outage,
+) -> RedisResult<bool> {
+    let standing = outage.ride(|| finish(shared, (keys, name), log)).await?;
+    let again_from = log.end;
+    let give_back = || Append::again(keys, name, shape, again_from);
+    match stands(shared, outage, standing, give_back).await? {
+        Kept::Still => Ok(true),
+        Kept::GivenBack => {
+            log.given_back(again_from);
+            let standing = outage.ride(|| finish(shared, (keys, name), log)).await?;
             Ok(standing == Standing::Ours)
         }
+        Kept::Gone => Ok(false),
     }
 }
 
@@ -587,9 +632,12 @@ fn evict(log: &mut Log) {
 /// Ends the stream for the claim `ARGV[1]`, if it is still its own: the end marker (the entry
 /// `ARGV[2]`, whose `k` is `ARGV[5]`), the state `ended` with its `end` (`ARGV[3]`), the
 /// request kept for an adopter gone, and every key kept for the retention (`ARGV[4]` ms).
-/// Whether it ended it (run again by the same claim, its answer lost, it answers the same).
+/// Answers 1 if it ended it (run again by the same claim, its answer lost, it answers the
+/// same), 0 if the stream is another claim's, 2 if it is not in Redis.
 const FINISH: &str = r"
-if redis.call('HGET', KEYS[1], 'claim') ~= ARGV[1] then return 0 end
+local claim = redis.call('HGET', KEYS[1], 'claim')
+if claim == false then return 2 end
+if claim ~= ARGV[1] then return 0 end
 if redis.call('HGET', KEYS[1], 'state') == 'ended' then return 1 end
 redis.call('XADD', KEYS[2], ARGV[2], 'k', ARGV[5])
 redis.call('HSET', KEYS[1], 'state', 'ended', 'end', ARGV[3])
@@ -612,6 +660,21 @@ impl Log {
             self.end = event.saturating_add(1);
         }
         Some(id)
+    }
+
+    /// Redis lost the stream and the pump gave it back, its log starting at event `start`:
+    /// what the log held before it is gone, and the log is new (its next append gives it its
+    /// TTL).
+    fn given_back(&mut self, start: u64) {
+        while let Some(&((event, _), bytes)) = self.entries.front() {
+            if event >= start {
+                break;
+            }
+            self.entries.pop_front();
+            self.bytes -= bytes;
+        }
+        self.evicted = None;
+        self.fresh = true;
     }
 }
 
@@ -641,7 +704,7 @@ fn prepare(
 /// Appends the end marker as `name`'s and keeps the stream for the retention; `end` (the id
 /// after the last event) lets an attach past it answer that the stream finished. Whether the
 /// stream was still its own.
-async fn finish(shared: &Shared, (keys, name): (&Keys, &str), log: &Log) -> RedisResult<bool> {
+async fn finish(shared: &Shared, (keys, name): (&Keys, &str), log: &Log) -> RedisResult<Standing> {
     let retain = millis(shared.options.retain.max(MIN_RETAIN));
     let mut pipe = redis::pipe();
     pipe.cmd("EVAL").arg(FINISH).arg(keys.all().len());
@@ -653,6 +716,6 @@ async fn finish(shared: &Shared, (keys, name): (&Keys, &str), log: &Log) -> Redi
         .arg(log.end)
         .arg(retain)
         .arg(END);
-    let (ended,): (bool,) = shared.redis.query(&pipe).await?;
-    Ok(ended)
+    let (answer,): (i64,) = shared.redis.query(&pipe).await?;
+    Standing::from_answer(answer)
 }

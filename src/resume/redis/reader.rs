@@ -325,15 +325,15 @@ async fn read(
         }
         let Some(start) = start else {
             // Right after an outage, Redis may have come back empty: the stream's pump gives
-            // it back at its next call.
-            if outage.recovered() {
-                if let Some(wait) = outage.retry_missing() {
-                    tokio::time::sleep(wait).await;
-                    continue;
-                }
+            // it back at its next call (within the window).
+            if let Some(wait) = outage.retry_missing(shared.redis.made()) {
+                tokio::time::sleep(wait).await;
+                continue;
             }
             return store_error("the stream is no longer in the resume store");
         };
+        outage.found();
+        outage.went_through(shared.redis.made());
         let next = last.map_or(0, |(event, _)| event.saturating_add(1));
         if next < start {
             let why = format!(
