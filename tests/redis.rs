@@ -393,8 +393,14 @@ async fn a_stream_that_finishes_while_redis_is_away_completes() {
     let (rest_there, end_there) = rest(&mut remote).await;
     seen_here.extend(rest_here);
     seen_there.extend(rest_there);
-    assert_eq!((seen_here, end_here.map(|end| end.message)), (expected(0..5), None));
-    assert_eq!((seen_there, end_there.map(|end| end.message)), (expected(0..5), None));
+    assert_eq!(
+        (seen_here, end_here.map(|end| end.message)),
+        (expected(0..5), None)
+    );
+    assert_eq!(
+        (seen_there, end_there.map(|end| end.message)),
+        (expected(0..5), None)
+    );
     releases.wait_for(1).await;
     assert_eq!(releases.once().0, EndReason::Completed);
 }

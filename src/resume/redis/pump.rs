@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::task::{Context, Poll, Waker};
 
 use futures_core::Stream;
-use redis::RedisResult;
+use redis::{ErrorKind, RedisError, RedisResult};
 use tokio::time::{Instant, MissedTickBehavior};
 
 use super::batcher::{Append, Look, Looked, Standing};
@@ -531,14 +531,16 @@ enum Kept {
     Still,
     /// Redis had lost it (it came back empty) and the pump gave it back: its log starts anew.
     GivenBack,
-    /// Another instance adopted it, or its keys expired: it is not this pump's any more.
+    /// Another instance adopted it: it is not this pump's any more (its readers read on from
+    /// the adopter).
     Gone,
 }
 
 /// What became of the stream, as a call found it `standing`: a stream that Redis lost, found
 /// so right after an outage (this pump's, or its instance's connection's: it came back empty),
-/// is given back at once (`give_back`: an append that makes it again); one found lost otherwise
-/// (its keys expired) or another claim's is gone.
+/// is given back at once (`give_back`: an append that makes it again); another claim's is gone;
+/// one found lost otherwise (its keys expired: this instance stalled past their TTL) is an
+/// error, which ends it as the store's failure.
 async fn stands(
     shared: &Shared,
     outage: &mut Outage,
@@ -548,7 +550,12 @@ async fn stands(
     let kept = match standing {
         Standing::Ours => Kept::Still,
         Standing::Adopted => Kept::Gone,
-        Standing::Lost if !outage.recovered(shared.redis.made()) => Kept::Gone,
+        Standing::Lost if !outage.recovered(shared.redis.made()) => {
+            return Err(RedisError::from((
+                ErrorKind::Client,
+                "the stream is no longer in the resume store",
+            )));
+        }
         Standing::Lost => {
             let again = Arc::new(give_back());
             match outage.ride(|| shared.batcher.append(again.clone())).await? {
