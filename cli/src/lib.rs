@@ -5,6 +5,7 @@
 pub mod client;
 pub mod diagnose;
 pub mod flags;
+pub mod hop_end;
 pub mod loadgen;
 pub mod page;
 pub mod plot;

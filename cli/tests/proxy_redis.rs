@@ -1,11 +1,12 @@
 //! Two `streamgate proxy` instances on one real `redis-server` (started here on a free port;
 //! the tests say SKIPPED and pass when it is not installed), in front of one `streamgate sim`:
-//! a client resumes through the other instance and gets the same generation, and a stop asked
-//! through the other instance ends the stream where it runs with a final chunk.
+//! a client resumes through the other instance and gets the same generation, a stop asked
+//! through the other instance ends the stream where it runs with a final chunk, and Redis away
+//! past the outage window is named `resume_store_error` at both of the proxy's hops.
 
 #[path = "../../tests/common/raw.rs"]
 mod client;
-#[allow(dead_code)] // killing and restarting Redis are the reference server's tests
+#[allow(dead_code)] // restarting Redis is for the reference server's tests
 #[path = "../../tests/common/redis_server.rs"]
 mod redis_server;
 #[path = "common/proxy_setup.rs"]
@@ -103,4 +104,50 @@ async fn a_stop_through_another_instance_ends_the_stream_with_a_final_chunk() {
         s["generators_running"] == 0
     })
     .await;
+}
+
+/// Redis away past the outage window under a proxy: its client ends with a
+/// `resume_store_error` frame, and the proxy's `/metrics` name that end at `proxy.recv` (the
+/// upstream side, whose reading the gate stopped) as at `proxy.write` (the client's).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_away_past_the_window_is_named_at_both_of_the_proxy_s_hops() {
+    let Some(mut redis) = RedisServer::start("proxy-outage") else {
+        return;
+    };
+    let (sim, _) = start_sim(&["--step-ms", "5"]);
+    let upstream = format!("http://{sim}");
+    let url = redis.url();
+    let flags = [
+        "--resume-store",
+        url.as_str(),
+        "--resume-grace-ms",
+        "10000",
+        "--resume-store-outage-ms",
+        "300",
+    ];
+    let proxy = start_proxy(&upstream, &flags);
+    let mut client = stream(proxy, "", 100_000).await;
+    client.expect_event().await;
+    redis.kill();
+    let tail = rest(&mut client).await;
+    let last = tail.last().expect("a terminal frame");
+    assert!(last.contains("resume_store_error"), "{last:?}");
+    for hop in ["proxy.recv", "proxy.write"] {
+        let deadline = std::time::Instant::now() + HANG;
+        loop {
+            let page = RawResponse::get(proxy, "/metrics", "").await.text().await;
+            let named = page
+                .lines()
+                .filter(|line| line.starts_with("streamgate_streams_ended_total{"))
+                .filter(|line| line.contains(&format!("hop=\"{hop}\"")))
+                .filter(|line| line.contains("reason=\"resume_store_error\""))
+                .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+                .sum::<f64>();
+            if named >= 1.0 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "{hop}: {page}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
 }

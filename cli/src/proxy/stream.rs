@@ -37,6 +37,7 @@ use super::seam::Seam;
 use super::stats::Verdict;
 use super::url::UpstreamUrl;
 use crate::flags::PolicyFlag;
+use crate::hop_end::Following;
 use crate::{resume, serving};
 use streamgate::anthropic::MessagesData;
 
@@ -332,7 +333,11 @@ impl Start<'_> {
             // The generator owns the upstream body: when the stream ends early (the client left
             // and no grace holds it, a policy, a stop, shutdown) the gate drops it, hyper closes
             // the upstream connection, and the upstream server cancels its own generation.
-            .spawn(move |_, tx| pump.run(answer, recv, tx))
+            .spawn(move |_, tx| {
+                // An end the gate made first (a stop, a failed resume store) is `proxy.recv`'s.
+                let recv = Following::new(recv, tx.handle());
+                pump.run(answer, recv, tx)
+            })
     }
 }
 
@@ -564,7 +569,7 @@ impl Pump {
     async fn run(
         self,
         answer: Answer,
-        mut recv: Recorder,
+        mut recv: Following,
         mut tx: Sender<Relayed>,
     ) -> Result<(), &'static str> {
         // A new stream reads its first event first; an adopted one carries on at once.
@@ -1109,7 +1114,7 @@ impl Pump {
     async fn finish(
         &self,
         end: End,
-        mut recv: Recorder,
+        mut recv: Following,
         mut tx: Sender<Relayed>,
         sent: Sent,
     ) -> Result<(), &'static str> {

@@ -5,8 +5,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use streamgate::probe::{Observation, Recorder};
-use streamgate::{BoxError, Consumer, EndReason, GateHandle, Kind, Sender};
+use streamgate::probe::Observation;
+use streamgate::{BoxError, Consumer, EndReason, Kind, Sender};
 use tokio_util::sync::CancellationToken;
 
 use super::delta::{Delta, Frame};
@@ -15,6 +15,7 @@ use super::kv::{KvBlocks, KvFull};
 use super::meta::Meta;
 use super::request::Start;
 use super::state::Sim;
+use crate::hop_end::Following;
 
 /// Which tokens a generation makes, and the id of its first event.
 #[derive(Debug, Clone)]
@@ -104,9 +105,8 @@ struct Worker {
 /// The worker's two hops. Each records how the stream ended; if the generation stops for the
 /// gate's end (its send refused, or the generation dropped), as the gate ended it.
 struct Hops {
-    decode: Recorder,
-    publish: Recorder,
-    gate: GateHandle,
+    decode: Following,
+    publish: Following,
 }
 
 impl Hops {
@@ -116,21 +116,13 @@ impl Hops {
     }
 }
 
-impl Drop for Hops {
-    fn drop(&mut self) {
-        // A no-op for a generation that recorded its own end.
-        let reason = self.gate.end_reason().unwrap_or(EndReason::ConsumerGone);
-        self.end(reason);
-    }
-}
-
 impl Worker {
     async fn run(mut self, mut tx: Sender<Delta>) -> Result<(), BoxError> {
         let config = &self.sim.config;
+        let stream = self.meta.stream.as_str();
         let mut hops = Hops {
-            decode: self.sim.decode.recorder(self.meta.stream.as_str()),
-            publish: self.sim.publish.recorder(self.meta.stream.as_str()),
-            gate: tx.handle(),
+            decode: Following::new(self.sim.decode.recorder(stream), tx.handle()),
+            publish: Following::new(self.sim.publish.recorder(stream), tx.handle()),
         };
         // What a diagnosis slices the worker's records by (`diagnose --by model`).
         let attrs = [
