@@ -12,7 +12,9 @@ mod redis_server;
 #[path = "common/proxy_setup.rs"]
 mod setup;
 
-use client::{HANG, RawResponse, content, data, id, is_heartbeat, stats, wait_for_within};
+use client::{
+    HANG, RawResponse, content, data, id, is_heartbeat, stats, wait_for_end_metric, wait_for_within,
+};
 use redis_server::RedisServer;
 use setup::{start_proxy, start_sim, stream};
 
@@ -133,21 +135,6 @@ async fn redis_away_past_the_window_is_named_at_both_of_the_proxy_s_hops() {
     let last = tail.last().expect("a terminal frame");
     assert!(last.contains("resume_store_error"), "{last:?}");
     for hop in ["proxy.recv", "proxy.write"] {
-        let deadline = std::time::Instant::now() + HANG;
-        loop {
-            let page = RawResponse::get(proxy, "/metrics", "").await.text().await;
-            let named = page
-                .lines()
-                .filter(|line| line.starts_with("streamgate_streams_ended_total{"))
-                .filter(|line| line.contains(&format!("hop=\"{hop}\"")))
-                .filter(|line| line.contains("reason=\"resume_store_error\""))
-                .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-                .sum::<f64>();
-            if named >= 1.0 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "{hop}: {page}");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        wait_for_end_metric(proxy, hop, "resume_store_error").await;
     }
 }

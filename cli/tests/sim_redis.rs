@@ -15,7 +15,7 @@ use common::reference::start;
 use common::resume_client::{
     self, a_stop_reaches_both_clients, events, post_stream, rest, resume_path, salts,
 };
-use common::{LONG, RawResponse, stats, wait_for};
+use common::{LONG, RawResponse, stats, wait_for, wait_for_end_metric};
 
 /// A connection to `redis`, to look at the keys the instances share.
 async fn connection(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
@@ -192,26 +192,8 @@ async fn redis_dying_mid_stream_ends_every_subscriber_with_an_error() {
     assert_eq!(on_a["streams_cancelled"], 0, "{on_a}");
     // ...and in `/metrics`, at the generator's hops as at the client's (the recorder is the
     // test process's: other tests' streams end there too, but none for this reason).
-    let deadline = Instant::now() + common::HANG;
     for hop in ["worker.decode", "worker.publish", "worker.write"] {
-        loop {
-            let page = RawResponse::get(a, "/metrics", "").await.text().await;
-            let named = page
-                .lines()
-                .filter(|line| line.starts_with("streamgate_streams_ended_total{"))
-                .filter(|line| line.contains(&format!("hop=\"{hop}\"")))
-                .filter(|line| line.contains("reason=\"resume_store_error\""))
-                .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
-                .sum::<f64>();
-            if named >= 1.0 {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{hop}: no resume_store_error end: {page}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for_end_metric(a, hop, "resume_store_error").await;
     }
     // Without Redis a new stream is refused, with a reason.
     let refused = RawResponse::post_json(a, "/v1/chat/completions", &resume_client::chat(5)).await;

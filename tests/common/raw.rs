@@ -332,6 +332,30 @@ pub async fn wait_for_within(
     }
 }
 
+/// Polls `addr`'s `/metrics` until it counts a stream ended at `hop` for `reason`
+/// (`streamgate_streams_ended_total`, stalled or not); fails the test if it never does.
+pub async fn wait_for_end_metric(addr: SocketAddr, hop: &str, reason: &str) {
+    let deadline = tokio::time::Instant::now() + HANG;
+    let (hop, reason) = (format!("hop=\"{hop}\""), format!("reason=\"{reason}\""));
+    loop {
+        let page = RawResponse::get(addr, "/metrics", "").await.text().await;
+        let ended = page
+            .lines()
+            .filter(|line| line.starts_with("streamgate_streams_ended_total{"))
+            .filter(|line| line.contains(&hop) && line.contains(&reason))
+            .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum::<f64>();
+        if ended >= 1.0 {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{hop} {reason}: {page}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// This process's resident memory, in bytes (`VmRSS`).
 pub fn rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
