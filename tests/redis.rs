@@ -259,6 +259,55 @@ async fn claims_are_exclusive_across_instances_until_the_retention_ends() {
     ));
 }
 
+/// An instance that died between claiming an id and registering its stream (its claim neither
+/// registered nor given back) holds the id only for the claim's lease (2 s), not for the
+/// claimed key's TTL (10 s): a new request for it then succeeds on another instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_claimed_by_an_instance_that_died_is_free_once_its_lease_lapsed() {
+    let Some(redis) = RedisServer::start("orphaned") else {
+        return;
+    };
+    let url = redis.url();
+    // The instance that dies: its own runtime, shut down with the claim held, so neither the
+    // claim's renewal nor its release runs again (as if the process were killed).
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+        runtime.block_on(async {
+            let dying = Registry::<String>::redis(&url, ResumeOptions::default()).unwrap();
+            std::mem::forget(dying.claim("orphan").await.expect("the first claim"));
+        });
+        runtime.shutdown_background();
+    })
+    .join()
+    .unwrap();
+    let (there, _) = instances(&redis, ResumeOptions::default());
+    let died = std::time::Instant::now();
+    assert!(
+        matches!(there.claim("orphan").await, Err(ClaimError::Running)),
+        "the claim holds the id while its lease runs"
+    );
+    let claim = loop {
+        match there.claim("orphan").await {
+            Ok(claim) => break claim,
+            Err(ClaimError::Running) => {
+                assert!(died.elapsed() < Duration::from_secs(5), "never freed");
+                sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    assert!(
+        died.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        died.elapsed()
+    );
+    // The claim taken over registers its stream, which runs to its end.
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 3, Duration::ZERO, Arc::default());
+    let mut stream = there.register(claim, consumer).await.expect("registered");
+    assert_eq!(rest(&mut stream).await.0, expected(0..3));
+}
+
 /// Redis restarted while an instance's connection to it was idle: the first request after the
 /// restart does not fail for that connection (it is made again at once), and streams run as
 /// before.

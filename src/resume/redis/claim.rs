@@ -1,5 +1,6 @@
-//! A claim in Redis: a new stream's id reserved across instances, renewed while it is held,
-//! given back if the stream is never registered.
+//! A claim in Redis: a new stream's id reserved across instances, its lease renewed while it
+//! is held, given back if the stream is never registered, free for another claim once its
+//! lease lapsed.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use tokio::sync::watch;
 
 use super::keys::{Keys, millis};
 use super::shared::Shared;
-use super::timing::{RUNNING_TTL, TICK};
+use super::timing::{PUMP_LEASE, RENEWAL, RUNNING_TTL, TICK};
 use crate::resume::error::{ClaimError, StoreError};
 use crate::sync::{Arc, lock};
 
@@ -25,17 +26,40 @@ pub(crate) struct Reservation {
     armed: bool,
 }
 
-/// Claims an id: creates its meta key as `claimed` by `ARGV[1]` with a TTL of `ARGV[2]` ms, or
-/// answers the state of the stream that has it. Run again by the same claim (its answer was
-/// lost with its connection), it wins again.
+/// Claims an id: creates its meta key as `claimed` by `ARGV[1]` with a TTL of `ARGV[2]` ms and
+/// a claim lease (`held`, Unix ms on Redis's clock) of `ARGV[3]` ms, or answers the state of
+/// the stream that has it. A claim whose lease lapsed (its instance died, or answered its
+/// request without it) is taken over. Run again by the same claim (its answer was lost with
+/// its connection), it wins again.
 const CLAIM: &str = r"
+local now = redis.call('TIME')
+local ms = now[1] * 1000 + math.floor(now[2] / 1000)
+local held = string.format('%d', ms + tonumber(ARGV[3]))
 if redis.call('HSETNX', KEYS[1], 'state', 'claimed') == 1 then
-    redis.call('HSET', KEYS[1], 'claim', ARGV[1])
+    redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'held', held)
     redis.call('PEXPIRE', KEYS[1], ARGV[2])
     return 'won'
 end
 if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then return 'won' end
-return redis.call('HGET', KEYS[1], 'state')";
+local state = redis.call('HGET', KEYS[1], 'state')
+if state == 'claimed' and tonumber(redis.call('HGET', KEYS[1], 'held') or '0') < ms then
+    redis.call('HSET', KEYS[1], 'claim', ARGV[1], 'held', held)
+    redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    return 'won'
+end
+return state";
+
+/// Renews the claim `ARGV[1]`'s lease (`ARGV[2]` ms) and its key's TTL (`ARGV[3]` ms) while
+/// the id is still claimed by it.
+const RENEW: &str = r"
+if redis.call('HGET', KEYS[1], 'claim') == ARGV[1]
+    and redis.call('HGET', KEYS[1], 'state') == 'claimed' then
+    local now = redis.call('TIME')
+    local held = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[2])
+    redis.call('HSET', KEYS[1], 'held', string.format('%d', held))
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+return 0";
 
 /// The longest a claim waits for an earlier one of its id to be given back, and a release for
 /// Redis to answer.
@@ -68,7 +92,8 @@ impl Reservation {
             .arg(1)
             .arg(&keys.meta)
             .arg(&name)
-            .arg(millis(RUNNING_TTL));
+            .arg(millis(RUNNING_TTL))
+            .arg(millis(PUMP_LEASE));
         let (answer,): (Option<String>,) = shared
             .redis
             .query(&claim)
@@ -79,7 +104,7 @@ impl Reservation {
             Some("ended") => return Err(ClaimError::Retained),
             _ => return Err(ClaimError::Running),
         }
-        let renewal = tokio::spawn(renew(shared.clone(), keys.meta.clone()));
+        let renewal = tokio::spawn(renew(shared.clone(), keys.meta.clone(), name.clone()));
         Ok(Reservation {
             shared: shared.clone(),
             id: id.to_owned(),
@@ -118,20 +143,22 @@ impl crate::resume::claim::Reservation for Reservation {
     }
 }
 
-/// Renews the claimed key's TTL a few times per TTL, until aborted.
-async fn renew(shared: Arc<Shared>, meta: String) {
-    let every = RUNNING_TTL / 3;
+/// Renews the claim `name`'s lease and its key's TTL a few times per lease, until aborted.
+async fn renew(shared: Arc<Shared>, meta: String, name: String) {
+    let mut renewal = redis::pipe();
+    renewal
+        .cmd("EVAL")
+        .arg(RENEW)
+        .arg(1)
+        .arg(&meta)
+        .arg(&name)
+        .arg(millis(PUMP_LEASE))
+        .arg(millis(RUNNING_TTL))
+        .ignore();
     loop {
-        tokio::time::sleep(every).await;
+        tokio::time::sleep(RENEWAL).await;
         // A failure is seen by whoever uses the claim next.
-        let _: RedisResult<()> = shared
-            .redis
-            .query(
-                redis::pipe()
-                    .pexpire(&meta, millis(RUNNING_TTL) as i64)
-                    .ignore(),
-            )
-            .await;
+        let _: RedisResult<()> = shared.redis.query(&renewal).await;
     }
 }
 

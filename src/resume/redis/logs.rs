@@ -5,7 +5,7 @@ use redis::{Client, RedisError};
 use super::adopt::{Adopted, adopt};
 use super::claim::Reservation;
 use super::keys::{Keys, alias_field, alias_key, millis};
-use super::pump::{HOLD, Logged, Pumping, pump};
+use super::pump::{Logged, Pumping, pump};
 use super::reader::RedisReader;
 use super::shared::{Pumped, Shared, StopHook};
 use super::timing::{ALIAS_TTL, BLOCK, PUMP_LEASE, RUNNING_TTL};
@@ -20,6 +20,23 @@ use crate::resume::stats::RegistryStats;
 use crate::resume::subscriber::Subscriber;
 use crate::sse::{ErrorShape, SseEvent};
 use crate::sync::{Arc, lock};
+
+/// Registers the stream of the claim `ARGV[1]` as running, unless another claim has its id
+/// (this one's lease lapsed and it was taken over): the pump's lease of `ARGV[2]` ms (on
+/// Redis's clock), a TTL of `ARGV[3]` ms, the request kept for an adopter `ARGV[4]` and the
+/// error shape `ARGV[5]` (empty: none, and OpenAI's). Answers whether it registered.
+const REGISTER: &str = r"
+local claim = redis.call('HGET', KEYS[1], 'claim')
+if claim and claim ~= ARGV[1] then return 0 end
+local now = redis.call('TIME')
+local lease = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 'state', 'running', 'start', '0', 'claim', ARGV[1],
+    'pump', string.format('%d', lease))
+redis.call('HDEL', KEYS[1], 'held')
+if ARGV[4] ~= '' then redis.call('HSET', KEYS[1], 'request', ARGV[4]) end
+if ARGV[5] ~= '' then redis.call('HSET', KEYS[1], 'shape', ARGV[5]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1";
 
 /// Sets the `stop` flag of a stream that has not ended, in one atomic step (the key keeps its
 /// TTL), and answers its state (`nil` for an unknown stream).
@@ -80,40 +97,34 @@ impl RedisLogs {
         let id: Arc<str> = claim.id().into();
         let keys = Keys::new(&id);
         let name = self.name(&claim);
+        let request = claim.request.take();
+        let shape = match claim.shape {
+            ErrorShape::OpenAi => "",
+            // For every reader's own ends, on any instance.
+            other => other.as_str(),
+        };
         let mut register = redis::pipe();
         register
-            .atomic()
-            .hset_multiple(
-                &keys.meta,
-                &[("state", "running"), ("start", "0"), ("claim", &name)],
-            )
-            .ignore()
-            // The pump's lease, renewed by its every look.
             .cmd("EVAL")
-            .arg(HOLD)
+            .arg(REGISTER)
             .arg(1)
             .arg(&keys.meta)
             .arg(&name)
             .arg(millis(PUMP_LEASE))
-            .ignore();
-        if let Some(request) = claim.request.take() {
-            register.hset(&keys.meta, "request", &request[..]).ignore();
-        }
-        if claim.shape != ErrorShape::default() {
-            // For every reader's own ends, on any instance.
-            register
-                .hset(&keys.meta, "shape", claim.shape.as_str())
-                .ignore();
-        }
-        self.shared
+            .arg(millis(RUNNING_TTL))
+            .arg(request.as_deref().unwrap_or_default())
+            .arg(shape);
+        let (registered,): (bool,) = self
+            .shared
             .redis
-            .query::<()>(
-                register
-                    .pexpire(&keys.meta, millis(RUNNING_TTL) as i64)
-                    .ignore(),
-            )
+            .query(&register)
             .await
             .map_err(unavailable)?;
+        if !registered {
+            return Err(StoreError::new(std::io::Error::other(
+                "the stream's id was claimed again by another instance: this claim's lease lapsed",
+            )));
+        }
         if let Some(reservation) = claim.reserved.take() {
             reservation.registered();
         }

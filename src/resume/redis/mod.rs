@@ -23,8 +23,10 @@
 //!   frames without an event id (the terminal `event: error` frame) and the end marker follow
 //!   the last event as `n-2`, `n-3`. A `Last-Event-ID` of `n` reads the entries after `n-1`.
 //! - `streamgate:{id}:meta`: a hash: `state` (`claimed`, `running` or `ended`), `claim` (the
-//!   name of the claim whose pump runs the stream), `pump` (that pump's lease: its expiry in
-//!   Unix milliseconds, renewed every fifth look), `request` (what the claim kept for an adopter),
+//!   name of the claim whose pump runs the stream), `held` (while `claimed`: the claim's lease,
+//!   its expiry in Unix milliseconds, renewed every 500 ms; once lapsed, another claim takes
+//!   the id), `pump` (the pump's lease: its expiry in Unix milliseconds, renewed every fifth
+//!   look), `request` (what the claim kept for an adopter),
 //!   `start` (the first event id the log can replay), `end` (once ended: the id after the last
 //!   event), `stop` (set by an explicit stop), `looks` (the pump's looks so far), and an
 //!   `alias:{name}` field for each second name the stream was given (`Registry::alias`).

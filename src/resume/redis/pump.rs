@@ -453,7 +453,7 @@ async fn next<S: Stream<Item = SseFrame> + Unpin>(frames: &mut S) -> Option<SseF
 /// Renews the pump lease of the claim `ARGV[1]` for `ARGV[2]` ms if the stream is still its
 /// own; whether it is. The lease's expiry is on Redis's clock (Unix ms), as the adoption
 /// compares it: the instances' clocks need not agree.
-pub(crate) const HOLD: &str = r"
+const HOLD: &str = r"
 if redis.call('HGET', KEYS[1], 'claim') == ARGV[1] then
     local now = redis.call('TIME')
     local expiry = now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[2])
