@@ -2,14 +2,17 @@
 //! streaming APIs.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
 use http_body_util::{BodyDataStream, BodyExt, Full};
-use hyper::Response;
 use hyper::body::Incoming;
+use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
+use serde_json::Value;
 use streamgate::EndReason;
+use streamgate::sse::SseEvent;
 
 /// Any error of the client.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -25,8 +28,25 @@ pub async fn request(
     headers: &[(&str, &str)],
     body: String,
 ) -> Result<Response<Incoming>, BoxError> {
+    send(connect(addr).await?, addr, method, path, headers, body).await
+}
+
+/// A new connection to `addr`, with `TCP_NODELAY`.
+async fn connect(addr: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
     let stream = tokio::net::TcpStream::connect(addr).await?;
     stream.set_nodelay(true)?;
+    Ok(stream)
+}
+
+/// Sends `method path` to `addr` on `stream` (see [`request`]).
+async fn send(
+    stream: tokio::net::TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: String,
+) -> Result<Response<Incoming>, BoxError> {
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
     tokio::spawn(async move {
@@ -81,7 +101,7 @@ pub enum Reader {
     /// Reads every event as soon as it can.
     KeepsUp,
     /// Reads the first event, stops reading for this long, then reads the rest.
-    Stops(std::time::Duration),
+    Stops(Duration),
     /// Reads at about this many bytes per second.
     Rate(u64),
     /// Disconnects after this many events.
@@ -89,6 +109,11 @@ pub enum Reader {
     /// Disconnects after this many events, then resumes the stream where it left off
     /// (`GET /v1/chat/completions/{id}/stream` with `Last-Event-ID`) and reads the rest.
     Resumes(u64),
+    /// Reads this many events, then neither reads nor closes for this long (a peer whose
+    /// host went away: no FIN, no RST), then drops the connection.
+    Vanishes(u64, Duration),
+    /// Resets the connection (an RST: `SO_LINGER` 0, then close) after this many events.
+    Resets(u64),
 }
 
 /// How one client's stream went.
@@ -98,7 +123,8 @@ pub struct Outcome {
     pub events: u64,
     /// The stream ended with its API's end (`data: [DONE]`, `message_stop`, ..).
     pub completed: bool,
-    /// The client hung up on purpose (and did not come back).
+    /// The client hung up on purpose (and did not come back): it disconnected, vanished or
+    /// reset the connection.
     pub disconnected: bool,
     /// The client hung up and re-attached.
     pub resumed: bool,
@@ -107,6 +133,15 @@ pub struct Outcome {
     pub resume_mismatch: bool,
     /// The id of the first event read after the resume.
     pub first_id_after_resume: Option<u64>,
+    /// How many times the stream was cut before its end (a connection refused, reset or
+    /// closed early, an upstream status 5xx on a resume) and taken up again at one of
+    /// [`Chat::elsewhere`]'s addresses or its own.
+    pub cuts_taken_up: u32,
+    /// The answer's text: the text deltas of every event read, in order, across resumes.
+    pub text: String,
+    /// The reason the stream's terminal error frame gave (`slow_consumer`,
+    /// `upstream_error`, ..: its `error.type`), when it ended with one.
+    pub ended_by: Option<String>,
     /// What went wrong otherwise.
     pub error: Option<String>,
 }
@@ -153,39 +188,56 @@ impl Api {
         body.to_string()
     }
 
-    /// The resume of the stream `id` after the event `after`: its path and headers.
-    fn resume(self, id: &str, after: u64) -> (String, Vec<(&'static str, String)>) {
-        let last_event = vec![("last-event-id", after.to_string())];
+    /// The resume of the stream `id` after the event `after` (none: from its first): its
+    /// path and headers.
+    fn resume(self, id: &str, after: Option<u64>) -> (String, Vec<(&'static str, String)>) {
+        let last_event = after
+            .map(|after| ("last-event-id", after.to_string()))
+            .into_iter()
+            .collect();
         match self {
             Api::Chat => (format!("/v1/chat/completions/{id}/stream"), last_event),
             Api::Messages => (format!("/v1/messages/{id}/stream"), last_event),
-            Api::Responses => (
-                format!("/v1/responses/{id}?stream=true&starting_after={after}"),
-                Vec::new(),
-            ),
+            Api::Responses => match after {
+                Some(after) => (
+                    format!("/v1/responses/{id}?stream=true&starting_after={after}"),
+                    Vec::new(),
+                ),
+                None => (format!("/v1/responses/{id}?stream=true"), Vec::new()),
+            },
         }
     }
 
     /// Whether `event` ends a whole answer: by its `event:` type, or (a server that writes
     /// none) its data's `type`.
-    fn ends(self, event: &streamgate::sse::SseEvent) -> bool {
-        let data = event.data_str().unwrap_or("");
-        if self == Api::Chat {
-            return data == "[DONE]";
-        }
-        let typed = match event.event() {
-            Some(kind) => kind.to_owned(),
-            None => serde_json::from_str::<serde_json::Value>(data)
-                .ok()
-                .and_then(|data| Some(data.get("type")?.as_str()?.to_owned()))
-                .unwrap_or_default(),
-        };
+    fn ends(self, event: &SseEvent, data: Option<&Value>) -> bool {
         match self {
-            Api::Chat => false,
-            Api::Messages => typed == "message_stop",
-            Api::Responses => {
-                matches!(typed.as_str(), "response.completed" | "response.incomplete")
-            }
+            Api::Chat => event.data_str() == Some("[DONE]"),
+            Api::Messages => Self::typed(event, data) == Some("message_stop"),
+            Api::Responses => matches!(
+                Self::typed(event, data),
+                Some("response.completed" | "response.incomplete")
+            ),
+        }
+    }
+
+    /// An event's type: its `event:` field, or (a server that writes none) its data's `type`.
+    fn typed<'a>(event: &'a SseEvent, data: Option<&'a Value>) -> Option<&'a str> {
+        event.event().or_else(|| data?.get("type")?.as_str())
+    }
+
+    /// The answer text `event` carries (its data parsed as `data`): a chat chunk's
+    /// `delta.content`, a Messages `text_delta`, a Responses `output_text.delta`.
+    fn text<'a>(self, event: &'a SseEvent, data: &'a Value) -> Option<&'a str> {
+        match self {
+            Api::Chat => data.pointer("/choices/0/delta/content")?.as_str(),
+            Api::Messages => (Self::typed(event, Some(data)) == Some("content_block_delta"))
+                .then(|| data.pointer("/delta/text")?.as_str())
+                .flatten(),
+            Api::Responses => (Self::typed(event, Some(data))
+                == Some("response.output_text.delta"))
+            .then(|| data.get("delta")?.as_str())
+            .flatten(),
         }
     }
 
@@ -209,6 +261,11 @@ pub fn chat_body(model: &str, max_tokens: u64) -> String {
 pub struct Chat {
     /// The server (or proxy).
     pub addr: SocketAddr,
+    /// Other addresses of the same service (another proxy instance, say): a stream whose
+    /// connection is refused or cut before its end is asked for again (a refused request)
+    /// or resumed (after the last event read) at these and `addr` in turn, up to
+    /// [`TAKE_UP_TRIES`] times, [`TAKE_UP_PAUSE`] apart. None: a cut is an error.
+    pub elsewhere: Vec<SocketAddr>,
     /// The API it speaks.
     pub api: Api,
     /// The `model` field (servers that serve one model ignore it).
@@ -217,23 +274,50 @@ pub struct Chat {
     pub max_tokens: u64,
 }
 
+/// How many times in a row a cut stream is taken up again ([`Chat::elsewhere`]).
+pub const TAKE_UP_TRIES: u32 = 8;
+
+/// How long a client waits before taking a cut stream up again.
+pub const TAKE_UP_PAUSE: Duration = Duration::from_millis(500);
+
 impl Chat {
     /// `max_tokens` tokens of a chat completion from the reference server (`sim`) at `addr`.
     pub fn sim(addr: SocketAddr, max_tokens: u64) -> Self {
         Chat {
             addr,
+            elsewhere: Vec::new(),
             api: Api::Chat,
             model: "sim".into(),
             max_tokens,
         }
     }
+
+    /// The address of the `n`th try: `addr`, then each of `elsewhere` and `addr` in turn.
+    fn at(&self, n: u32) -> SocketAddr {
+        let all = 1 + self.elsewhere.len();
+        match n as usize % all {
+            0 => self.addr,
+            i => self.elsewhere[i - 1],
+        }
+    }
+}
+
+/// How a response's reading ended.
+enum Read {
+    /// The stream is over for this client: its end, its terminal frame, an error, or the
+    /// client leaving on purpose.
+    Over,
+    /// The client hung up to resume ([`Reader::Resumes`]).
+    HungUp,
+    /// The stream was cut before its end (the connection reset or closed early).
+    Cut(String),
 }
 
 /// Streams one answer of `chat.api` as `reader` reads, recording each event at `recorder`
 /// (the `client.recv` hop). The request carries `x-request-id: request_id`; a resume uses the
 /// id the response's `x-request-id` names, by the API's resume path. A stream that ends
 /// without the API's end (`data: [DONE]`, `message_stop`, `response.completed`; an error
-/// event, a cut connection) is an error.
+/// event, a cut connection that could not be taken up again) is an error.
 pub async fn stream_chat(
     chat: &Chat,
     request_id: &str,
@@ -241,54 +325,117 @@ pub async fn stream_chat(
     recorder: &mut streamgate::probe::Recorder,
 ) -> Outcome {
     let mut outcome = Outcome::default();
-    let headers = [("x-request-id", request_id)];
-    let body = chat.api.body(&chat.model, chat.max_tokens);
-    let mut next = request(chat.addr, "POST", chat.api.path(), &headers, body).await;
+    let mut stream_id = request_id.to_owned();
     let mut last_id = None;
+    // Whether the server has the stream: it answered the request.
+    let mut asked = false;
+    // Tries that failed since the last response read, and every try's turn of address.
+    let (mut failed, mut turn) = (0, 0);
+    // What each try that did not end the stream came to, for the error.
+    let mut trail = Vec::new();
     loop {
-        let response = match next {
-            Ok(response) if response.status().is_success() => response,
-            Ok(response) => {
-                outcome.error = Some(format!("status {}", response.status()));
-                break;
-            }
-            Err(error) => {
-                outcome.error = Some(error.to_string());
-                break;
-            }
+        let (method, path, headers, body) = if asked {
+            let (path, headers) = chat.api.resume(&stream_id, last_id);
+            ("GET", path, headers, String::new())
+        } else {
+            let headers = vec![("x-request-id", request_id.to_owned())];
+            let body = chat.api.body(&chat.model, chat.max_tokens);
+            ("POST", chat.api.path().to_owned(), headers, body)
         };
-        let stream_id = response
-            .headers()
-            .get("x-request-id")
-            .and_then(|id| id.to_str().ok())
-            .unwrap_or(request_id)
-            .to_owned();
-        let resuming = outcome.resumed;
-        let before = last_id;
-        // The body is dropped when `read` returns: the connection closes before a resume.
-        let hang_up = read(
-            response,
-            (chat.api, reader),
-            recorder,
-            &mut outcome,
-            &mut last_id,
-        )
-        .await;
-        if resuming && before.map(|id| id + 1) != outcome.first_id_after_resume {
-            outcome.resume_mismatch = true;
-        }
-        if !hang_up || outcome.resumed {
-            break;
-        }
-        // Come back for the events after the last one read.
-        outcome.resumed = true;
-        let Some(after) = last_id else {
-            outcome.error = Some("no event id to resume after".into());
-            break;
-        };
-        let (path, headers) = chat.api.resume(&stream_id, after);
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        next = request(chat.addr, "GET", &path, &headers, String::new()).await;
+        let addr = chat.at(turn);
+        let response = async {
+            let stream = connect(addr).await?;
+            if matches!(reader, Reader::Resets(_)) {
+                stream.set_zero_linger()?;
+            }
+            send(stream, addr, method, &path, &headers, body).await
+        };
+        let asked_for = match (asked, last_id) {
+            (false, _) => format!("POST {addr}"),
+            (true, None) => format!("GET {addr} (a resume from the start)"),
+            (true, Some(id)) => format!("GET {addr} (a resume after event {id})"),
+        };
+        let what = match response.await {
+            Ok(response) if response.status().is_success() => {
+                asked = true;
+                failed = 0;
+                if let Some(id) = response.headers().get("x-request-id") {
+                    stream_id = id.to_str().unwrap_or(request_id).to_owned();
+                }
+                let resuming = outcome.resumed;
+                let before = last_id;
+                // The body is dropped when `read` returns: the connection closes before a
+                // resume.
+                let read = read(
+                    response,
+                    (chat.api, reader),
+                    recorder,
+                    &mut outcome,
+                    &mut last_id,
+                );
+                let read = read.await;
+                if resuming && before.map(|id| id + 1) != outcome.first_id_after_resume {
+                    outcome.resume_mismatch = true;
+                }
+                match read {
+                    Read::Over => break,
+                    Read::HungUp if last_id.is_none() => {
+                        outcome.error = Some("no event id to resume after".into());
+                        break;
+                    }
+                    Read::HungUp => {
+                        outcome.resumed = true;
+                        continue;
+                    }
+                    Read::Cut(why) => {
+                        // Taken up again when there is somewhere to take it up.
+                        if !chat.elsewhere.is_empty() {
+                            outcome.cuts_taken_up += 1;
+                        }
+                        format!("cut after {} events: {why}", outcome.events)
+                    }
+                }
+            }
+            // An earlier try's request reached the server, whose answer was lost: resume it.
+            Ok(response) if response.status() == StatusCode::CONFLICT && turn > 0 && !asked => {
+                asked = true;
+                format!("status {}", response.status())
+            }
+            // A stream that never started (its server went before it did): asked for anew.
+            Ok(response)
+                if response.status() == StatusCode::NOT_FOUND && asked && outcome.events == 0 =>
+            {
+                asked = false;
+                failed += 1;
+                format!("status {}", response.status())
+            }
+            // A server that is going away, or not yet able to serve the stream.
+            Ok(response) if response.status().is_server_error() => {
+                failed += 1;
+                format!("status {}", response.status())
+            }
+            Ok(response) => {
+                trail.push(format!("{asked_for}: status {}", response.status()));
+                break;
+            }
+            // A refused or failed connection, a request with no response.
+            Err(error) => {
+                failed += 1;
+                error.to_string()
+            }
+        };
+        trail.push(format!("{asked_for}: {what}"));
+        if chat.elsewhere.is_empty() || failed > TAKE_UP_TRIES {
+            break;
+        }
+        turn += 1;
+        tokio::time::sleep(TAKE_UP_PAUSE).await;
+    }
+    if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
+        if !trail.is_empty() {
+            outcome.error = Some(trail.join("; then "));
+        }
     }
     if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
         let end = chat.api.end_name();
@@ -307,14 +454,14 @@ pub async fn stream_chat(
 }
 
 /// Reads one response's events of `api` as `reader` reads, until the answer's end, the
-/// stream's end, an error, or the reader hanging up: whether it hung up to resume.
+/// stream's end, an error, or the reader hanging up.
 async fn read(
     response: Response<Incoming>,
     (api, reader): (Api, Reader),
     recorder: &mut streamgate::probe::Recorder,
     outcome: &mut Outcome,
     last_id: &mut Option<u64>,
-) -> bool {
+) -> Read {
     use futures_util::StreamExt;
     use streamgate::GateExt;
 
@@ -323,17 +470,19 @@ async fn read(
     while let Some(event) = events.next().await {
         let event = match event {
             Ok(event) => event,
-            Err(error) => {
-                outcome.error = Some(error.to_string());
-                return false;
-            }
+            Err(error) => return Read::Cut(error.to_string()),
         };
-        let Some(data) = event.data_str() else {
+        let Some(text) = event.data_str() else {
             continue;
         };
+        let data = serde_json::from_str::<Value>(text).ok();
         if event.event_type() == "error" {
-            outcome.error = Some(format!("error event: {data}"));
-            return false;
+            outcome.ended_by = data
+                .as_ref()
+                .and_then(|data| data.pointer("/error/type")?.as_str())
+                .map(str::to_owned);
+            outcome.error = Some(format!("error event: {text}"));
+            return Read::Over;
         }
         // The event's id and kind as the server wrote them (the decoder reads a `:control`
         // or `:hidden` mark, and takes an unmarked `[DONE]` as control).
@@ -346,29 +495,40 @@ async fn read(
         let kind = streamgate::Chunk::kind(&event);
         recorder.observe(streamgate::probe::Observation::new(
             seq,
-            data.len() as u64,
+            text.len() as u64,
             kind,
         ));
         outcome.events += 1;
-        if api.ends(&event) {
+        if let Some(delta) = data.as_ref().and_then(|data| api.text(&event, data)) {
+            outcome.text.push_str(delta);
+        }
+        if api.ends(&event, data.as_ref()) {
             outcome.completed = true;
-            return false;
+            return Read::Over;
         }
         match reader {
             Reader::KeepsUp => {}
             Reader::Stops(pause) if outcome.events == 1 => tokio::time::sleep(pause).await,
             Reader::Stops(_) => {}
             Reader::Rate(bytes_per_second) => {
-                let seconds = data.len() as f64 / bytes_per_second.max(1) as f64;
-                tokio::time::sleep(std::time::Duration::from_secs_f64(seconds)).await;
+                let seconds = text.len() as f64 / bytes_per_second.max(1) as f64;
+                tokio::time::sleep(Duration::from_secs_f64(seconds)).await;
             }
-            Reader::DisconnectsAfter(n) if outcome.events >= n => {
+            Reader::DisconnectsAfter(n) | Reader::Resets(n) if outcome.events >= n => {
                 outcome.disconnected = true;
-                return false;
+                return Read::Over;
             }
-            Reader::Resumes(n) if !outcome.resumed && outcome.events >= n => return true,
-            Reader::DisconnectsAfter(_) | Reader::Resumes(_) => {}
+            Reader::Vanishes(n, hold) if outcome.events >= n => {
+                outcome.disconnected = true;
+                tokio::time::sleep(hold).await;
+                return Read::Over;
+            }
+            Reader::Resumes(n) if !outcome.resumed && outcome.events >= n => return Read::HungUp,
+            Reader::DisconnectsAfter(_)
+            | Reader::Resets(_)
+            | Reader::Vanishes(..)
+            | Reader::Resumes(_) => {}
         }
     }
-    false
+    Read::Cut(format!("the stream ended without {}", api.end_name()))
 }

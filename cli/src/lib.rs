@@ -14,3 +14,4 @@ pub mod request_id;
 pub mod resume;
 pub mod serving;
 pub mod sim;
+pub mod slowloris;

@@ -10,13 +10,22 @@
 //! seconds (or, with `--rate R`, read at R bytes/s); a `--disconnect F` fraction hang up after
 //! `--after T` events; a `--resume F` fraction hang up after `--after T` events and resume the
 //! stream where they left it (the server, or a `streamgate proxy` in front of it, must keep
-//! streams resumable). It prints completed, disconnected and resumed streams (and any resume
-//! that lost or repeated an event), client-side inter-event gaps (p50, p99, max), time to
-//! first event, events/s, and, when the server has a `/stats` like `streamgate sim`'s (or
+//! streams resumable); a `--vanish F` fraction go silent after `--after T` events (neither
+//! reading nor closing for `--stop-s`) and a `--reset F` fraction reset the connection (RST).
+//! `--failover-addr URL` (repeatable) names other instances of the same service: a stream
+//! refused or cut before its end is asked for again, or resumed after its last event, there
+//! and at `--addr` in turn. `--duration-s S` keeps the clients starting new streams for S
+//! seconds (a soak), `--ramp-s S` spreads their first streams, `--slowloris N` holds N
+//! request heads open a byte a second, and `--expect-sim-text` checks every stream's text
+//! against `streamgate sim`'s answer. It prints completed, disconnected and resumed streams
+//! (and any resume that lost or repeated an event), the failures by the terminal frame that
+//! explained them (and those nothing explained), client-side inter-event gaps (p50, p99,
+//! max), time to first event, events/s, and, when the server has a `/stats` like `streamgate sim`'s (or
 //! `--stats URL` names one), the wasted tokens and, when every stream disconnects, how soon
 //! after the last disconnect every generator had stopped and every KV block was freed.
 //! `--json` prints one JSON object; `--hop-records FILE` writes the `client.recv` hop records.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -24,6 +33,7 @@ use std::time::{Duration, Instant};
 use streamgate::probe::{HopProbe, RecordSink};
 
 use crate::client::{self, Reader};
+use crate::slowloris;
 
 /// `streamgate loadgen`: drives an OpenAI-compatible endpoint with many streams.
 #[derive(Debug, Clone, clap::Args)]
@@ -65,9 +75,39 @@ pub struct Args {
     /// in front of it, must keep streams resumable).
     #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
     pub resume: f64,
-    /// How many events a disconnecting or resuming client reads first.
+    /// The fraction of clients that vanish after `--after` events: they neither read nor
+    /// close for `--stop-s` (as a peer whose host went away), then drop the connection.
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
+    pub vanish: f64,
+    /// The fraction of clients that reset the connection (an RST) after `--after` events.
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = fraction)]
+    pub reset: f64,
+    /// How many events a disconnecting, resuming, vanishing or resetting client reads first.
     #[arg(long, value_name = "T", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub after: u64,
+    /// Another address of the same service (another proxy instance; repeatable): a stream
+    /// whose connection is refused or cut before its end is asked for again or resumed
+    /// after its last event there and at `--addr` in turn (up to 8 tries in a row, 500 ms
+    /// apart), as a client behind a load balancer would be.
+    #[arg(long = "failover-addr", value_name = "URL", value_parser = client::address)]
+    pub failover_addrs: Vec<SocketAddr>,
+    /// Check every stream's text against `streamgate sim`'s answer (`t0 t1 ...`): a
+    /// completed stream must have read all of it, any other a beginning of it (nothing
+    /// lost, repeated or reordered); a stream that differs fails.
+    #[arg(long)]
+    pub expect_sim_text: bool,
+    /// Keep `--streams` streams going for S seconds: each client starts a new stream when
+    /// its last ends, until then.
+    #[arg(long = "duration-s", value_name = "S", value_parser = seconds)]
+    pub duration: Option<Duration>,
+    /// Spread the clients' first streams over S seconds instead of starting them at once.
+    #[arg(long = "ramp-s", value_name = "S", default_value = "0", value_parser = seconds)]
+    pub ramp: Duration,
+    /// Also open N slowloris connections for the run: each sends a request head one byte a
+    /// second and never finishes it; the report says how many the server closed, and how
+    /// soon.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub slowloris: usize,
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
@@ -96,7 +136,7 @@ fn seconds(value: &str) -> Result<Duration, String> {
 /// (`--json` prints it as one object with these keys).
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Report {
-    /// Streams opened (`--streams`).
+    /// Streams opened (`--streams`; with `--duration-s`, every stream each client opened).
     pub streams: u64,
     /// Streams read to `[DONE]`.
     pub completed: usize,
@@ -107,8 +147,20 @@ pub struct Report {
     /// Resumed streams that lost or repeated an event.
     pub resume_mismatches: usize,
     /// Streams that failed: a refused connection, an error status or event, a stream cut
-    /// before `[DONE]`.
+    /// before `[DONE]`, a text other than sim's (`--expect-sim-text`).
     pub failed: usize,
+    /// The failed streams that ended with a terminal error frame, by the reason it gave
+    /// (`slow_consumer`, `upstream_error`, ..).
+    pub ended_by: BTreeMap<String, usize>,
+    /// Failed streams whose end no frame explained: a refused connection, an error status,
+    /// a cut that could not be taken up again, a text other than sim's.
+    pub unexplained: usize,
+    /// Streams whose text was not sim's answer, or a beginning of it (`--expect-sim-text`).
+    pub text_mismatches: usize,
+    /// Times a stream was cut before its end and taken up again (`--failover-addr`).
+    pub cuts_taken_up: u64,
+    /// The slowloris connections (`--slowloris`), when there were any.
+    pub slowloris: Option<slowloris::Report>,
     /// The first five failures.
     pub errors: Vec<String>,
     /// Events every client received, together.
@@ -151,8 +203,31 @@ impl std::fmt::Display for Report {
             self.resume_mismatches,
             self.failed
         )?;
+        if !self.ended_by.is_empty() || self.unexplained > 0 {
+            let frames: Vec<String> = self
+                .ended_by
+                .iter()
+                .map(|(r, n)| format!("{r} {n}"))
+                .collect();
+            writeln!(
+                f,
+                "  ended by a terminal frame: {}; unexplained {}",
+                frames.join(", "),
+                self.unexplained
+            )?;
+        }
         for error in &self.errors {
             writeln!(f, "  error: {error}")?;
+        }
+        if self.text_mismatches > 0 || self.cuts_taken_up > 0 {
+            writeln!(
+                f,
+                "texts other than sim's {}; cuts taken up again {}",
+                self.text_mismatches, self.cuts_taken_up
+            )?;
+        }
+        if let Some(slowloris) = &self.slowloris {
+            writeln!(f, "{slowloris}")?;
         }
         writeln!(
             f,
@@ -210,8 +285,10 @@ fn ms(duration: Duration) -> f64 {
 /// refused connection, an error status or event, a stream cut before `[DONE]`), 2 for bad
 /// flags or a `--hop-records` file that cannot be written.
 pub async fn main(args: Args) -> ExitCode {
-    if args.slow + args.disconnect + args.resume > 1.0 {
-        eprintln!("loadgen: --slow, --disconnect and --resume add up to more than 1");
+    if args.slow + args.disconnect + args.resume + args.vanish + args.reset > 1.0 {
+        eprintln!(
+            "loadgen: --slow, --disconnect, --resume, --vanish and --reset add up to more than 1"
+        );
         return ExitCode::from(2);
     }
     let sink = match args
@@ -257,38 +334,71 @@ pub async fn run(args: &Args, sink: Option<RecordSink>) -> Report {
         use std::hash::{BuildHasher, RandomState};
         format!("{:08x}", RandomState::new().hash_one(Instant::now()) as u32)
     };
-    let disconnecting = (args.disconnect * args.streams as f64).round() as u64;
-    let slow = (args.slow * args.streams as f64).round() as u64;
-    let resuming = (args.resume * args.streams as f64).round() as u64;
+    let share = |fraction: f64| (fraction * args.streams as f64).round() as u64;
+    // Each client's reader, by its place: the fractions' shares in turn, the rest keep up.
+    let readers = [
+        (share(args.disconnect), Reader::DisconnectsAfter(args.after)),
+        (
+            share(args.slow),
+            args.rate.map_or(Reader::Stops(args.stop), Reader::Rate),
+        ),
+        (share(args.resume), Reader::Resumes(args.after)),
+        (share(args.vanish), Reader::Vanishes(args.after, args.stop)),
+        (share(args.reset), Reader::Resets(args.after)),
+    ];
+    let reader_of = |mut i: u64| {
+        for (n, reader) in readers {
+            if i < n {
+                return reader;
+            }
+            i -= n;
+        }
+        Reader::KeepsUp
+    };
+    let disconnecting = readers[0].0;
     let started = Instant::now();
+    let deadline = args.duration.map(|duration| started + duration);
+    let chat = client::Chat {
+        addr: args.addr,
+        elsewhere: args.failover_addrs.clone(),
+        api: args.api,
+        model: args.model.clone(),
+        max_tokens: args.tokens,
+    };
+    let slowloris = (args.slowloris > 0).then(|| {
+        // For the streams' run, or (with no deadline) at most a minute.
+        let until = args.duration.unwrap_or(Duration::from_secs(60));
+        tokio::spawn(slowloris::run(args.addr, args.slowloris, until))
+    });
     let mut clients = Vec::new();
     for i in 0..args.streams {
-        let reader = if i < disconnecting {
-            Reader::DisconnectsAfter(args.after)
-        } else if i < disconnecting + slow {
-            args.rate.map_or(Reader::Stops(args.stop), Reader::Rate)
-        } else if i < disconnecting + slow + resuming {
-            Reader::Resumes(args.after)
-        } else {
-            Reader::KeepsUp
-        };
+        let reader = reader_of(i);
         let hop = hop.clone();
-        let chat = client::Chat {
-            addr: args.addr,
-            api: args.api,
-            model: args.model.clone(),
-            max_tokens: args.tokens,
-        };
-        let id = format!("load-{run}-{i}");
+        let chat = chat.clone();
+        let start = started + args.ramp.mul_f64(i as f64 / args.streams as f64);
+        let run = run.clone();
         clients.push(tokio::spawn(async move {
-            let mut recorder = hop.recorder(id.as_str());
-            let outcome = client::stream_chat(&chat, &id, reader, &mut recorder).await;
-            (outcome, Instant::now())
+            tokio::time::sleep_until(start.into()).await;
+            let mut outcomes = Vec::new();
+            for k in 0u64.. {
+                let id = match k {
+                    0 => format!("load-{run}-{i}"),
+                    k => format!("load-{run}-{i}.{k}"),
+                };
+                let mut recorder = hop.recorder(id.as_str());
+                let mut outcome = client::stream_chat(&chat, &id, reader, &mut recorder).await;
+                outcome.error = outcome.error.map(|error| format!("{id}: {error}"));
+                outcomes.push((outcome, Instant::now()));
+                if deadline.is_none_or(|deadline| Instant::now() >= deadline) {
+                    break;
+                }
+            }
+            outcomes
         }));
     }
     let mut outcomes = Vec::new();
     for client in clients {
-        outcomes.push(client.await.expect("client task"));
+        outcomes.extend(client.await.expect("client task"));
     }
     let wall = started.elapsed();
     let last_disconnect = outcomes
@@ -302,22 +412,63 @@ pub async fn run(args: &Args, sink: Option<RecordSink>) -> Report {
     // does) can say.
     let counts_generators = before.generators_running.is_some();
     let released = match last_disconnect {
-        Some(last) if disconnecting == args.streams && counts_generators => loop {
-            let stats = server_stats(stats_addr).await;
-            if stats.generators_running == Some(0) && stats.kv_blocks_in_use == Some(0) {
-                break Some(last.elapsed());
+        Some(last) if disconnecting == args.streams && counts_generators && deadline.is_none() => {
+            loop {
+                let stats = server_stats(stats_addr).await;
+                if stats.generators_running == Some(0) && stats.kv_blocks_in_use == Some(0) {
+                    break Some(last.elapsed());
+                }
+                if last.elapsed() > Duration::from_secs(30) {
+                    break None;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
-            if last.elapsed() > Duration::from_secs(30) {
-                break None;
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        },
+        }
         _ => None,
     };
     let after = server_stats(stats_addr).await;
     if let Some(sink) = &sink {
         sink.sync();
     }
+    // Sim's answer, which every stream's text must be (completed) or begin.
+    let expected = args
+        .expect_sim_text
+        .then(|| crate::sim::answer_text(args.tokens));
+    let mut text_mismatches = 0;
+    let mut unexplained = 0;
+    for (outcome, _) in &mut outcomes {
+        if let Some(expected) = &expected {
+            let whole = !outcome.completed || outcome.text.len() == expected.len();
+            if !(whole && expected.starts_with(&outcome.text)) {
+                let at = expected
+                    .bytes()
+                    .zip(outcome.text.bytes())
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                // Sim's answer is ASCII: the bytes that match it end on a char boundary.
+                let differs: String = outcome.text[at..].chars().take(40).collect();
+                outcome.error = Some(format!(
+                    "the text is not sim's answer from byte {at}: {differs:?}"
+                ));
+                text_mismatches += 1;
+                unexplained += 1;
+                continue;
+            }
+        }
+        if outcome.error.is_some() && outcome.ended_by.is_none() {
+            unexplained += 1;
+        }
+    }
+    let mut ended_by = BTreeMap::new();
+    for (outcome, _) in &outcomes {
+        if let Some(reason) = &outcome.ended_by {
+            *ended_by.entry(reason.clone()).or_insert(0) += 1;
+        }
+    }
+    let slowloris = match slowloris {
+        Some(task) => Some(task.await.expect("slowloris task")),
+        None => None,
+    };
     let counters = hop.snapshot();
     let events: u64 = outcomes.iter().map(|(o, _)| o.events).sum();
     let delta = |after: Option<u64>, before: Option<u64>| Some(after?.saturating_sub(before?));
@@ -326,12 +477,20 @@ pub async fn run(args: &Args, sink: Option<RecordSink>) -> Report {
     let count =
         |pick: fn(&client::Outcome) -> bool| outcomes.iter().filter(|(o, _)| pick(o)).count();
     Report {
-        streams: args.streams,
+        streams: outcomes.len() as u64,
         completed: count(|o| o.completed),
         disconnected: count(|o| o.disconnected),
         resumed: count(|o| o.resumed),
         resume_mismatches: count(|o| o.resume_mismatch),
         failed: count(|o| o.error.is_some()),
+        ended_by,
+        unexplained,
+        text_mismatches,
+        cuts_taken_up: outcomes
+            .iter()
+            .map(|(o, _)| u64::from(o.cuts_taken_up))
+            .sum(),
+        slowloris,
         errors: outcomes
             .iter()
             .filter_map(|(o, _)| o.error.clone())

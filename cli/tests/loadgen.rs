@@ -2,9 +2,12 @@
 //! clients did and what the server's `/stats` said, under the keys `--json` prints.
 
 mod common;
+#[path = "common/hostile.rs"]
+mod hostile;
 
 use common::LONG;
 use common::reference::start;
+use hostile::{Case, Hostile};
 use streamgate_cli::{flags, loadgen};
 
 fn args(addr: std::net::SocketAddr, flags: &[&str]) -> loadgen::Args {
@@ -65,6 +68,11 @@ async fn the_report_counts_what_the_clients_and_the_server_did() {
         "resumed",
         "resume_mismatches",
         "failed",
+        "ended_by",
+        "unexplained",
+        "text_mismatches",
+        "cuts_taken_up",
+        "slowloris",
         "errors",
         "events",
         "wall_s",
@@ -81,6 +89,7 @@ async fn the_report_counts_what_the_clients_and_the_server_did() {
     expected.sort_unstable();
     assert_eq!(keys, expected);
     assert!(json["released_after_last_disconnect_ms"].is_null());
+    assert!(json["slowloris"].is_null());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,4 +151,79 @@ async fn each_api_is_loaded_and_resumed_by_its_own_paths() {
         // Every event of every stream once: nothing lost or repeated across the resumes.
         assert_eq!(report.events, 4 * events_per_stream, "{api}: {report:?}");
     }
+}
+
+/// Clients that vanish (neither read nor close for `--stop-s`) or reset the connection count
+/// as disconnected; with `--expect-sim-text` every stream's text is sim's; a stream refused at
+/// `--addr` is asked for again at its `--failover-addr`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vanishing_and_resetting_clients_and_a_refused_address_are_no_failures() {
+    let sim = start(&["--step-ms", "1"]);
+    let refused = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .unwrap();
+    let sim_url = sim.to_string();
+    let flags = [
+        "--stats",
+        &sim_url,
+        "--failover-addr",
+        &sim_url,
+        "--streams",
+        "6",
+        "--tokens",
+        "30",
+        "--vanish",
+        "0.34",
+        "--reset",
+        "0.34",
+        "--after",
+        "5",
+        "--stop-s",
+        "0.2",
+        "--expect-sim-text",
+    ];
+    let report = loadgen::run(&args(refused, &flags), None).await;
+    assert_eq!(
+        (report.completed, report.disconnected, report.failed),
+        (2, 4, 0),
+        "{report:?}"
+    );
+    assert_eq!(
+        (
+            report.unexplained,
+            report.text_mismatches,
+            report.cuts_taken_up
+        ),
+        (0, 0, 0),
+        "{report:?}"
+    );
+    assert!(report.ended_by.is_empty(), "{report:?}");
+}
+
+/// A text other than sim's fails its stream under `--expect-sim-text`, and a stream cut
+/// before its end with nowhere to take it up is a failure no frame explained.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_text_and_a_cut_stream_are_unexplained_failures() {
+    let other = Hostile::start(Case::Stream {
+        chunks: 3,
+        content_type: "text/event-stream",
+    })
+    .await;
+    let flags = ["--streams", "2", "--tokens", "3", "--expect-sim-text"];
+    let report = loadgen::run(&args(other.addr, &flags), None).await;
+    assert_eq!(
+        (report.completed, report.failed, report.text_mismatches),
+        (2, 2, 2),
+        "{report:?}"
+    );
+    assert_eq!(report.unexplained, 2, "{report:?}");
+    assert!(
+        report.errors[0].contains("not sim's answer from byte 0"),
+        "{report:?}"
+    );
+
+    let cut = Hostile::start(Case::AbruptClose).await;
+    let report = loadgen::run(&args(cut.addr, &["--streams", "2"]), None).await;
+    assert_eq!((report.failed, report.unexplained), (2, 2), "{report:?}");
+    assert_eq!(report.cuts_taken_up, 0, "{report:?}");
 }

@@ -78,6 +78,22 @@ impl Meta {
     }
 }
 
+/// The answer sim streams for `max_tokens` tokens (without `--token-salt`), in every API:
+/// token i's text is `t{i} `.
+///
+/// # Examples
+///
+/// ```
+/// assert_eq!(streamgate_cli::sim::answer_text(3), "t0 t1 t2 ");
+/// ```
+pub fn answer_text(max_tokens: u64) -> String {
+    let mut text = String::new();
+    for i in 0..max_tokens {
+        write_token(i, None, &mut text).expect("a String takes any text");
+    }
+    text
+}
+
 /// Writes token `i`'s text with `salt`: `t{i} `, or `t{i}.{salt} ` (the salt in hex).
 fn write_token(i: u64, salt: Option<u64>, out: &mut impl fmt::Write) -> fmt::Result {
     match salt {

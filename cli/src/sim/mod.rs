@@ -104,4 +104,5 @@ mod stream;
 
 pub use self::app::{app, run};
 pub use self::config::Config;
+pub use self::meta::answer_text;
 pub use self::state::Sim;
