@@ -432,10 +432,8 @@ pub async fn stream_chat(
         turn += 1;
         tokio::time::sleep(TAKE_UP_PAUSE).await;
     }
-    if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
-        if !trail.is_empty() {
-            outcome.error = Some(trail.join("; then "));
-        }
+    if !outcome.completed && !outcome.disconnected && outcome.error.is_none() && !trail.is_empty() {
+        outcome.error = Some(trail.join("; then "));
     }
     if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
         let end = chat.api.end_name();

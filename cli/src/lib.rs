@@ -15,3 +15,4 @@ pub mod resume;
 pub mod serving;
 pub mod sim;
 pub mod slowloris;
+pub mod trim;

@@ -88,7 +88,8 @@ pub async fn serve_until_signal(
 /// `streams` (waiting at most [`SHUTDOWN_GRACE`] for their releases) and lets the connections
 /// finish, their bodies having ended. A connection that cannot take its last bytes (a client
 /// that stopped reading) gets [`DRAIN_LIMIT`] more, then is abandoned: one stopped reader must
-/// not hold the process. Connection errors are logged to stderr.
+/// not hold the process. Connection errors are logged to stderr. While no stream is open, the
+/// allocator's free pages go back to the OS ([`crate::trim::while_idle`]).
 pub async fn serve_until(
     listener: TunedListener,
     app: Router,
@@ -107,6 +108,7 @@ pub async fn serve_with(
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (ended, streams_ended) = tokio::sync::oneshot::channel::<()>();
+    let trimming = crate::trim::while_idle(streams.clone());
     let shutdown = async move {
         stop.await;
         let report = streams.shutdown(SHUTDOWN_GRACE).await;
@@ -132,6 +134,7 @@ pub async fn serve_with(
             eprintln!("shutting down: connections still draining after {DRAIN_LIMIT:?} abandoned");
             Ok(())
         }
+        never = trimming => match never {},
     }
 }
 
