@@ -35,8 +35,6 @@
 # can raise the hard one); each process is kept below it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. benches/common/listening.sh
-. benches/common/proxy.sh
 streams=${STREAMS:-10000}
 total=${SECONDS_TOTAL:-180}
 cycle=${CYCLE:-180}
@@ -101,12 +99,18 @@ wait_listening() { # log port earlier-lines
   echo "soak: $1 is not listening" >&2; tail -5 "$1" >&2; exit 1
 }
 pid() { cat "$work/$1.pid"; }
-# A process's descriptors, resident memory (KiB) and CPU ticks.
+# A process's descriptors, resident memory (KiB) and CPU ticks (empty once it is gone).
 fds() { ls "/proc/$(pid "$1")/fd" | wc -l; }
 rss() { awk '/^VmRSS/ {print $2}' "/proc/$(pid "$1")/status"; }
+ticks() { { sed 's/.*) //' "/proc/$(pid "$1")/stat" 2>/dev/null || true; } | awk '{print $12 + $13}'; }
+# The CPU each server spent from the baseline on, across its restarts: what a run used so far
+# is added before it is killed.
+declare -A spent
+spend() { spent[$1]=$(( ${spent[$1]:-0} + $(ticks "$1") )); }
 stats() { curl -s --max-time 5 "http://127.0.0.1:$1/stats"; }
 restart() { # name starter n
   local name=$1
+  spend "$name"
   kill -KILL "$(pid "$name")"; wait "$(pid "$name")" 2>/dev/null || true
   log "$name killed"
   sleep 5
@@ -122,9 +126,9 @@ procs="redis sim0 sim1 proxy0 proxy1"
 for port in "${proxy_ports[@]}"; do
   "$bin" loadgen --addr "127.0.0.1:$port" --streams 1 --tokens 2 --json > /dev/null
 done
-declare -A base_fds base_rss peak_rss
+declare -A base_fds base_rss peak_rss client_ticks
 for p in $procs; do base_fds[$p]=$(fds "$p"); base_rss[$p]=$(rss "$p"); peak_rss[$p]=${base_rss[$p]}; done
-cpu0=$(cpu_ticks $(for p in $procs; do pid "$p"; done))
+for p in $procs; do spent[$p]=$(( -$(ticks "$p") )); done
 log "baseline: $(for p in $procs; do printf '%s %s fds %s KiB; ' "$p" "${base_fds[$p]}" "${base_rss[$p]}"; done)"
 
 half=$((streams / 2))
@@ -133,10 +137,12 @@ a="127.0.0.1:${proxy_ports[0]}"; b="127.0.0.1:${proxy_ports[1]}"
 "$bin" loadgen --addr "$a" --failover-addr "$b" --streams "$half" "${common[@]}" \
   > "$work/keepers.json" 2> "$work/keepers.log" &
 keepers=$!
+echo "$keepers" > "$work/keepers.pid"
 "$bin" loadgen --addr "$b" --failover-addr "$a" --streams "$((streams - half))" "${common[@]}" \
   --slow 0.15 --stop-s 15 --resume 0.15 --disconnect 0.1 --vanish 0.1 --reset 0.1 --after 5 \
   > "$work/mix.json" 2> "$work/mix.log" &
 mix=$!
+echo "$mix" > "$work/mix.pid"
 
 # The faults, cycle by cycle after the ramp, while the clients run; the peaks sampled each second.
 at() { # second of the run, relative to its start
@@ -144,6 +150,7 @@ at() { # second of the run, relative to its start
     for p in $procs; do
       r=$(rss "$p" 2>/dev/null || echo 0); [ "$r" -gt "${peak_rss[$p]}" ] && peak_rss[$p]=$r
     done
+    for c in keepers mix; do t=$(ticks "$c"); if [ -n "$t" ]; then client_ticks[$c]=$t; fi; done
     sleep 1
   done
 }
@@ -154,7 +161,7 @@ for ((c = 0; c * cycle < total; c++)); do
   [ $((s + cycle * 70 / 100 - start)) -ge "$total" ] && break
   at $((s + cycle * 15 / 100)); restart sim0 start_sim 0; faults+=("sim0 killed")
   at $((s + cycle * 30 / 100))
-  rcli shutdown save > /dev/null 2>&1 || true
+  spend redis; rcli shutdown save > /dev/null 2>&1 || true
   wait "$(pid redis)" 2>/dev/null || true
   log "redis stopped (SHUTDOWN SAVE)"; sleep 2; start_redis; log "redis restarted"; faults+=("redis restarted")
   at $((s + cycle * 45 / 100)); restart proxy0 start_proxy 0; faults+=("proxy0 killed")
@@ -171,7 +178,9 @@ log "faults done; waiting for the clients"
 while kill -0 "$keepers" 2>/dev/null || kill -0 "$mix" 2>/dev/null; do at $(( $(date +%s) - t0 + 1 )); done
 wait "$keepers" || true; wait "$mix" || true
 for s in "${storms[@]}"; do wait "$s" || true; done
-cpu1=$(cpu_ticks $(for p in $procs; do pid "$p"; done))
+cpu_lines=""
+for p in $procs; do spend "$p"; cpu_lines="$cpu_lines$p ${spent[$p]}\n"; done
+for c in keepers mix; do cpu_lines="$cpu_lines$c ${client_ticks[$c]:-0}\n"; done
 log "clients done"
 
 # Everything let go: generators, KV, streams, Redis's keys (the grace, 15 s, and the readers'
@@ -199,11 +208,12 @@ for p in $procs; do
 done
 grep -l -E 'panicked|RUST_BACKTRACE' "$work"/*.log > "$work/panics" || true
 
-python3 - "$work" "$streams" "$total" "$((cpu1 - cpu0))" "$(getconf CLK_TCK)" "$(printf "$fd_lines")" \
+python3 - "$work" "$streams" "$total" "$(printf "$cpu_lines")" "$(getconf CLK_TCK)" "$(printf "$fd_lines")" \
   "$(printf "$rss_lines")" "$(stats "${sim_ports[0]}")" "$(stats "${sim_ports[1]}")" \
   "$(stats "${proxy_ports[0]}")" "$(stats "${proxy_ports[1]}")" "$(rcli dbsize)" "${#faults[@]}" <<'EOF'
 import glob, json, sys
-work, streams, total, ticks, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+work, streams, total, hz = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
+cpu = {name: int(t) for name, t in (l.split() for l in sys.argv[4].splitlines() if l)}
 fd_rows = [l.split() for l in sys.argv[6].splitlines() if l]
 rss_rows = [l.split() for l in sys.argv[7].splitlines() if l]
 sims = [json.loads(s) for s in sys.argv[8:10]]
@@ -249,7 +259,8 @@ figures = {
     "failovers": {k: sum(p["failovers"][k] for p in proxies) for k in proxies[1]["failovers"]},
     "ended_by": {k: keepers["ended_by"].get(k, 0) + mix["ended_by"].get(k, 0) for k in set(keepers["ended_by"]) | set(mix["ended_by"])},
     "proxy_peak_rss_per_stream_kib": round(peak_proxy / streams, 1),
-    "cpu_us_per_event": round(ticks / hz * 1e6 / max(1, keepers["events"] + mix["events"]), 1),
+    "cpu_us_per_event": round(sum(t for n, t in cpu.items() if n not in ("keepers", "mix")) / hz * 1e6 / max(1, keepers["events"] + mix["events"]), 1),
+    "cpu_s": {n: round(t / hz, 1) for n, t in cpu.items()},
     "rss_kib": {name: {"start": int(b), "peak": int(p), "end": int(e)} for name, b, p, e in rss_rows},
     "slowloris_longest_held_ms": max((l["longest_held_ms"] or 0) for l in lorises) if lorises else None,
     "broken": broken,
@@ -265,7 +276,7 @@ print(f"""
 | ended by a terminal frame | {figures['ended_by']} |
 | proxy peak RSS per stream | {figures['proxy_peak_rss_per_stream_kib']} KiB |
 | RSS start / peak / end (KiB) | {'; '.join(f"{n} {v['start']} / {v['peak']} / {v['end']}" for n, v in figures['rss_kib'].items() if n != 'redis')} |
-| CPU of all servers per event | {figures['cpu_us_per_event']} us |
+| CPU of all servers per event; CPU seconds by process | {figures['cpu_us_per_event']} us; {', '.join(f"{n} {v}" for n, v in figures['cpu_s'].items())} |
 | slowloris held at most | {figures['slowloris_longest_held_ms']} ms |
 """)
 for b in broken:
