@@ -27,12 +27,15 @@
 # CPU, the gap p99 of the readers that keep up, failovers, resumes) as JSON and a Markdown
 # table, and exits 1 if an invariant does not hold.
 #
-#   bash benches/soak.sh                                  # 10,000 streams, 3 minutes (CI)
+#   bash benches/soak.sh                                  # 10,000 streams, 3 minutes
+#   STREAMS=2000 SECONDS_TOTAL=180 CYCLE=90 bash benches/soak.sh  # CI's (two cycles of faults)
 #   SECONDS_TOTAL=3600 bash benches/soak.sh               # the hour-long soak (20 cycles)
-#   STREAMS=2000 SECONDS_TOTAL=60 CYCLE=60 bash benches/soak.sh   # a quick look
 #
-# Without redis-server it says SKIPPED and exits 0. It raises its descriptor limit itself (root
-# can raise the hard one); each process is kept below it.
+# The servers spend about a core per 2,000 streams (one token a second each), and the proxy
+# that takes over the other's streams holds two descriptors per stream: 10,000 streams need
+# ~5 cores and a descriptor limit of 25,000. The script raises its limit itself where it may
+# (root with CAP_SYS_RESOURCE raises the hard one) and refuses to start below what STREAMS
+# needs. Without redis-server it says SKIPPED and exits 0.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 streams=${STREAMS:-10000}
@@ -146,6 +149,7 @@ echo "$mix" > "$work/mix.pid"
 
 # The faults, cycle by cycle after the ramp, while the clients run; the peaks sampled each second.
 at() { # second of the run, relative to its start
+  local p r c t
   while [ $(( $(date +%s) - t0 )) -lt "$1" ]; do
     for p in $procs; do
       r=$(rss "$p" 2>/dev/null || echo 0); [ "$r" -gt "${peak_rss[$p]}" ] && peak_rss[$p]=$r
