@@ -128,10 +128,11 @@ pub struct Outcome {
     pub disconnected: bool,
     /// The client hung up and re-attached.
     pub resumed: bool,
-    /// After the resume, the first event's id was not the one after the last id read before
-    /// it (an event lost or repeated across the resume).
+    /// After a resume or a cut taken up, the first event's id was not the one after the last
+    /// id read before it (an event lost or repeated across the resume).
     pub resume_mismatch: bool,
-    /// The id of the first event read after the resume.
+    /// The id of the first event of the last response read (`None`: it had no event with an
+    /// id, such as a resume answered with an error frame).
     pub first_id_after_resume: Option<u64>,
     /// How many times the stream was cut before its end (a connection refused, reset or
     /// closed early, an upstream status 5xx on a resume) and taken up again at one of
@@ -358,13 +359,15 @@ pub async fn stream_chat(
         };
         let what = match response.await {
             Ok(response) if response.status().is_success() => {
+                // A resume, or a cut taken up: its events go on from `last_id`.
+                let continuing = asked;
                 asked = true;
                 failed = 0;
                 if let Some(id) = response.headers().get("x-request-id") {
                     stream_id = id.to_str().unwrap_or(request_id).to_owned();
                 }
-                let resuming = outcome.resumed;
                 let before = last_id;
+                outcome.first_id_after_resume = None;
                 // The body is dropped when `read` returns: the connection closes before a
                 // resume.
                 let read = read(
@@ -375,7 +378,12 @@ pub async fn stream_chat(
                     &mut last_id,
                 );
                 let read = read.await;
-                if resuming && before.map(|id| id + 1) != outcome.first_id_after_resume {
+                let next = before.map_or(0, |id| id + 1);
+                if continuing
+                    && outcome
+                        .first_id_after_resume
+                        .is_some_and(|first| first != next)
+                {
                     outcome.resume_mismatch = true;
                 }
                 match read {
@@ -485,7 +493,7 @@ async fn read(
         // The event's id and kind as the server wrote them (the decoder reads a `:control`
         // or `:hidden` mark, and takes an unmarked `[DONE]` as control).
         let seq = event.id().and_then(|id| id.parse().ok());
-        if first && outcome.resumed {
+        if first {
             outcome.first_id_after_resume = seq;
         }
         first = false;
