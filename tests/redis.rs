@@ -308,6 +308,65 @@ async fn an_id_claimed_by_an_instance_that_died_is_free_once_its_lease_lapsed() 
     assert_eq!(rest(&mut stream).await.0, expected(0..3));
 }
 
+/// A claim whose instance stalled past its lease (its renewal could not run) and was taken
+/// over by another instance cannot register its stream: the id is the other claim's, whose
+/// stream then runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_taken_over_after_its_lease_lapsed_cannot_register() {
+    let Some(redis) = RedisServer::start("taken-over") else {
+        return;
+    };
+    let url = redis.url();
+    let (claimed, stalled) = std::sync::mpsc::channel::<()>();
+    let (took_over, resume) = std::sync::mpsc::channel::<()>();
+    // The instance that stalls: a runtime of one thread, blocked while the other takes over.
+    let late = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async {
+            let here = Registry::<String>::redis(&url, ResumeOptions::default()).unwrap();
+            let claim = here.claim("stalled").await.expect("the first claim");
+            claimed.send(()).unwrap();
+            resume.recv().unwrap();
+            let releases = Releases::default();
+            let consumer = tokens(&releases, 3, Duration::ZERO, Arc::default());
+            here.register(claim, consumer)
+                .await
+                .err()
+                .map(|error| error.to_string())
+        })
+    });
+    tokio::task::spawn_blocking(move || stalled.recv().unwrap())
+        .await
+        .unwrap();
+    let (there, _) = instances(&redis, ResumeOptions::default());
+    let started = std::time::Instant::now();
+    let claim = loop {
+        match there.claim("stalled").await {
+            Ok(claim) => break claim,
+            Err(ClaimError::Running) => {
+                assert!(started.elapsed() < Duration::from_secs(5), "never freed");
+                sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    };
+    took_over.send(()).unwrap();
+    let refused = tokio::task::spawn_blocking(move || late.join().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        refused.is_some(),
+        "the stalled claim registered over the other's"
+    );
+    let releases = Releases::default();
+    let consumer = tokens(&releases, 3, Duration::ZERO, Arc::default());
+    let mut stream = there.register(claim, consumer).await.expect("registered");
+    assert_eq!(rest(&mut stream).await.0, expected(0..3));
+}
+
 /// Redis restarted while an instance's connection to it was idle: the first request after the
 /// restart does not fail for that connection (it is made again at once), and streams run as
 /// before.

@@ -483,9 +483,14 @@ async fn read(
         };
         let data = serde_json::from_str::<Value>(text).ok();
         if event.event_type() == "error" {
+            // Why: `error.type` (chat completions, Messages), or a Responses error's `code`.
             outcome.ended_by = data
                 .as_ref()
-                .and_then(|data| data.pointer("/error/type")?.as_str())
+                .and_then(|data| {
+                    data.pointer("/error/type")
+                        .or_else(|| data.get("code"))?
+                        .as_str()
+                })
                 .map(str::to_owned);
             outcome.error = Some(format!("error event: {text}"));
             return Read::Over;

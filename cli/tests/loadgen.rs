@@ -227,3 +227,29 @@ async fn a_wrong_text_and_a_cut_stream_are_unexplained_failures() {
     assert_eq!((report.failed, report.unexplained), (2, 2), "{report:?}");
     assert_eq!(report.cuts_taken_up, 0, "{report:?}");
 }
+
+/// A stream cut and taken up elsewhere must go on at the event after the last one read: a
+/// server that repeats events (or skips some) is a resume mismatch, one that goes on is none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_take_up_that_repeats_events_is_a_resume_mismatch() {
+    let cut = Hostile::start(Case::Numbered {
+        from: 0,
+        done: false,
+    })
+    .await;
+    for (from, mismatches) in [(1, 1), (3, 0)] {
+        let elsewhere = Hostile::start(Case::Numbered { from, done: true }).await;
+        let elsewhere = elsewhere.addr.to_string();
+        let flags = ["--failover-addr", &elsewhere, "--streams", "1"];
+        let report = loadgen::run(&args(cut.addr, &flags), None).await;
+        assert_eq!(
+            (
+                report.completed,
+                report.cuts_taken_up,
+                report.resume_mismatches
+            ),
+            (1, 1, mismatches),
+            "going on from {from} after 0..=2: {report:?}"
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! A hostile upstream on a raw tokio `TcpListener`: it answers every request with one
-//! misbehaviour (a 50 MB line, invalid UTF-8, endless comments, a close mid-stream, a short
+//! misbehaviour (a 50 MB line, invalid UTF-8, endless comments, a close mid-stream, events
+//! numbered from anywhere, a short
 //! `Content-Length`, error statuses, odd content types, no headers at all, slow headers, a
 //! 20 KB head, a 1 GiB or endless body) and keeps what it was sent, so a test can check what
 //! reached it.
@@ -31,6 +32,10 @@ pub enum Case {
     EndlessComments,
     /// Three events on a close-delimited body, then the connection closes: no `[DONE]`.
     AbruptClose,
+    /// Three events numbered from `from` (`id:`) on a close-delimited body, then `[DONE]` if
+    /// `done`, and the connection closes: whatever a resume asked for, as a store that lost
+    /// track of its readers would answer it.
+    Numbered { from: u64, done: bool },
     /// Three events on a body that declares 10,000 bytes, then the connection closes.
     ShortSse,
     /// `text/plain` declaring 1,000 bytes, 500 sent, then the connection closes.
@@ -279,6 +284,17 @@ async fn answer(socket: &mut TcpStream, case: Case) -> std::io::Result<()> {
                 socket
                     .write_all(event(&format!("c{i} ")).as_bytes())
                     .await?;
+            }
+            socket.shutdown().await
+        }
+        Case::Numbered { from, done } => {
+            socket.write_all(SSE_CLOSE.as_bytes()).await?;
+            for i in 0..3 {
+                let event = format!("id: {}\n{}", from + i, event(&format!("c{i} ")));
+                socket.write_all(event.as_bytes()).await?;
+            }
+            if done {
+                socket.write_all(b"data: [DONE]\n\n").await?;
             }
             socket.shutdown().await
         }
