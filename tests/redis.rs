@@ -286,16 +286,7 @@ async fn an_id_claimed_by_an_instance_that_died_is_free_once_its_lease_lapsed() 
         matches!(there.claim("orphan").await, Err(ClaimError::Running)),
         "the claim holds the id while its lease runs"
     );
-    let claim = loop {
-        match there.claim("orphan").await {
-            Ok(claim) => break claim,
-            Err(ClaimError::Running) => {
-                assert!(died.elapsed() < Duration::from_secs(5), "never freed");
-                sleep(Duration::from_millis(100)).await;
-            }
-            Err(other) => panic!("{other:?}"),
-        }
-    };
+    let claim = claim_once_freed(&there, "orphan", died).await;
     assert!(
         died.elapsed() < Duration::from_secs(5),
         "{:?}",
@@ -342,17 +333,7 @@ async fn a_claim_taken_over_after_its_lease_lapsed_cannot_register() {
         .await
         .unwrap();
     let (there, _) = instances(&redis, ResumeOptions::default());
-    let started = std::time::Instant::now();
-    let claim = loop {
-        match there.claim("stalled").await {
-            Ok(claim) => break claim,
-            Err(ClaimError::Running) => {
-                assert!(started.elapsed() < Duration::from_secs(5), "never freed");
-                sleep(Duration::from_millis(100)).await;
-            }
-            Err(other) => panic!("{other:?}"),
-        }
-    };
+    let claim = claim_once_freed(&there, "stalled", std::time::Instant::now()).await;
     took_over.send(()).unwrap();
     let refused = tokio::task::spawn_blocking(move || late.join().unwrap())
         .await
@@ -663,6 +644,25 @@ async fn a_detached_pump_looks_at_redis_every_tick() {
 }
 
 /// Polls `adopt` until the lapsed lease lets `registry` adopt `id` (at most the hang guard).
+/// Claims `id` through `registry` once another claim's lease on it lapsed: within 5 s of
+/// `since`.
+async fn claim_once_freed(
+    registry: &Registry<String>,
+    id: &str,
+    since: std::time::Instant,
+) -> streamgate::resume::Claim {
+    loop {
+        match registry.claim(id).await {
+            Ok(claim) => return claim,
+            Err(ClaimError::Running) => {
+                assert!(since.elapsed() < Duration::from_secs(5), "never freed");
+                sleep(Duration::from_millis(100)).await;
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+    }
+}
+
 async fn adopted(registry: &Registry<String>, id: &str) -> streamgate::resume::Adoption {
     let deadline = std::time::Instant::now() + common::HANG;
     loop {
