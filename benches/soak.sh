@@ -26,16 +26,16 @@
 # died but those killed; each sim's `generators_running` and `kv_blocks_in_use` and each
 # proxy's `streams_running` back to 0 (a stream never released holds them up; a proxy's
 # `streams_started` is the sum of its `streams_ended` whenever none runs, both counted by the
-# same calls); each process's descriptors back to its baseline (+8); each sim's and proxy's RSS at most 16 MiB above its baseline (an idle
-# process gives the allocator's free pages back every 10 s; glibc would otherwise keep the
-# pages of the peak); Redis's keys all expired; no panic in any log. It prints the figures
+# same calls); each process's descriptors back to its baseline (+8); each sim's and proxy's
+# RSS at most 16 MiB above its baseline (an idle process gives the allocator's free pages back
+# every 10 s; glibc would otherwise keep the pages of the peak); Redis's keys all expired; no panic in any log. It prints the figures
 # (peak RSS per stream, CPU by process, the gap p99 of the readers that keep up, failovers,
 # resumes) as JSON and a Markdown table, and exits 1 if an invariant does not hold (keeping its
 # logs, and saying where).
 #
 #   bash benches/soak.sh                                  # 10,000 streams, 3 minutes
 #   STREAMS=2000 SECONDS_TOTAL=180 CYCLE=90 bash benches/soak.sh  # CI's (two cycles of faults)
-#   SECONDS_TOTAL=3600 bash benches/soak.sh               # the hour-long soak (20 cycles)
+#   STREAMS=2000 SECONDS_TOTAL=3600 bash benches/soak.sh  # BENCHMARKS.md's hour (20 cycles)
 #
 # The servers spend about a core per 2,000 streams (one token a second each), and the proxy
 # that takes over the other's streams holds two descriptors per stream: 10,000 streams need
