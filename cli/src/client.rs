@@ -440,12 +440,12 @@ pub async fn stream_chat(
         turn += 1;
         tokio::time::sleep(TAKE_UP_PAUSE).await;
     }
-    if !outcome.completed && !outcome.disconnected && outcome.error.is_none() && !trail.is_empty() {
-        outcome.error = Some(trail.join("; then "));
-    }
     if !outcome.completed && !outcome.disconnected && outcome.error.is_none() {
-        let end = chat.api.end_name();
-        outcome.error = Some(format!("the stream ended without {end}"));
+        outcome.error = Some(if trail.is_empty() {
+            format!("the stream ended without {}", chat.api.end_name())
+        } else {
+            trail.join("; then ")
+        });
     }
     // The user leaving is the consumer going; anything else cut the stream upstream of the
     // client.
