@@ -121,7 +121,7 @@ async fn run(dir: &Path) -> Result<(), String> {
     tokio::spawn(serving::serve_until(
         listener,
         app,
-        sim.streams.clone(),
+        sim.streams().clone(),
         std::future::pending(),
     ));
     println!("  worker   http://{worker}  (5 ms per token, a 1.2 s decode stall before token 40)");

@@ -1,6 +1,7 @@
 //! The `streamgate` command's parts, as a library so that tests and examples run them in
 //! process: [`proxy`] (in front of any OpenAI-compatible server), [`sim`] (the reference
-//! server), [`loadgen`] and [`diagnose`].
+//! server, on the serving code in [`serve`] that a real engine can sit behind too),
+//! [`loadgen`] and [`diagnose`].
 
 pub mod client;
 pub mod diagnose;
@@ -12,6 +13,7 @@ pub mod plot;
 pub mod proxy;
 pub mod request_id;
 pub mod resume;
+pub mod serve;
 pub mod serving;
 pub mod sim;
 pub mod slowloris;

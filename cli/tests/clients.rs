@@ -29,7 +29,7 @@ fn start(sim_flags: &[&str], proxy_flags: &[&str]) -> SocketAddr {
     tokio::spawn(serving::serve_until(
         listener,
         app,
-        server.streams.clone(),
+        server.streams().clone(),
         std::future::pending(),
     ));
     let mut flags = vec!["--upstream", upstream.as_str(), "--addr", "127.0.0.1:0"];

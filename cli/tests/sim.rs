@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::reference::{self, start, until_paused};
 use common::{HANG, LONG, RawResponse, stats, wait_for, wait_for_within};
 use serde_json::Value;
-use streamgate_cli::{serving, sim};
+use streamgate_cli::{serve, serving};
 use tokio::time::{Instant, sleep, timeout};
 
 fn chat(max_tokens: u64, stream: bool) -> String {
@@ -471,7 +471,7 @@ fn serve_until_stopped(
     flags: &[&str],
 ) -> (
     SocketAddr,
-    Arc<sim::Sim>,
+    Arc<serve::Server>,
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
@@ -497,7 +497,7 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
         "--heartbeat-ms",
         "50",
     ]);
-    let streams = server.streams.clone();
+    let streams = server.streams().clone();
     let mut responses = Vec::new();
     for _ in 0..3 {
         let mut response =
@@ -535,7 +535,7 @@ async fn a_shutdown_ends_every_open_stream_visibly() {
 async fn a_shutdown_is_not_held_by_a_reader_that_stopped() {
     let (addr, server, stop, served) =
         serve_until_stopped(&["--step-ms", "0", "--sndbuf", "16384"]);
-    let streams = server.streams.clone();
+    let streams = server.streams().clone();
     let mut reader = RawResponse::post_json(addr, "/v1/chat/completions", &chat(LONG, true)).await;
     chunk(&reader.expect_frame().await);
     // The reader stops: the kernel's buffers fill, then the gate's, and the generator waits.

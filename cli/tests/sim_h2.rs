@@ -203,7 +203,11 @@ async fn a_shutdown_ends_every_open_h2_stream_visibly() {
         .expect("the server returns")
         .unwrap()
         .expect("served");
-    assert_eq!(server.streams.stats().gates, 0, "every stream was released");
+    assert_eq!(
+        server.streams().stats().gates,
+        0,
+        "every stream was released"
+    );
     // The client's connection task sees the close on its own time.
     let deadline = tokio::time::Instant::now() + HANG;
     while client.ready().await.is_ok() {

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use crate::flags;
+use crate::serve::ServeFlags;
 
 /// `streamgate sim`: the reference server's flags.
 #[derive(Debug, Clone, clap::Args)]
@@ -23,9 +24,8 @@ Endpoints (examples/README.md, \"The reference server\", says the rest):
 Token i's text is \"t{i} \" in every API; every event's id: is its place in its stream.\
 ")]
 pub struct Config {
-    /// Where to listen (`127.0.0.1:0` picks a free port; the real one is printed).
-    #[arg(long, default_value = "127.0.0.1:8000")]
-    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub serve: ServeFlags,
     /// Simulated decode step: one token every MS ms.
     #[arg(long = "step-ms", value_name = "MS", default_value = "5", value_parser = flags::millis_or_zero)]
     pub step: Duration,
@@ -36,31 +36,14 @@ pub struct Config {
     /// `--stall-at`).
     #[arg(long = "stall-ms", value_name = "MS", requires = "stall_at", value_parser = flags::millis_or_zero)]
     pub stall: Option<Duration>,
-    #[command(flatten)]
-    pub gate: flags::GateFlags,
     /// Size of the simulated KV pool (one block per 16 tokens held by a live generator; at
     /// least 1).
     #[arg(long, value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..))]
     pub kv_blocks: u64,
-    #[command(flatten)]
-    pub listen: flags::ListenFlags,
-    #[command(flatten)]
-    pub resume: flags::ResumeFlags,
     /// Token text becomes `t{i}.{salt} ` with a random salt per stream, so a regenerated
     /// stream can be told from a resumed one.
     #[arg(long)]
     pub token_salt: bool,
-    /// Write a hop record (a JSON line) for every event of every request at the hops
-    /// `worker.decode`, `worker.publish`, `worker.write`, `worker.sent`, and one of kind `end`
-    /// per stream; flushed at exit.
-    #[arg(long, value_name = "FILE")]
-    pub hop_records: Option<String>,
-    #[command(flatten)]
-    pub hop_records_sample: flags::RecordSample,
-    /// Refuse a request whose last message is the assistant's (HTTP 400 mentioning prefill),
-    /// as some hosted models do, instead of continuing that message.
-    #[arg(long)]
-    pub no_prefill: bool,
     /// The process dies abruptly (SIGKILL to itself: no shutdown frames, no hop records
     /// flushed) once any generation has made N new tokens: one decode step after its Nth, or
     /// before its final chunk if N is all it was asked for (0: a step into the first
@@ -73,7 +56,7 @@ impl Config {
     /// The reference server's defaults, listening on `addr`.
     pub fn new(addr: SocketAddr) -> Self {
         let mut config = Self::parse_from::<_, &str>([]).expect("the defaults parse");
-        config.addr = addr;
+        config.serve.addr = addr;
         config
     }
 
@@ -98,28 +81,28 @@ mod tests {
     fn the_defaults_are_the_contracts() {
         let config = Config::parse_from::<_, &str>([]).unwrap();
         let ms = Duration::from_millis;
-        assert_eq!(config.addr, "127.0.0.1:8000".parse().unwrap());
+        assert_eq!(config.serve.addr, "127.0.0.1:8000".parse().unwrap());
         assert_eq!(config.step, ms(5));
         assert_eq!((config.stall_at, config.stall), (None, None));
-        assert_eq!(config.gate.buffer_events, 64);
-        assert_eq!(config.gate.buffer_bytes, 65536);
-        assert_eq!(config.gate.policy, flags::PolicyFlag::Backpressure);
-        assert_eq!(config.gate.slow_deadline, ms(10_000));
-        assert_eq!(config.gate.heartbeat, ms(15_000));
+        assert_eq!(config.serve.gate.buffer_events, 64);
+        assert_eq!(config.serve.gate.buffer_bytes, 65536);
+        assert_eq!(config.serve.gate.policy, flags::PolicyFlag::Backpressure);
+        assert_eq!(config.serve.gate.slow_deadline, ms(10_000));
+        assert_eq!(config.serve.gate.heartbeat, ms(15_000));
         assert_eq!(config.kv_blocks, 4096);
-        assert_eq!(config.listen.sndbuf, None);
-        assert_eq!(config.listen.notsent_lowat, 16384);
-        assert_eq!(config.listen.user_timeout, ms(20_000));
-        assert_eq!(config.listen.header_timeout, ms(10_000));
-        assert_eq!(config.listen.idle_timeout, ms(120_000));
-        assert_eq!(config.listen.max_connections, None);
-        assert_eq!(config.resume.grace, Duration::ZERO);
-        assert_eq!(config.resume.replay_bytes, 1_048_576);
-        assert_eq!(config.resume.store, flags::ResumeStore::Memory);
+        assert_eq!(config.serve.listen.sndbuf, None);
+        assert_eq!(config.serve.listen.notsent_lowat, 16384);
+        assert_eq!(config.serve.listen.user_timeout, ms(20_000));
+        assert_eq!(config.serve.listen.header_timeout, ms(10_000));
+        assert_eq!(config.serve.listen.idle_timeout, ms(120_000));
+        assert_eq!(config.serve.listen.max_connections, None);
+        assert_eq!(config.serve.resume.grace, Duration::ZERO);
+        assert_eq!(config.serve.resume.replay_bytes, 1_048_576);
+        assert_eq!(config.serve.resume.store, flags::ResumeStore::Memory);
         assert!(!config.token_salt);
-        assert_eq!(config.hop_records, None);
-        assert_eq!(config.hop_records_sample.share, 1.0);
-        assert!(!config.no_prefill);
+        assert_eq!(config.serve.hop_records, None);
+        assert_eq!(config.serve.hop_records_sample.share, 1.0);
+        assert!(!config.serve.no_prefill);
         assert_eq!(config.die_after, None);
     }
 

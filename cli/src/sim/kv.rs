@@ -5,18 +5,21 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use streamgate::openai::ApiError;
+use crate::serve::Refusal;
 
 /// Tokens per KV block.
 pub(super) const BLOCK_TOKENS: u64 = 16;
 
-/// The pool (`--kv-blocks`): how many blocks there are and how many generations hold.
+/// The pool (`--kv-blocks`): how many blocks there are and how many generations hold, and
+/// the generations it could not hold.
 #[derive(Debug)]
 pub(super) struct KvPool {
     total: u64,
     in_use: AtomicU64,
+    /// Generations stopped mid-way because the pool ran out (also `streams_failed`).
+    exhausted: AtomicU64,
+    /// Requests refused with 503 because every block was held by other streams.
+    refused: AtomicU64,
 }
 
 impl KvPool {
@@ -25,12 +28,25 @@ impl KvPool {
         Arc::new(KvPool {
             total,
             in_use: AtomicU64::new(0),
+            exhausted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
         })
     }
 
     /// The blocks held now, by every generation.
     pub(super) fn in_use(&self) -> u64 {
         self.in_use.load(Ordering::SeqCst)
+    }
+
+    /// Its `/stats` fields: `kv_blocks_in_use`, `streams_kv_exhausted` and
+    /// `requests_refused_kv_full`.
+    pub(super) fn fields(&self) -> [(&'static str, u64); 3] {
+        let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
+        [
+            ("streams_kv_exhausted", load(&self.exhausted)),
+            ("requests_refused_kv_full", load(&self.refused)),
+            ("kv_blocks_in_use", self.in_use()),
+        ]
     }
 
     /// A new generation's holding, with no block yet.
@@ -88,6 +104,20 @@ impl KvBlocks {
         Ok(())
     }
 
+    /// The first block of a new generation, or the refusal (counted) when every block is
+    /// held.
+    pub(super) fn first(&mut self) -> Result<(), KvFull> {
+        self.room_for(0)
+            .inspect_err(|_| _ = self.pool.refused.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// The pool ran out mid-generation: gives every block back now, counts the generation
+    /// as exhausted, and returns how many blocks there were.
+    pub(super) fn exhausted(&mut self) -> u64 {
+        self.pool.exhausted.fetch_add(1, Ordering::Relaxed);
+        self.give_back()
+    }
+
     /// Gives every block back now; returns how many there were.
     pub(super) fn give_back(&mut self) -> u64 {
         let blocks = std::mem::take(&mut self.held);
@@ -120,22 +150,12 @@ impl fmt::Display for KvFull {
 }
 
 impl KvFull {
-    /// 503 with an OpenAI-style error body: the pool is busy, a retry may find room.
-    pub(super) fn response(&self) -> Response {
-        let error = ApiError::new(
-            format!("{self}; retry when other streams have ended"),
-            "server_error",
-        )
-        .with_code("kv_cache_full");
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::RETRY_AFTER, "1"),
-            ],
-            error.to_json(),
-        )
-            .into_response()
+    /// The refusal: 503, the pool is busy, a retry may find room.
+    pub(super) fn refusal(&self) -> Refusal {
+        Refusal::Busy {
+            code: "kv_cache_full",
+            message: format!("{self}; retry when other streams have ended"),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, OnceLock};
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use streamgate_cli::{proxy, serving, sim};
+use streamgate_cli::{proxy, serve, serving, sim};
 use tokio::sync::oneshot;
 
 use crate::client::RawResponse;
@@ -31,11 +31,11 @@ pub fn args<'a>(flags: &[&'a str]) -> Vec<&'a str> {
 }
 
 /// `streamgate sim` with `flags`, served in process; its address and state.
-pub fn start_sim(flags: &[&str]) -> (SocketAddr, Arc<sim::Sim>) {
+pub fn start_sim(flags: &[&str]) -> (SocketAddr, Arc<serve::Server>) {
     let config = sim::Config::parse_from(args(flags)).unwrap();
     let (listener, app, server) = sim::app(config, prometheus()).expect("sim starts");
     let addr = listener.local_addr().unwrap();
-    let group = server.streams.clone();
+    let group = server.streams().clone();
     tokio::spawn(serving::serve_until(
         listener,
         app,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use metrics_exporter_prometheus::PrometheusHandle;
 use streamgate::transport::TunedListener;
-use streamgate_cli::{serving, sim};
+use streamgate_cli::{serve, serving, sim};
 
 /// The test process's Prometheus recorder (one per process).
 pub fn prometheus() -> PrometheusHandle {
@@ -19,7 +19,7 @@ pub fn prometheus() -> PrometheusHandle {
 }
 
 /// Builds a server with `flags` on a free port of 127.0.0.1, not yet serving.
-pub fn build(flags: &[&str]) -> (TunedListener, axum::Router, Arc<sim::Sim>) {
+pub fn build(flags: &[&str]) -> (TunedListener, axum::Router, Arc<serve::Server>) {
     let args = ["--addr", "127.0.0.1:0"].iter().chain(flags);
     let config = sim::Config::parse_from(args).expect("valid flags");
     sim::app(config, prometheus()).expect("the server starts")
@@ -32,12 +32,12 @@ pub fn serve_until(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> (
     SocketAddr,
-    Arc<sim::Sim>,
+    Arc<serve::Server>,
     tokio::task::JoinHandle<std::io::Result<()>>,
 ) {
     let (listener, app, server) = build(flags);
     let addr = listener.local_addr().unwrap();
-    let streams = server.streams.clone();
+    let streams = server.streams().clone();
     let served = tokio::spawn(serving::serve_until(listener, app, streams, stop));
     (addr, server, served)
 }

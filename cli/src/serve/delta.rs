@@ -13,19 +13,19 @@ use super::format::{Ending, Format};
 use super::messages::{self, MessagesFrame};
 use super::meta::Meta;
 use super::responses::{self, ResponsesFrame};
+use super::text::Text;
 
-/// What the worker hands the gate: a run of tokens (merged under `Coalesce`), one of the events
-/// the stream's format puts around them, or the error of a failed generation. Each knows its
+/// What the worker hands the gate: a run of text (merged under `Coalesce`), one of the events
+/// the stream's format puts around it, or the error of a failed generation. Each knows its
 /// event id (`id`), which a Responses event carries as its `sequence_number`.
 #[derive(Debug, Clone)]
-pub(super) enum Delta {
-    /// Tokens `from..=to`, whose text (`len` bytes) is written out only when the event is
-    /// encoded: the worker allocates nothing per token; `id` is the last token's event id.
+pub enum Delta {
+    /// A run of the answer's text (`first`: it begins the answer, so a chat chunk names its
+    /// author); `id` is its last event id.
     Text {
         meta: Arc<Meta>,
-        from: u64,
-        to: u64,
-        len: usize,
+        text: Text,
+        first: bool,
         id: u64,
     },
     /// An event before the first token or after the last.
@@ -47,7 +47,7 @@ pub(super) enum Delta {
 
 /// The events a format puts around a stream's tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Frame {
+pub enum Frame {
     /// A chat stream's final chunk, with its `finish_reason`.
     Finish(Ending),
     /// A chat stream's `data: [DONE]`.
@@ -58,7 +58,7 @@ pub(super) enum Frame {
 
 impl Frame {
     /// The events of a `format` stream before its first token.
-    pub(super) fn opening(format: Format) -> Vec<Frame> {
+    pub fn opening(format: Format) -> Vec<Frame> {
         match format {
             Format::Chat => Vec::new(),
             Format::Messages => MessagesFrame::opening().map(Frame::Messages).into(),
@@ -67,7 +67,7 @@ impl Frame {
     }
 
     /// The events of a `format` stream after its last token, reporting `ending`.
-    pub(super) fn closing(format: Format, ending: &Ending) -> Vec<Frame> {
+    pub fn closing(format: Format, ending: &Ending) -> Vec<Frame> {
         match format {
             Format::Chat => vec![Frame::Finish(ending.clone()), Frame::Done],
             Format::Messages => MessagesFrame::closing(ending).map(Frame::Messages).into(),
@@ -77,7 +77,7 @@ impl Frame {
 
     /// What an event after the last token reports (none for one before the first, or a chat
     /// stream's `[DONE]`).
-    pub(super) fn ending(&self) -> Option<&Ending> {
+    pub fn ending(&self) -> Option<&Ending> {
         match self {
             Frame::Finish(ending)
             | Frame::Messages(MessagesFrame::Delta(ending))
@@ -100,7 +100,7 @@ impl Chunk for Delta {
     /// a Responses stream's last events repeat the whole text.
     fn byte_len(&self) -> usize {
         match self {
-            Delta::Text { meta, len, .. } => meta.chunk_overhead() + len,
+            Delta::Text { meta, text, .. } => meta.chunk_overhead() + text.len(),
             Delta::Frame {
                 frame: Frame::Done, ..
             } => "[DONE]".len(),
@@ -121,25 +121,30 @@ impl Chunk for Delta {
         }
     }
 
-    /// Runs of tokens join before they are encoded: lossless for the client (the run keeps
-    /// the later event id).
+    /// Runs of text join before they are encoded: lossless for the client (the run keeps the
+    /// later event id).
     fn merge(&mut self, next: Self) -> Result<(), Self> {
         match (self, next) {
             (
-                Delta::Text { to, len, id, .. },
+                Delta::Text { text, id, .. },
                 Delta::Text {
-                    from,
-                    to: next,
-                    len: more,
+                    meta,
+                    text: more,
+                    first,
                     id: last,
-                    ..
                 },
-            ) if from == *to + 1 => {
-                *to = next;
-                *len += more;
-                *id = last;
-                Ok(())
-            }
+            ) => match text.merge(more) {
+                Ok(()) => {
+                    *id = last;
+                    Ok(())
+                }
+                Err(more) => Err(Delta::Text {
+                    meta,
+                    text: more,
+                    first,
+                    id: last,
+                }),
+            },
             (_, next) => Err(next),
         }
     }
@@ -153,22 +158,20 @@ impl From<Delta> for SseEvent {
         match delta {
             Delta::Text {
                 meta,
-                from,
-                to,
-                len,
+                text,
+                first,
                 id,
             } => match meta.format {
                 Format::Chat => {
                     // A new answer's first chunk names the author (a continuation's author was
                     // named).
-                    let role = (from == 0 && !meta.continued).then_some("assistant");
-                    let tokens = meta.tokens(from, to);
-                    encoded(&meta, len, |json, chunk| {
-                        chunk.write_content(json, role, &tokens)
+                    let role = (first && !meta.continued).then_some("assistant");
+                    encoded(&meta, text.len(), |json, chunk| {
+                        chunk.write_content(json, role, &text)
                     })
                 }
-                Format::Messages => messages::text(&meta, from, to),
-                Format::Responses => responses::text(&meta, from, to, id),
+                Format::Messages => messages::text(&text),
+                Format::Responses => responses::text(&meta, &text, id),
             },
             Delta::Frame { meta, frame, id } => match frame {
                 Frame::Finish(ending) => encoded(&meta, 0, |json, chunk| {
@@ -257,38 +260,33 @@ mod tests {
     #[global_allocator]
     static ALLOCATOR: Counting = Counting;
 
-    fn meta(salt: Option<u64>) -> Arc<Meta> {
+    fn meta() -> Arc<Meta> {
         Arc::new(Meta {
             format: Format::Chat,
             id: "chatcmpl-123456".into(),
             model: "streamgate-sim".into(),
             created: 1_700_000_000,
             stream: "chatcmpl-123456".into(),
-            salt,
             continued: false,
         })
     }
 
-    fn text(meta: &Arc<Meta>, from: u64, to: u64) -> Delta {
-        let len = (from..=to).map(|i| meta.token_len(i)).sum();
+    fn text(meta: &Arc<Meta>, tokens: std::ops::Range<u64>, salt: Option<u64>) -> Delta {
         Delta::Text {
             meta: meta.clone(),
-            from,
-            to,
-            len,
-            id: to,
+            first: tokens.start == 0,
+            id: tokens.end - 1,
+            text: Text::numbered(tokens, salt),
         }
     }
 
     /// The final chunk of tokens 0..5 of `meta`'s stream.
     fn final_chunk(meta: &Arc<Meta>, reason: FinishReason) -> Delta {
-        let tokens = 0..5;
-        let len = tokens.clone().map(|i| meta.token_len(i)).sum();
         Delta::Frame {
             meta: meta.clone(),
             frame: Frame::Finish(Ending {
-                tokens,
-                len,
+                text: Text::numbered(0..5, None),
+                prompt: 0,
                 reason,
             }),
             id: 5,
@@ -299,11 +297,12 @@ mod tests {
     /// then with this test: 1 allocation, no reallocation, for each of these events).
     #[test]
     fn an_event_is_encoded_in_one_allocation() {
-        let meta = meta(Some(u64::MAX));
+        let meta = meta();
+        let salt = Some(u64::MAX);
         let events = [
-            text(&meta, 0, 0),
-            text(&meta, 12_345, 12_345),
-            text(&meta, 100, 150),
+            text(&meta, 0..1, salt),
+            text(&meta, 12_345..12_346, salt),
+            text(&meta, 100..151, salt),
             final_chunk(&meta, FinishReason::Length),
         ];
         for delta in events {
@@ -319,7 +318,7 @@ mod tests {
 
     #[test]
     fn events_are_the_openai_chunks_of_the_stream() {
-        let meta = meta(None);
+        let meta = meta();
         let stream = ChatCompletionChunk::new("chatcmpl-123456", 1_700_000_000, "streamgate-sim");
         let content = |role: Option<&str>, text: &str| {
             stream.clone().with_choice(ChunkChoice::new(
@@ -333,11 +332,11 @@ mod tests {
         };
         let data = |delta: Delta| SseEvent::from(delta).data_str().unwrap().to_owned();
         assert_eq!(
-            data(text(&meta, 0, 0)),
+            data(text(&meta, 0..1, None)),
             content(Some("assistant"), "t0 ").to_json()
         );
         assert_eq!(
-            data(text(&meta, 3, 5)),
+            data(text(&meta, 3..6, None)),
             content(None, "t3 t4 t5 ").to_json()
         );
         let finish = ChunkChoice {

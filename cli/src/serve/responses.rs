@@ -15,11 +15,12 @@ use streamgate::sse::SseEvent;
 
 use super::format::Ending;
 use super::meta::Meta;
+use super::text::Text;
 
 /// The events of a Responses stream around its tokens (each an `output_text.delta` of part 0
 /// of item 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum ResponsesFrame {
+pub enum ResponsesFrame {
     /// `response.created`.
     Created,
     /// `response.output_item.added`: the message item, no content yet.
@@ -63,7 +64,7 @@ impl ResponsesFrame {
             ResponsesFrame::TextDone(ending)
             | ResponsesFrame::PartDone(ending)
             | ResponsesFrame::ItemDone(ending)
-            | ResponsesFrame::Completed(ending) => ending.len,
+            | ResponsesFrame::Completed(ending) => ending.text.len(),
         }
     }
 
@@ -91,7 +92,7 @@ impl ResponsesFrame {
                 ..place(Extra::new())
             }),
             ResponsesFrame::TextDone(ending) => {
-                let fields = json!({"text": meta.text(ending.tokens), "logprobs": []});
+                let fields = json!({"text": ending.text.to_string(), "logprobs": []});
                 ResponsesData::OutputTextDone(TextDone {
                     item_id: Some(item_id.clone()),
                     output_index: Some(0),
@@ -101,12 +102,12 @@ impl ResponsesFrame {
                 })
             }
             ResponsesFrame::PartDone(ending) => ResponsesData::ContentPartDone(PartEvent {
-                part: Some(object(part(&meta.text(ending.tokens)))),
+                part: Some(object(part(&ending.text.to_string()))),
                 ..place(Extra::new())
             }),
             ResponsesFrame::ItemDone(ending) => ResponsesData::OutputItemDone(OutputItemEvent {
                 output_index: Some(0),
-                item: item(meta, "completed", content(meta, &ending)),
+                item: item(meta, "completed", content(&ending)),
                 ..OutputItemEvent::default()
             }),
             ResponsesFrame::Completed(ending) => {
@@ -117,10 +118,9 @@ impl ResponsesFrame {
     }
 }
 
-/// Tokens `from..=to` as event `id`, an `output_text.delta` of part 0 of item 0.
-pub(super) fn text(meta: &Meta, from: u64, to: u64, id: u64) -> SseEvent {
-    let text = meta.tokens(from, to).to_string();
-    ResponsesData::output_text_delta(item_id(meta), 0, 0, text)
+/// A run of text as event `id`, an `output_text.delta` of part 0 of item 0.
+pub(super) fn text(meta: &Meta, text: &Text, id: u64) -> SseEvent {
+    ResponsesData::output_text_delta(item_id(meta), 0, 0, text.to_string())
         .with_sequence_number(id)
         .into()
 }
@@ -139,9 +139,10 @@ pub(super) fn body(meta: &Meta, ending: &Ending) -> String {
 
 /// The response as it completed: its one message item, and its `usage`.
 fn completed(meta: &Meta, ending: &Ending) -> Response {
-    let made = ending.made();
-    let usage = json!({"input_tokens": 0, "output_tokens": made, "total_tokens": made});
-    let output = json!([item(meta, "completed", content(meta, ending))]);
+    let (prompt, made) = (ending.prompt, ending.made());
+    let usage =
+        json!({"input_tokens": prompt, "output_tokens": made, "total_tokens": prompt + made});
+    let output = json!([item(meta, "completed", content(ending))]);
     response(meta, "completed", output, Some(usage))
 }
 
@@ -181,8 +182,8 @@ fn item(meta: &Meta, status: &str, content: Value) -> Item {
 }
 
 /// The item's content once complete: one part with the whole text.
-fn content(meta: &Meta, ending: &Ending) -> Value {
-    json!([part(&meta.text(ending.tokens.clone()))])
+fn content(ending: &Ending) -> Value {
+    json!([part(&ending.text.to_string())])
 }
 
 /// An `output_text` part holding `text`.

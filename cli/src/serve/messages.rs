@@ -10,10 +10,11 @@ use streamgate::sse::SseEvent;
 
 use super::format::Ending;
 use super::meta::Meta;
+use super::text::Text;
 
 /// The events of a Messages stream around its tokens (each `text_delta` of block 0).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum MessagesFrame {
+pub enum MessagesFrame {
     /// `message_start`: the message, no content yet.
     Start,
     /// `content_block_start`: text block 0.
@@ -46,7 +47,7 @@ impl MessagesFrame {
         let data: MessagesData = match self {
             MessagesFrame::Start => MessageStart {
                 message: Message {
-                    usage: Some(usage(1)),
+                    usage: Some(usage(0, 1)),
                     ..Message::new(meta.id.as_str(), meta.model.as_str())
                 },
                 ..MessageStart::default()
@@ -64,7 +65,7 @@ impl MessagesFrame {
                     stop_reason: Some(ending.reason.stop_reason().to_owned()),
                     ..StopDelta::default()
                 },
-                usage: Some(usage(ending.made())),
+                usage: Some(usage(ending.prompt, ending.made())),
                 ..MessageDelta::default()
             }
             .into(),
@@ -74,9 +75,9 @@ impl MessagesFrame {
     }
 }
 
-/// Tokens `from..=to` as a `content_block_delta` of block 0.
-pub(super) fn text(meta: &Meta, from: u64, to: u64) -> SseEvent {
-    MessagesData::text_delta(0, meta.tokens(from, to).to_string()).into()
+/// A run of text as a `content_block_delta` of block 0.
+pub(super) fn text(text: &Text) -> SseEvent {
+    MessagesData::text_delta(0, text.to_string()).into()
 }
 
 /// A failed generation's `event: error` (`overloaded_error`, as Anthropic's for a server out
@@ -91,7 +92,7 @@ pub(super) const ERROR_KIND: &str = "overloaded_error";
 /// The whole message of a request that streams none: `text` in one text block.
 pub(super) fn message(meta: &Meta, text: String, ending: &Ending) -> String {
     let mut message = Message {
-        usage: Some(usage(ending.made())),
+        usage: Some(usage(ending.prompt, ending.made())),
         ..Message::new(meta.id.as_str(), meta.model.as_str())
     };
     let fields = [
@@ -104,10 +105,10 @@ pub(super) fn message(meta: &Meta, text: String, ending: &Ending) -> String {
     message.to_json()
 }
 
-/// The token counts: the prompt is not counted (0), `output` tokens so far.
-fn usage(output: u64) -> Usage {
+/// The token counts: `input` tokens of prompt, `output` tokens so far.
+fn usage(input: u64, output: u64) -> Usage {
     Usage {
-        input_tokens: Some(0),
+        input_tokens: Some(input),
         output_tokens: Some(output),
         ..Usage::default()
     }

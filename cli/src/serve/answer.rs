@@ -10,23 +10,32 @@ use streamgate::openai::{ChatCompletion, CompletionChoice, Message, Usage};
 
 use super::delta::Delta;
 use super::format::{Ending, FinishReason, Format};
-use super::generation::{Output, generate};
 use super::meta::Meta;
-use super::state::Sim;
+use super::request::Request;
+use super::state::Server;
+use super::text::Text;
+use super::worker::Job;
 use super::{messages, responses, stream};
 
-/// Generates `output` for `meta` and answers with the whole answer in the stream's format
-/// (named by its request id, as a stream is). The id is claimed while the answer is made, so one id names
-/// one generation here too, and `POST .../cancel` stops it (the answer then ends with
-/// `finish_reason` `stop`); a client that closes its connection drops the generation.
-pub(super) async fn answer(sim: &Arc<Sim>, meta: Arc<Meta>, output: Output) -> Response {
-    let mut claim = match stream::claim(sim, &meta.stream).await {
+/// Has the worker generate `request` for `meta` and answers with the whole answer in the
+/// stream's format (named by its request id, as a stream is). The id is claimed while the
+/// answer is made, so one id names one generation here too, and `POST .../cancel` stops it
+/// (the answer then ends with `finish_reason` `stop`); a client that closes its connection
+/// drops the generation.
+pub(super) async fn answer(server: &Arc<Server>, meta: Arc<Meta>, request: Request) -> Response {
+    let mut claim = match stream::claim(server, &meta.stream).await {
         Ok(claim) => claim,
         Err(refused) => return refused,
     };
-    let events = match generate(sim, meta.clone(), output, claim.stop_signal()) {
+    let job = Job {
+        meta: meta.clone(),
+        request,
+        skip: 0,
+        stop: claim.stop_signal(),
+    };
+    let events = match server.worker.start(&server.host, job) {
         Ok(events) => events,
-        Err(full) => return full.response(),
+        Err(refusal) => return refusal.response(meta.format),
     };
     let mut text = String::new();
     let mut ending = None;
@@ -37,8 +46,8 @@ pub(super) async fn answer(sim: &Arc<Sim>, meta: Arc<Meta>, output: Output) -> R
     {
         match item {
             Ok(event) => match event.into_chunk() {
-                Delta::Text { meta, from, to, .. } => {
-                    let _ = write!(text, "{}", meta.tokens(from, to));
+                Delta::Text { text: run, .. } => {
+                    let _ = write!(text, "{run}");
                 }
                 Delta::Frame { frame, .. } => ending = frame.ending().cloned().or(ending),
                 Delta::Error { message, code, .. } => failed = Some((message, code)),
@@ -62,8 +71,8 @@ pub(super) async fn answer(sim: &Arc<Sim>, meta: Arc<Meta>, output: Output) -> R
     }
     drop(claim);
     let ending = ending.unwrap_or(Ending {
-        tokens: 0..0,
-        len: 0,
+        text: Text::decoded(String::new(), 0),
+        prompt: 0,
         reason: FinishReason::Length,
     });
     let body = match meta.format {
@@ -76,11 +85,11 @@ pub(super) async fn answer(sim: &Arc<Sim>, meta: Arc<Meta>, output: Output) -> R
 
 /// The `chat.completion` of `text`.
 fn completion(meta: &Meta, text: String, ending: &Ending) -> String {
-    let tokens = ending.made();
+    let (prompt, tokens) = (ending.prompt, ending.made());
     let usage = Usage {
-        prompt_tokens: 0,
+        prompt_tokens: prompt,
         completion_tokens: tokens,
-        total_tokens: tokens,
+        total_tokens: prompt + tokens,
         ..Usage::default()
     };
     ChatCompletion::new(meta.id.as_str(), meta.created, meta.model.as_str())

@@ -1,7 +1,6 @@
 //! The wire formats the reference server speaks (chat completions, Anthropic Messages, OpenAI
 //! Responses), why a generation ended, and what the events after its last token report.
 
-use std::ops::Range;
 use streamgate::sse::ErrorShape;
 
 use axum::http::{StatusCode, header};
@@ -9,9 +8,11 @@ use axum::response::{IntoResponse, Response};
 use streamgate::anthropic::MessagesData;
 use streamgate::openai::ApiError;
 
+use super::text::Text;
+
 /// A streaming API: the request it reads, the events it streams, its error shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Format {
+pub enum Format {
     /// `POST /v1/chat/completions`: `chat.completion.chunk`s and `[DONE]`.
     Chat,
     /// `POST /v1/messages`: Anthropic Messages events.
@@ -64,6 +65,26 @@ impl Format {
         }
     }
 
+    /// The request's field holding a system prompt given apart from the conversation:
+    /// Messages' `system`, Responses' `instructions` (chat's is a message).
+    pub(super) fn system_field(self) -> Option<&'static str> {
+        match self {
+            Format::Chat => None,
+            Format::Messages => Some("system"),
+            Format::Responses => Some("instructions"),
+        }
+    }
+
+    /// The request's field holding stop sequences: chat's `stop`, Messages' `stop_sequences`
+    /// (Responses has none).
+    pub(super) fn stop_field(self) -> Option<&'static str> {
+        match self {
+            Format::Chat => Some("stop"),
+            Format::Messages => Some("stop_sequences"),
+            Format::Responses => None,
+        }
+    }
+
     /// An error body of class `kind` saying `message` (with `code`, where the format has one):
     /// OpenAI's `{"error":{"message":..,"type":..,"code":..}}` (chat completions, Responses) or
     /// Anthropic's `{"type":"error","error":{"type":..,"message":..}}` (Messages).
@@ -89,45 +110,48 @@ impl Format {
 
 /// Why a generation ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum FinishReason {
-    /// Every token asked for (or that the KV pool holds) was generated.
+pub enum FinishReason {
+    /// Every token asked for (or that the context holds) was generated.
     Length,
-    /// An explicit stop (`POST .../cancel`).
+    /// The model ended its answer (an end-of-generation token), or an explicit stop
+    /// (`POST .../cancel`) ended it.
     Stop,
+    /// The answer reached one of the request's stop sequences (which it does not include).
+    StopSequence,
 }
 
 impl FinishReason {
     /// As a chat chunk's `finish_reason` spells it.
-    pub(super) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             FinishReason::Length => "length",
-            FinishReason::Stop => "stop",
+            FinishReason::Stop | FinishReason::StopSequence => "stop",
         }
     }
 
     /// As a Messages `stop_reason` spells it.
-    pub(super) fn stop_reason(self) -> &'static str {
+    pub fn stop_reason(self) -> &'static str {
         match self {
             FinishReason::Length => "max_tokens",
             FinishReason::Stop => "end_turn",
+            FinishReason::StopSequence => "stop_sequence",
         }
     }
 }
 
-/// What the events after a generation's last token report: the tokens it made, the length of
-/// their text, and why it ended.
+/// What the events after a generation's last token report: the whole answer's text (and the
+/// tokens that made it), the prompt's tokens, and why it ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Ending {
-    /// The token indices made (token i's text is `t{i} `).
-    pub(super) tokens: Range<u64>,
-    /// Their text's length in bytes.
-    pub(super) len: usize,
-    pub(super) reason: FinishReason,
+pub struct Ending {
+    pub text: Text,
+    /// The tokens of the prompt the answer followed (sim counts none).
+    pub prompt: u64,
+    pub reason: FinishReason,
 }
 
 impl Ending {
     /// How many tokens were made.
-    pub(super) fn made(&self) -> u64 {
-        self.tokens.end - self.tokens.start
+    pub fn made(&self) -> u64 {
+        self.text.tokens()
     }
 }

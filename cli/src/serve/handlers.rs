@@ -1,4 +1,5 @@
-//! The reference server's endpoints, as `examples/README.md` describes them.
+//! A server's endpoints, as `examples/README.md` describes them (under "The reference
+//! server").
 
 use std::sync::Arc;
 
@@ -12,9 +13,8 @@ use streamgate::resume::AttachError;
 use super::answer::answer;
 use super::connection::Connection;
 use super::format::Format;
-use super::generation::Output;
-use super::request::{self, BadRequest, Request, Start};
-use super::state::Sim;
+use super::request::{self, BadRequest, Request};
+use super::state::Server;
 use super::stream;
 use crate::resume::{self, ResumeAfter, StartingAfter};
 use crate::{page, request_id, serving};
@@ -22,66 +22,64 @@ use crate::{page, request_id, serving};
 /// `POST /v1/chat/completions`: a new answer, or the continuation of a final assistant
 /// message, streamed or whole, named by the client's `x-request-id` when it is a valid one.
 pub(super) async fn chat_completions(
-    State(sim): State<Arc<Sim>>,
+    State(server): State<Arc<Server>>,
     connection: Connection,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    create(&sim, Format::Chat, connection, &headers, &body).await
+    create(&server, Format::Chat, connection, &headers, &body).await
 }
 
 /// `POST /v1/messages`: the same, as Anthropic Messages.
 pub(super) async fn messages(
-    State(sim): State<Arc<Sim>>,
+    State(server): State<Arc<Server>>,
     connection: Connection,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    create(&sim, Format::Messages, connection, &headers, &body).await
+    create(&server, Format::Messages, connection, &headers, &body).await
 }
 
 /// `POST /v1/responses`: the same, as OpenAI Responses.
 pub(super) async fn responses(
-    State(sim): State<Arc<Sim>>,
+    State(server): State<Arc<Server>>,
     connection: Connection,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    create(&sim, Format::Responses, connection, &headers, &body).await
+    create(&server, Format::Responses, connection, &headers, &body).await
 }
 
 /// A new answer in `format` to the request `body`.
 async fn create(
-    sim: &Arc<Sim>,
+    server: &Arc<Server>,
     format: Format,
     connection: Connection,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Response {
-    let config = &sim.config;
-    let request = match Request::parse(format, body, config.no_prefill, config.token_salt) {
+    let request = match Request::parse(format, body, server.config.no_prefill) {
         Ok(request) => request,
         Err(bad) => return bad.response(format),
     };
-    let output = Output::new(request.start, sim.kv.servable(request.max_tokens));
     let name = request_id::from_client(headers);
-    let meta = sim.meta(format, request.model, name, request.start);
+    let meta = server.meta(format, request.model.clone(), name, request.continues);
     if request.stream {
-        stream::start(sim, &meta, output, connection).await
+        stream::start(server, &meta, request, 0, connection).await
     } else {
-        answer(sim, meta, output).await
+        answer(server, meta, request).await
     }
 }
 
 /// `GET /v1/stream?max_tokens=N[&id=NAME]`: the same token events for EventSource clients.
 /// With `id`, the stream is resumable under that name: the first request starts it, and a
 /// reconnect with `Last-Event-ID` (or another client) attaches to the running stream. Without
-/// `id`, a `Last-Event-ID` of k starts a new generation at token k+1 (token text is
-/// deterministic; an id past the end starts over), named by the client's `x-request-id` if
-/// it is a valid one. A `Last-Event-ID` that is no event id, or an `id` that is no valid
-/// request id, is a 400.
+/// `id`, a `Last-Event-ID` of k asks the worker for a new generation from token k+1 (sim's
+/// token text is deterministic; an id past the end starts over; a worker that cannot make
+/// the same answer again refuses), named by the client's `x-request-id` if it is a valid one.
+/// A `Last-Event-ID` that is no event id, or an `id` that is no valid request id, is a 400.
 pub(super) async fn stream_get(
-    State(sim): State<Arc<Sim>>,
+    State(server): State<Arc<Server>>,
     RawQuery(query): RawQuery,
     connection: Connection,
     headers: HeaderMap,
@@ -91,7 +89,7 @@ pub(super) async fn stream_get(
     for pair in query.as_deref().unwrap_or("").split('&') {
         if let Some(value) = pair.strip_prefix("max_tokens=") {
             match request::max_tokens("max_tokens", value.parse().ok()) {
-                Ok(n) => max_tokens = sim.kv.servable(n),
+                Ok(n) => max_tokens = n,
                 Err(bad) => return bad.response(Format::Chat),
             }
         } else if let Some(value) = pair.strip_prefix("id=") {
@@ -109,27 +107,23 @@ pub(super) async fn stream_get(
         Ok(last) => last,
         Err(refused) => return refused.into_response(),
     };
-    let model = request::MODEL.to_owned();
+    let request = Request::empty(max_tokens);
     let mut response = match name {
-        Some(name) => match sim.store.attach(name, last).await {
-            Ok(frames) => stream::respond(&sim, frames, name, connection),
+        Some(name) => match server.store.attach(name, last).await {
+            Ok(frames) => stream::respond(&server, frames, name, connection),
             // A first request starts the stream; a reconnect never regenerates it.
             Err(AttachError::Unknown) if last.is_none() => {
-                let meta = sim.meta(Format::Chat, model, Some(name), Start::New);
-                let output = Output::new(Start::New, max_tokens);
-                stream::start(&sim, &meta, output, connection).await
+                let meta = server.meta(Format::Chat, request.model.clone(), Some(name), false);
+                stream::start(&server, &meta, request, 0, connection).await
             }
             Err(error) => resume::attach_error(&error),
         },
         None => {
-            let from = last
-                .and_then(|last| last.checked_add(1))
-                .filter(|&from| from <= max_tokens)
-                .unwrap_or(0);
+            // The client has the answer's tokens up to `last`: the worker starts after them.
+            let skip = last.map_or(0, |last| last.saturating_add(1));
             let name = request_id::from_client(&headers);
-            let meta = sim.meta(Format::Chat, model, name, Start::New);
-            let output = Output::from_token(from, max_tokens);
-            stream::start(&sim, &meta, output, connection).await
+            let meta = server.meta(Format::Chat, request.model.clone(), name, false);
+            stream::start(&server, &meta, request, skip, connection).await
         }
     };
     // A page on another origin may open this with `EventSource`.
@@ -144,13 +138,13 @@ pub(super) async fn stream_get(
 /// `Last-Event-ID: n` or `?after=n`: the events after n of a running (or retained) stream,
 /// from its replay log, then live. Any stream's, whatever its format.
 pub(super) async fn resume(
-    State(sim): State<Arc<Sim>>,
+    State(server): State<Arc<Server>>,
     Path(id): Path<String>,
     ResumeAfter(after): ResumeAfter,
     connection: Connection,
 ) -> Response {
-    match sim.store.attach(&id, after).await {
-        Ok(frames) => stream::respond(&sim, frames, &id, connection),
+    match server.store.attach(&id, after).await {
+        Ok(frames) => stream::respond(&server, frames, &id, connection),
         Err(error) => resume::attach_error(&error),
     }
 }
@@ -159,8 +153,8 @@ pub(super) async fn resume(
 /// `/v1/responses`): an explicit stop. The generator ends with its format's final events (a
 /// final chunk with `finish_reason` `stop` and `[DONE]`; `stop_reason` `end_turn`; a completed
 /// response), which every attached client gets.
-pub(super) async fn cancel(State(sim): State<Arc<Sim>>, Path(id): Path<String>) -> Response {
-    match sim.store.stop(&id).await {
+pub(super) async fn cancel(State(server): State<Arc<Server>>, Path(id): Path<String>) -> Response {
+    match server.store.stop(&id).await {
         Ok(cancelled) => {
             serving::json_response(StatusCode::OK, json!({"id": id, "cancelled": cancelled}))
         }
@@ -173,7 +167,7 @@ pub(super) async fn cancel(State(sim): State<Arc<Sim>>, Path(id): Path<String>) 
 /// as OpenAI serves a background response again. Only the streamed form is served: without
 /// `stream=true`, 400.
 pub(super) async fn response_get(
-    State(sim): State<Arc<Sim>>,
+    State(server): State<Arc<Server>>,
     Path(id): Path<String>,
     StartingAfter { streamed, after }: StartingAfter,
     connection: Connection,
@@ -182,21 +176,22 @@ pub(super) async fn response_get(
         let bad = "the reference server serves a response again only as a stream: ?stream=true";
         return BadRequest::from(bad).response(Format::Responses);
     }
-    match sim.store.attach(&id, after).await {
-        Ok(frames) => stream::respond(&sim, frames, &id, connection),
+    match server.store.attach(&id, after).await {
+        Ok(frames) => stream::respond(&server, frames, &id, connection),
         Err(error) => resume::attach_error(&error),
     }
 }
 
 /// `GET /stats`.
-pub(super) async fn stats(State(sim): State<Arc<Sim>>) -> Response {
-    let mut fields = sim.stats.fields(sim.kv.in_use());
-    resume::stats_fields(&sim.store.stats(), &mut fields);
-    page::stats_fields(sim.browser.as_ref(), &mut fields);
+pub(super) async fn stats(State(server): State<Arc<Server>>) -> Response {
+    let mut fields = server.host.stats.fields();
+    server.worker.stats(&mut fields);
+    resume::stats_fields(&server.store.stats(), &mut fields);
+    page::stats_fields(server.browser.as_ref(), &mut fields);
     serving::json_response(StatusCode::OK, Value::Object(fields))
 }
 
 /// `GET /metrics`: Prometheus text, with the per-hop gap histograms and stall counters.
-pub(super) async fn metrics(State(sim): State<Arc<Sim>>) -> Response {
-    serving::metrics_response(&sim.prometheus)
+pub(super) async fn metrics(State(server): State<Arc<Server>>) -> Response {
+    serving::metrics_response(&server.prometheus)
 }

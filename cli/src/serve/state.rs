@@ -1,4 +1,5 @@
-//! The reference server's state, and a new generation's metadata.
+//! A server's state (its flags, worker, counters, probes, store and streams), and a new
+//! generation's metadata.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,25 +10,23 @@ use streamgate::Group;
 use streamgate::browser::BrowserProbe;
 use streamgate::probe::{HopProbe, RecordSink};
 
-use super::config::Config;
+use super::config::ServeFlags;
 use super::delta::Delta;
 use super::format::Format;
-use super::kv::KvPool;
+use super::host::Host;
 use super::meta::Meta;
-use super::request::Start;
-use super::stats::Stats;
+use super::worker::Worker;
 use crate::request_id::RequestIds;
 
-/// The reference server's state: its configuration, KV pool, counters, probes and streams.
-pub struct Sim {
-    pub(super) config: Config,
-    pub(super) stats: Stats,
-    pub(super) kv: Arc<KvPool>,
+/// A server's state: its flags, worker, counters, probes and streams.
+pub struct Server {
+    pub(super) config: ServeFlags,
+    pub(super) worker: Arc<dyn Worker>,
+    /// What the worker's generations get from the server (their gates, hops and counts).
+    pub(super) host: Arc<Host>,
     /// Answer ids per format (`chatcmpl-`, `msg_` or `resp_` and 32 hex digits, by
     /// [`Format::index`]), unguessable: a stream a client gave no id is named by its answer's.
     ids: [RequestIds; 3],
-    pub(super) decode: HopProbe,
-    pub(super) publish: HopProbe,
     pub(super) write: HopProbe,
     pub(super) sent: HopProbe,
     /// The page's hops (`client.recv`, `client.render`), with `--hop-records`.
@@ -35,85 +34,82 @@ pub struct Sim {
     pub(super) prometheus: PrometheusHandle,
     /// Where hop records go (`--hop-records`), if anywhere: sync it before exiting.
     pub records: Option<RecordSink>,
-    /// Every stream: shut down together on SIGINT/SIGTERM (give it to
-    /// [`serving::serve_until`]).
-    pub streams: Group,
     /// Every streamed generation by its request id: resumable, several readers at once, and
     /// the explicit stop of every generation running here.
     pub(super) store: streamgate::resume::Registry<Delta>,
 }
 
-impl fmt::Debug for Sim {
+impl fmt::Debug for Server {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sim")
+        f.debug_struct("Server")
             .field("addr", &self.config.addr)
-            .field("kv", &self.kv)
-            .field("stats", &self.stats)
-            .field("streams", &self.streams.stats())
+            .field("host", &self.host)
             .finish_non_exhaustive()
     }
 }
 
-impl Sim {
-    /// The state for `config`: its probes (writing the records of `--hop-records` to
-    /// `records`), its KV pool and its store.
+impl Server {
+    /// The state for `config` and `worker`: its probes (writing the records of
+    /// `--hop-records` to `records`) and its store.
     ///
     /// # Errors
     ///
     /// When the resume store's URL is malformed.
     pub(super) fn new(
-        config: Config,
+        config: ServeFlags,
+        worker: Arc<dyn Worker>,
         prometheus: PrometheusHandle,
         records: Option<RecordSink>,
     ) -> Result<Self, String> {
         let store = config.resume.open(&config.gate)?;
         let sample = config.hop_records_sample;
-        Ok(Sim {
-            stats: Stats::default(),
-            kv: KvPool::new(config.kv_blocks),
+        let host = Host::new(
+            config.gate.clone(),
+            config.resume.clone(),
+            sample.hop(&records, "worker.decode"),
+            sample.hop(&records, "worker.publish"),
+        );
+        Ok(Server {
+            worker,
+            host: Arc::new(host),
             ids: Format::ALL.map(|format| RequestIds::new(format.id_prefix())),
-            decode: sample.hop(&records, "worker.decode"),
-            publish: sample.hop(&records, "worker.publish"),
             write: sample.hop(&records, "worker.write"),
             sent: sample.hop(&records, "worker.sent"),
             browser: sample.browser(&records),
             prometheus,
             config,
             records,
-            streams: Group::new(),
             store,
         })
     }
 
-    /// A new generation's metadata, streamed in `format`, starting at `start`; its stream is
-    /// named `stream` (a valid request id), or by its answer's id.
+    /// A new generation's metadata, streamed in `format`; its stream is named `stream` (a
+    /// valid request id), or by its answer's id; `continued` when it continues an assistant
+    /// message.
     pub(super) fn meta(
         &self,
         format: Format,
         model: String,
         stream: Option<&str>,
-        start: Start,
+        continued: bool,
     ) -> Arc<Meta> {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
-        let ids = &self.ids[format.index()];
-        let id = ids.next_id();
-        let salt = match start {
-            // The text it continues says it.
-            Start::Continue {
-                salt: Some(salt), ..
-            } => Some(salt),
-            _ => self.config.token_salt.then(|| ids.random()),
-        };
+        let id = self.ids[format.index()].next_id();
         Arc::new(Meta {
             format,
             stream: stream.map_or_else(|| id.clone(), str::to_owned),
             id,
             model,
             created,
-            salt,
-            continued: matches!(start, Start::Continue { .. }),
+            continued,
         })
+    }
+
+    /// Every stream: shut down together on SIGINT/SIGTERM (give it to
+    /// [`serving::serve_until`](crate::serving::serve_until)).
+    pub fn streams(&self) -> &Group {
+        &self.host.streams
     }
 }
