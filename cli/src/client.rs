@@ -10,7 +10,7 @@ use http_body_util::{BodyDataStream, BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use streamgate::EndReason;
 use streamgate::sse::SseEvent;
 
@@ -169,10 +169,11 @@ impl Api {
         }
     }
 
-    /// A streamed request body for `max_tokens` tokens of `model`.
-    pub fn body(self, model: &str, max_tokens: u64) -> String {
+    /// A streamed request body for `max_tokens` tokens of `model`, with the fields of
+    /// `extra` (sampling, say) merged into it.
+    pub fn body(self, model: &str, max_tokens: u64, extra: &Map<String, Value>) -> String {
         let ask = "Count from one to ten thousand.";
-        let body = match self {
+        let mut body = match self {
             Api::Chat | Api::Messages => serde_json::json!({
                 "model": model,
                 "messages": [{"role": "user", "content": ask}],
@@ -186,6 +187,9 @@ impl Api {
                 "max_output_tokens": max_tokens,
             }),
         };
+        if let Value::Object(fields) = &mut body {
+            fields.extend(extra.clone());
+        }
         body.to_string()
     }
 
@@ -254,7 +258,7 @@ impl Api {
 
 /// A streamed chat completion request body for `max_tokens` tokens of `model`.
 pub fn chat_body(model: &str, max_tokens: u64) -> String {
-    Api::Chat.body(model, max_tokens)
+    Api::Chat.body(model, max_tokens, &Map::new())
 }
 
 /// What a client asks for.
@@ -273,6 +277,8 @@ pub struct Chat {
     pub model: String,
     /// `max_tokens`.
     pub max_tokens: u64,
+    /// Fields merged into each request's body (`temperature`, say).
+    pub extra: Map<String, Value>,
 }
 
 /// How many times in a row a cut stream is taken up again ([`Chat::elsewhere`]).
@@ -290,6 +296,7 @@ impl Chat {
             api: Api::Chat,
             model: "sim".into(),
             max_tokens,
+            extra: Map::new(),
         }
     }
 
@@ -340,7 +347,7 @@ pub async fn stream_chat(
             ("GET", path, headers, String::new())
         } else {
             let headers = vec![("x-request-id", request_id.to_owned())];
-            let body = chat.api.body(&chat.model, chat.max_tokens);
+            let body = chat.api.body(&chat.model, chat.max_tokens, &chat.extra);
             ("POST", chat.api.path().to_owned(), headers, body)
         };
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();

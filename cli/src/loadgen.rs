@@ -30,6 +30,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use serde_json::{Map, Value};
 use streamgate::probe::{HopProbe, RecordSink};
 
 use crate::client::{self, Reader};
@@ -54,6 +55,11 @@ pub struct Args {
     /// Concurrent streams.
     #[arg(long, value_name = "C", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub streams: u64,
+    /// Fields merged into each request's body, a JSON object (`{"temperature":0}`, or
+    /// `{"temperature":0,"ignore_eos":true}` for answers of exactly `--tokens` tokens from a
+    /// real model).
+    #[arg(long, value_name = "JSON", value_parser = json_object)]
+    pub extra: Option<Map<String, Value>>,
     /// `max_tokens` of each stream.
     #[arg(long, value_name = "N", default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
     pub tokens: u64,
@@ -122,6 +128,14 @@ fn fraction(value: &str) -> Result<f64, String> {
         .ok()
         .filter(|f| (0.0..=1.0).contains(f))
         .ok_or_else(|| format!("`{value}` is not a fraction between 0 and 1"))
+}
+
+/// `--extra`: a JSON object.
+fn json_object(value: &str) -> Result<Map<String, Value>, String> {
+    match serde_json::from_str(value) {
+        Ok(Value::Object(fields)) => Ok(fields),
+        _ => Err(format!("`{value}` is not a JSON object")),
+    }
 }
 
 fn seconds(value: &str) -> Result<Duration, String> {
@@ -364,6 +378,7 @@ pub async fn run(args: &Args, sink: Option<RecordSink>) -> Report {
         api: args.api,
         model: args.model.clone(),
         max_tokens: args.tokens,
+        extra: args.extra.clone().unwrap_or_default(),
     };
     let slowloris = (args.slowloris > 0).then(|| {
         // For the streams' run, or (with no deadline) at most a minute.

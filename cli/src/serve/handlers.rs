@@ -63,7 +63,7 @@ async fn create(
         Err(bad) => return bad.response(format),
     };
     let name = request_id::from_client(headers);
-    let meta = server.meta(format, request.model.clone(), name, request.continues);
+    let meta = server.meta(format, &request, name);
     if request.stream {
         stream::start(server, &meta, request, 0, connection).await
     } else {
@@ -84,12 +84,12 @@ pub(super) async fn stream_get(
     connection: Connection,
     headers: HeaderMap,
 ) -> Response {
-    let mut max_tokens = request::DEFAULT_MAX_TOKENS;
+    let mut max_tokens = None;
     let mut name = None;
     for pair in query.as_deref().unwrap_or("").split('&') {
         if let Some(value) = pair.strip_prefix("max_tokens=") {
             match request::max_tokens("max_tokens", value.parse().ok()) {
-                Ok(n) => max_tokens = n,
+                Ok(n) => max_tokens = Some(n),
                 Err(bad) => return bad.response(Format::Chat),
             }
         } else if let Some(value) = pair.strip_prefix("id=") {
@@ -113,7 +113,7 @@ pub(super) async fn stream_get(
             Ok(frames) => stream::respond(&server, frames, name, connection),
             // A first request starts the stream; a reconnect never regenerates it.
             Err(AttachError::Unknown) if last.is_none() => {
-                let meta = server.meta(Format::Chat, request.model.clone(), Some(name), false);
+                let meta = server.meta(Format::Chat, &request, Some(name));
                 stream::start(&server, &meta, request, 0, connection).await
             }
             Err(error) => resume::attach_error(&error),
@@ -122,7 +122,7 @@ pub(super) async fn stream_get(
             // The client has the answer's tokens up to `last`: the worker starts after them.
             let skip = last.map_or(0, |last| last.saturating_add(1));
             let name = request_id::from_client(&headers);
-            let meta = server.meta(Format::Chat, request.model.clone(), name, false);
+            let meta = server.meta(Format::Chat, &request, name);
             stream::start(&server, &meta, request, skip, connection).await
         }
     };

@@ -92,7 +92,7 @@ pub use self::hops::Hops;
 pub use self::host::Host;
 pub use self::meta::Meta;
 pub use self::refusal::Refusal;
-pub use self::request::{Request, Role, Sampling, Turn};
+pub use self::request::{DEFAULT_MAX_TOKENS, Request, Role, Sampling, Turn};
 pub use self::state::Server;
 pub use self::text::Text;
 pub use self::worker::{Job, Worker};

@@ -8,21 +8,23 @@ use serde_json::Value;
 
 use super::format::Format;
 
-/// `max_tokens` when a request gives none.
-pub(super) const DEFAULT_MAX_TOKENS: u64 = 16;
+/// `max_tokens` when a request gives none, for sim (a model's worker goes on to the end of
+/// its answer or its context).
+pub const DEFAULT_MAX_TOKENS: u64 = 16;
 /// The most `max_tokens` a request may ask for.
 pub(super) const MAX_TOKENS_LIMIT: u64 = 1_000_000;
-/// The `model` of a stream a request named none for.
-pub(super) const MODEL: &str = "streamgate-sim";
 /// The most stop sequences a request may give (OpenAI's limit).
 const MAX_STOPS: usize = 4;
 
 /// A `POST /v1/chat/completions`, `/v1/messages` or `/v1/responses` body, checked.
 #[derive(Debug)]
 pub struct Request {
-    pub model: String,
-    /// The new tokens asked for (a continued message's text is not counted).
-    pub max_tokens: u64,
+    /// The model it names (none: the worker's own name).
+    pub model: Option<String>,
+    /// The new tokens asked for (a continued message's text is not counted); none: as many
+    /// as the worker gives (sim: [`DEFAULT_MAX_TOKENS`]; a model: to the end of its answer or
+    /// its context).
+    pub max_tokens: Option<u64>,
     pub stream: bool,
     /// The conversation in order, a system prompt given apart (Messages' `system`, Responses'
     /// `instructions`) first.
@@ -88,6 +90,9 @@ pub struct Sampling {
     /// Texts that end the answer where it would write one (not included): chat's `stop`,
     /// Messages' `stop_sequences`; at most 4, none empty.
     pub stop: Vec<String>,
+    /// The answer goes on past the model's end-of-generation token, to its token bound (`ignore_eos`, as
+    /// vLLM and llama.cpp's server take it: for benchmarks of a fixed length).
+    pub ignore_eos: bool,
 }
 
 /// A request refused with 400 (`invalid_request_error`), saying why.
@@ -175,8 +180,8 @@ impl Request {
             _ => return Err(format!("`{field}` is required and must be an array").into()),
         }
         let max_tokens = match request.get(bound) {
-            None | Some(Value::Null) => DEFAULT_MAX_TOKENS,
-            Some(value) => max_tokens(bound, value.as_u64())?,
+            None | Some(Value::Null) => None,
+            Some(value) => Some(max_tokens(bound, value.as_u64())?),
         };
         let asked = match request.get("continue_final_message") {
             None | Some(Value::Null) => false,
@@ -202,8 +207,7 @@ impl Request {
             model: request
                 .get("model")
                 .and_then(Value::as_str)
-                .unwrap_or(MODEL)
-                .to_owned(),
+                .map(str::to_owned),
             max_tokens,
             stream: request.get("stream").and_then(Value::as_bool) == Some(true),
             conversation,
@@ -214,9 +218,9 @@ impl Request {
 
     /// A request with no conversation for `max_tokens` tokens in a stream, with the default
     /// model and sampling (`GET /v1/stream`'s).
-    pub(super) fn empty(max_tokens: u64) -> Self {
+    pub(super) fn empty(max_tokens: Option<u64>) -> Self {
         Request {
-            model: MODEL.to_owned(),
+            model: None,
             max_tokens,
             stream: true,
             conversation: Vec::new(),
@@ -274,11 +278,16 @@ impl Sampling {
                     field.unwrap_or_default()
                 )
             })?;
+        let ignore_eos = match request.get("ignore_eos") {
+            None | Some(Value::Null) => false,
+            Some(value) => value.as_bool().ok_or("`ignore_eos` must be a boolean")?,
+        };
         Ok(Sampling {
             temperature: number("temperature", 2.0)?,
             top_p: number("top_p", 1.0)?,
             seed,
             stop,
+            ignore_eos,
         })
     }
 }
@@ -357,6 +366,7 @@ mod tests {
             (r#"{"messages":[],"stop":["a",1]}"#, "`stop`"),
             (r#"{"messages":[],"stop":["a","b","c","d","e"]}"#, "`stop`"),
             (r#"{"messages":[],"stop":{"a":1}}"#, "`stop`"),
+            (r#"{"messages":[],"ignore_eos":1}"#, "`ignore_eos`"),
         ] {
             let refused = parse(body).unwrap_err();
             assert!(refused.contains(why), "{body}: {refused}");
@@ -376,6 +386,7 @@ mod tests {
             top_p: Some(0.9),
             seed: Some(u64::MAX),
             stop: vec!["\n\n".into()],
+            ignore_eos: true,
         };
         assert_eq!(request.sampling, sampling);
         assert_eq!(
@@ -394,7 +405,10 @@ mod tests {
             "messages":[{"role":"user","content":"hi"},
             {"role":"assistant","content":[{"type":"text","text":"t0 t1 "}]}]}"#;
         let request = read(Format::Messages, prefill).unwrap();
-        assert_eq!((request.model.as_str(), request.max_tokens), ("m", 5));
+        assert_eq!(
+            (request.model.as_deref(), request.max_tokens),
+            (Some("m"), Some(5))
+        );
         assert!(request.stream);
         assert_eq!(request.continued_text(), Some("t0 t1 "));
         let system = Turn {
@@ -407,7 +421,7 @@ mod tests {
 
         let text = r#"{"model":"m","input":"hi","max_output_tokens":7,"instructions":"Be brief."}"#;
         let request = read(Format::Responses, text).unwrap();
-        assert_eq!((request.max_tokens, request.continues), (7, false));
+        assert_eq!((request.max_tokens, request.continues), (Some(7), false));
         let user = Turn {
             role: Role::User,
             text: "hi".into(),

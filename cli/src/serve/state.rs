@@ -15,6 +15,7 @@ use super::delta::Delta;
 use super::format::Format;
 use super::host::Host;
 use super::meta::Meta;
+use super::request::Request;
 use super::worker::Worker;
 use crate::request_id::RequestIds;
 
@@ -83,15 +84,14 @@ impl Server {
         })
     }
 
-    /// A new generation's metadata, streamed in `format`; its stream is named `stream` (a
-    /// valid request id), or by its answer's id; `continued` when it continues an assistant
-    /// message.
+    /// A new generation's metadata for `request`, streamed in `format`: its model is the one
+    /// the request named (else the worker's), its stream is named `stream` (a valid request
+    /// id) or by its answer's id, and it continues an assistant message when the request does.
     pub(super) fn meta(
         &self,
         format: Format,
-        model: String,
+        request: &Request,
         stream: Option<&str>,
-        continued: bool,
     ) -> Arc<Meta> {
         let created = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -101,9 +101,11 @@ impl Server {
             format,
             stream: stream.map_or_else(|| id.clone(), str::to_owned),
             id,
-            model,
+            model: (request.model.as_deref())
+                .unwrap_or(self.worker.model())
+                .to_owned(),
             created,
-            continued,
+            continued: request.continues,
         })
     }
 

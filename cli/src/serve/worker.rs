@@ -30,6 +30,9 @@ pub trait Worker: Send + Sync + 'static {
     /// The [`Refusal`] the client gets instead of an answer.
     fn start(&self, host: &Arc<Host>, job: Job) -> Result<Consumer<Delta>, Refusal>;
 
+    /// The model a stream reports when its request named none.
+    fn model(&self) -> &str;
+
     /// Adds the worker's own `/stats` fields (its KV memory in use, say) to `fields`.
     fn stats(&self, fields: &mut Map<String, Value>);
 }

@@ -53,6 +53,9 @@ pub use self::tokens::answer_text;
 use crate::request_id::RequestIds;
 use crate::serve::{self, Delta, Host, Job, Refusal, Server, Worker};
 
+/// The `model` of a stream whose request named none.
+const MODEL: &str = "streamgate-sim";
+
 /// The simulated worker: its flags and its KV pool.
 #[derive(Debug)]
 pub struct Sim {
@@ -76,7 +79,8 @@ impl Sim {
     /// holds (keeping their salt), a `GET /v1/stream` resumed after the tokens its client has
     /// (from the start when it has them all, or more), each bounded by what the KV pool holds.
     fn output(&self, job: &Job) -> Output {
-        let max_tokens = self.kv.servable(job.request.max_tokens);
+        let asked = job.request.max_tokens.unwrap_or(serve::DEFAULT_MAX_TOKENS);
+        let max_tokens = self.kv.servable(asked);
         let salted = self.config.token_salt;
         let (from, salt) = job
             .request
@@ -125,6 +129,10 @@ impl Worker for Sim {
         Ok(host
             .gate(first_id, |_, _| {})
             .spawn(move |_, tx| generation.run(tx)))
+    }
+
+    fn model(&self) -> &str {
+        MODEL
     }
 
     fn stats(&self, fields: &mut Map<String, Value>) {

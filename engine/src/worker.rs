@@ -1,0 +1,160 @@
+//! The server's side of the engine: each generation's prompt made and checked where the
+//! request arrives (its chat template, its tokens, the slot it must fit), its gate made, and
+//! the request handed to the engine loop, or refused before any work starts.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use llama_cpp_2::model::LlamaModel;
+use serde_json::{Map, Value};
+use streamgate::Consumer;
+use streamgate_cli::serve::{Delta, Host, Job, Refusal, Worker};
+use tokio::sync::mpsc;
+
+use crate::sequence::Admission;
+use crate::stats::EngineStats;
+use crate::template::ChatTemplate;
+
+/// The engine as the serving code's worker.
+pub struct Llama {
+    model: &'static LlamaModel,
+    /// Its name in answers whose request named none.
+    name: String,
+    template: ChatTemplate,
+    /// The most tokens a sequence holds: its prompt and its answer.
+    slot_tokens: u32,
+    /// The most requests that wait for a slot.
+    queue: u64,
+    engine: mpsc::UnboundedSender<Admission>,
+    stats: Arc<EngineStats>,
+}
+
+impl Llama {
+    /// The worker of the engine loop fed by `engine`.
+    pub fn new(
+        model: &'static LlamaModel,
+        name: String,
+        template: ChatTemplate,
+        slot_tokens: u32,
+        queue: usize,
+        engine: mpsc::UnboundedSender<Admission>,
+        stats: Arc<EngineStats>,
+    ) -> Self {
+        Llama {
+            model,
+            name,
+            template,
+            slot_tokens,
+            queue: queue as u64,
+            engine,
+            stats,
+        }
+    }
+
+    /// The prompt's tokens for `job`, checked against a slot.
+    fn prompt(&self, job: &Job) -> Result<Vec<llama_cpp_2::token::LlamaToken>, Refusal> {
+        let invalid = |code, message| Refusal::Invalid { code, message };
+        let request = &job.request;
+        let text = self
+            .template
+            .prompt(&request.conversation, request.continues)
+            .map_err(|error| invalid("invalid_prompt", error))?;
+        let vocab = self.model.vocab();
+        // The template may have written the BOS token already (as `bos_token`).
+        let bos = vocab.token_to_piece(vocab.bos(), true, None);
+        let add_bos = vocab.should_add_bos() && !text.as_bytes().starts_with(&bos);
+        let tokens = vocab.tokenize(text.as_bytes(), add_bos, true);
+        if tokens.is_empty() {
+            return Err(invalid("invalid_prompt", "the prompt is empty".into()));
+        }
+        if tokens.len() >= self.slot_tokens as usize {
+            let message = format!(
+                "This model's context holds {} tokens per sequence; the prompt has {} (at least \
+                 one must be left for the answer). Shorten the conversation.",
+                self.slot_tokens,
+                tokens.len()
+            );
+            return Err(invalid("context_length_exceeded", message));
+        }
+        Ok(tokens)
+    }
+
+    /// Takes a place in the queue for a slot, or says it is full.
+    fn take_place(&self) -> Result<(), Refusal> {
+        let limit = self.queue;
+        self.stats
+            .requests_queued
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < limit).then_some(n + 1)
+            })
+            .map(|_| ())
+            .map_err(|waiting| Refusal::Busy {
+                code: "queue_full",
+                message: format!(
+                    "every slot is busy and {waiting} requests wait for one; retry shortly"
+                ),
+            })
+    }
+}
+
+impl Worker for Llama {
+    /// Makes and checks the prompt, then hands the request to the engine loop, which gives it
+    /// a slot when one is free (its stream starts now, with heartbeats meanwhile).
+    fn start(&self, host: &Arc<Host>, job: Job) -> Result<Consumer<Delta>, Refusal> {
+        if job.skip > 0 {
+            return Err(Refusal::Invalid {
+                code: "cannot_regenerate",
+                message: "a model does not make the same answer twice: name the stream with \
+                          `id=` to resume it instead"
+                    .into(),
+            });
+        }
+        if self.engine.is_closed() {
+            return Err(Refusal::Busy {
+                code: "engine_stopped",
+                message: "the engine loop has stopped".into(),
+            });
+        }
+        let prompt = self.prompt(&job)?;
+        let room = u64::from(self.slot_tokens) - prompt.len() as u64;
+        let max_tokens = job.request.max_tokens.map_or(room, |asked| asked.min(room));
+        self.take_place()?;
+        let freed = Arc::new(AtomicU64::new(0));
+        let on_release = {
+            let (freed, stats) = (freed.clone(), self.stats.clone());
+            // The engine has freed the sequence's cells and dropped its sender by now.
+            move |_, _: &_| {
+                let cells = freed.load(Ordering::SeqCst);
+                stats.kv_cells_freed.fetch_add(cells, Ordering::Relaxed);
+            }
+        };
+        let (tx, consumer) = host.gate(0, on_release).channel();
+        let admission = Admission {
+            hops: host.hops(&job.meta, tx.handle()),
+            host: host.clone(),
+            ended: Box::pin(tx.closed_owned()),
+            meta: job.meta,
+            prompt,
+            max_tokens,
+            sampling: job.request.sampling,
+            stop: job.stop,
+            tx,
+            freed,
+        };
+        if let Err(lost) = self.engine.send(admission) {
+            // The loop stopped since the check above: the dropped sender ends the stream
+            // as a generator error, which the client sees.
+            self.stats.requests_queued.fetch_sub(1, Ordering::SeqCst);
+            drop(lost);
+        }
+        Ok(consumer)
+    }
+
+    fn model(&self) -> &str {
+        &self.name
+    }
+
+    fn stats(&self, fields: &mut Map<String, Value>) {
+        self.stats.fields(fields);
+    }
+}
