@@ -20,7 +20,7 @@ cargo build --release --bin streamgate >&2
 (cd engine && cargo build --release >&2)
 target=$(cargo metadata --format-version 1 --no-deps | python3 -c 'import json,sys; print(json.load(sys.stdin)["target_directory"])')
 streamgate=$target/release/streamgate
-engine=engine/target/release/streamgate-llama
+engine=$target/release/streamgate-llama
 scratch=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$scratch"' EXIT

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Fails on an import circle between the Rust files of the library (src/) or the command
-(cli/src/): two or more files that use each other's items, directly or through others.
+"""Fails on an import circle between the Rust files of the library (src/), the command
+(cli/src/) or the engine (engine/src/): two or more files that use each other's items,
+directly or through others.
 
 A file uses what its `use` lines name and what its code names by path (`crate::a::B`,
 `super::C`, `self::d::E`), comments and the part after `#[cfg(test)]` left out (test files are
@@ -16,7 +17,7 @@ import sys
 
 USE = re.compile(r"^\s*(pub(?:\([^)]*\))?\s+)?use\s+([^;]+);", re.M)
 PATH = re.compile(r"\b(?:crate|super|self)(?:::[A-Za-z_][A-Za-z0-9_]*)+")
-ROOTS = ("src", "cli/src")
+ROOTS = ("src", "cli/src", "engine/src")
 
 
 def rust_files(root):

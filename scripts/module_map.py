@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The module map of ARCHITECTURE.md, drawn from the code: one row per Rust file of the library
-(src/) and of the command (cli/src/), the file and the first sentence of its `//!` docs.
+(src/), the command (cli/src/) and the engine (engine/src/), the file and the first sentence of its `//!` docs.
 
     python3 scripts/module_map.py           # checks that ARCHITECTURE.md's maps are the code's
     python3 scripts/module_map.py --write   # rewrites them
@@ -14,7 +14,7 @@ import re
 import sys
 
 DOC = "ARCHITECTURE.md"
-ROOTS = ("src", "cli/src")
+ROOTS = ("src", "cli/src", "engine/src")
 BEGIN = "<!-- module map: {root} -->"
 END = "<!-- end of module map -->"
 
