@@ -23,6 +23,7 @@ use llama_cpp_2::model::LlamaModel;
 use streamgate_cli::serve::FinishReason;
 use tokio::sync::mpsc;
 
+use crate::places::Places;
 use crate::sampler::EndTokens;
 use crate::sequence::{Admission, Delivery, Sequence};
 use crate::stats::EngineStats;
@@ -58,6 +59,8 @@ pub struct Engine {
     sequences: Vec<Sequence>,
     /// The model's end-of-generation tokens (for `ignore_eos`).
     ends: EndTokens,
+    /// The places requests hold (a slot, or one in the queue), given back here.
+    places: Arc<Places>,
     stats: Arc<EngineStats>,
 }
 
@@ -68,6 +71,7 @@ impl Engine {
         ctx: LlamaContext<'static>,
         limits: Limits,
         incoming: mpsc::UnboundedReceiver<Admission>,
+        places: Arc<Places>,
         stats: Arc<EngineStats>,
     ) -> Self {
         let Limits {
@@ -89,6 +93,7 @@ impl Engine {
             slots,
             sequences: Vec::new(),
             ends: EndTokens::of(&model.vocab()),
+            places,
             stats,
         }
     }
@@ -97,8 +102,9 @@ impl Engine {
     pub async fn run(mut self) {
         loop {
             self.take_requests();
-            self.start_waiting();
+            // What ended frees its slot before the waiting are given the free ones.
             self.settle();
+            self.start_waiting();
             let stepped = self.step();
             self.publish();
             if stepped {
@@ -125,30 +131,42 @@ impl Engine {
         }
     }
 
-    /// Gives free slots to waiting requests, in order; drops those whose client left.
+    /// Gives free slots to waiting requests, in order; drops those whose client left, and
+    /// answers those stopped while they waited (their final events, no decoding).
     fn start_waiting(&mut self) {
         let waiting = self.queue.len();
         self.queue.retain(|admission| !admission.tx.is_closed());
-        self.left_queue(waiting - self.queue.len());
+        for _ in self.queue.len()..waiting {
+            self.places.give_back();
+        }
+        let (stopped, waiting_on): (Vec<_>, Vec<_>) = std::mem::take(&mut self.queue)
+            .into_iter()
+            .partition(|admission| admission.stop.is_cancelled());
+        self.queue = waiting_on.into();
+        for admission in stopped {
+            self.places.give_back();
+            let mut sequence = Sequence::new(admission, None, &self.ends);
+            sequence.finish(FinishReason::Stop, Instant::now());
+            self.start(sequence);
+        }
         while let Some(&slot) = self.free.first() {
             let Some(admission) = self.queue.pop_front() else {
                 return;
             };
-            self.left_queue(1);
             self.free.remove(&slot);
             self.stats
                 .prompt_tokens
                 .fetch_add(admission.prompt.len() as u64, Ordering::Relaxed);
-            self.sequences
-                .push(Sequence::new(admission, slot, &self.ends));
+            let sequence = Sequence::new(admission, Some(slot), &self.ends);
+            self.start(sequence);
         }
     }
 
-    /// `n` requests left the queue (started, or their client left).
-    fn left_queue(&self, n: usize) {
-        self.stats
-            .requests_queued
-            .fetch_sub(n as u64, Ordering::SeqCst);
+    /// Takes `sequence` into the loop, its first events (its format's opening ones) offered
+    /// to its gate at once.
+    fn start(&mut self, mut sequence: Sequence) {
+        sequence.deliver();
+        self.sequences.push(sequence);
     }
 
     /// Hands every sequence's waiting events to its gate, and ends what is over: a gate that
@@ -278,6 +296,7 @@ impl Engine {
             .freed
             .fetch_add(u64::from(sequence.cells), Ordering::SeqCst);
         self.free.insert(slot);
+        self.places.give_back();
         sequence.cells = 0;
         // Before the sequence's sender is dropped: once its stream is released, `/stats`
         // shows the cells free.
@@ -300,14 +319,16 @@ impl Engine {
         let paused = self.sequences.iter().filter(|s| s.is_paused()).count();
         let running = self.sequences.iter().filter(|s| s.decodes()).count();
         let stats = &self.stats;
-        stats.kv_cells_in_use.store(own, Ordering::SeqCst);
-        stats.kv_cells_llama.store(llama, Ordering::SeqCst);
+        stats.kv_cells(own, llama);
         stats
             .sequences_running
             .store(running as u64, Ordering::SeqCst);
         stats
             .sequences_paused
             .store(paused as u64, Ordering::SeqCst);
+        stats
+            .requests_queued
+            .store(self.queue.len() as u64, Ordering::SeqCst);
     }
 
     /// Waits until there is something to do: a request, a waiting client gone, room in a
@@ -327,7 +348,7 @@ impl Engine {
                     Poll::Pending => {}
                 }
             }
-            let left = self.queue.iter_mut().any(|a| a.poll_ended(cx).is_ready());
+            let left = self.queue.iter_mut().any(|a| a.poll_woken(cx));
             let woken = self.sequences.iter_mut().any(|s| s.poll_woken(cx));
             if left || woken {
                 Poll::Ready(())

@@ -30,6 +30,7 @@
 mod config;
 mod engine;
 mod model;
+mod places;
 mod sampler;
 mod sequence;
 mod stats;
@@ -47,6 +48,7 @@ use tokio::sync::mpsc;
 use self::config::Config;
 use self::engine::{Engine, Limits};
 use self::model::Model;
+use self::places::Places;
 use self::stats::EngineStats;
 use self::worker::Llama;
 
@@ -86,6 +88,13 @@ fn start(config: &Config) -> Result<Llama, String> {
             config.slot_tokens()
         ));
     }
+    if config.batch_size < config.parallel {
+        return Err(format!(
+            "--batch-size {} is less than --parallel {}: a step must take a token of every \
+             running sequence",
+            config.batch_size, config.parallel
+        ));
+    }
     let model = Model::load(&config.model)?;
     let template = model.template()?;
     let ctx = model.context(config)?;
@@ -95,9 +104,17 @@ fn start(config: &Config) -> Result<Llama, String> {
         slot_tokens: config.slot_tokens(),
     };
     let stats = Arc::new(EngineStats::default());
+    let places = Arc::new(Places::new(config.parallel, config.queue));
     let (requests, incoming) = mpsc::unbounded_channel();
-    let engine = Engine::new(model.model, ctx, limits, incoming, stats.clone());
-    std::thread::Builder::new()
+    let engine = Engine::new(
+        model.model,
+        ctx,
+        limits,
+        incoming,
+        places.clone(),
+        stats.clone(),
+    );
+    let thread = std::thread::Builder::new()
         .name("engine".into())
         .spawn(move || {
             // The loop's own runtime: it waits on gates and requests only when it has no
@@ -109,13 +126,22 @@ fn start(config: &Config) -> Result<Llama, String> {
             runtime.block_on(engine.run());
         })
         .map_err(|error| format!("starting the engine thread: {error}"))?;
+    // A server whose engine died answers nothing: it exits, for its supervisor to restart it
+    // (the panic's message is on stderr; every open stream ended with an error frame as the
+    // loop's senders were dropped).
+    std::thread::spawn(move || {
+        if thread.join().is_err() {
+            eprintln!("streamgate-llama: the engine loop panicked; exiting");
+            std::process::exit(70);
+        }
+    });
     let slot_tokens = config.slot_tokens();
     Ok(Llama::new(
         model.model,
         config.model_name(),
         template,
         slot_tokens,
-        config.queue,
+        places,
         requests,
         stats,
     ))

@@ -10,6 +10,7 @@ use llama_cpp_2::context::params::LlamaContextParams;
 use llama_cpp_2::llama_backend::LlamaBackend;
 use llama_cpp_2::model::LlamaModel;
 use llama_cpp_2::model::params::LlamaModelParams;
+use llama_cpp_2::token::LlamaToken;
 
 use crate::config::Config;
 use crate::template::ChatTemplate;
@@ -62,8 +63,11 @@ impl Model {
             .and_then(|template| template.to_string().ok())
             .ok_or("the model has no chat template (a base model?): it cannot answer a chat")?;
         let vocab = self.model.vocab();
-        let text =
-            |token| String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).into_owned();
+        // A model may have no BOS or EOS token (llama.cpp's -1): its text is then empty.
+        let text = |token: LlamaToken| match (0..vocab.n_tokens()).contains(&token.0) {
+            true => String::from_utf8_lossy(&vocab.token_to_piece(token, true, None)).into_owned(),
+            false => String::new(),
+        };
         ChatTemplate::new(source, text(vocab.bos()), text(vocab.eos()))
     }
 

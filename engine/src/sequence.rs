@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::task::{Context, Poll};
+use std::task::Context;
 use std::time::Instant;
 
 use llama_cpp_2::sampling::LlamaSampler;
@@ -35,6 +35,8 @@ pub struct Admission {
     pub tx: Sender<Delta>,
     /// Completes when the gate has ended (the client left while the request waited).
     pub ended: Pin<Box<WaitForCancellationFutureOwned>>,
+    /// Completes at the explicit stop.
+    pub stopped: Pin<Box<WaitForCancellationFutureOwned>>,
     pub hops: Hops,
     /// The server's side: the engine counts the tokens it makes there.
     pub host: Arc<Host>,
@@ -88,15 +90,13 @@ pub struct Sequence {
     outbox: VecDeque<(Delta, Option<Observation>)>,
     /// A failed generation's error, given to the gate once its events are out.
     failed: Option<String>,
-    stopped: Pin<Box<WaitForCancellationFutureOwned>>,
 }
 
 impl Sequence {
-    /// `admission` in `slot` of a model whose end-of-generation tokens are `ends`, its
-    /// format's opening events waiting for the gate.
-    pub fn new(admission: Admission, slot: i32, ends: &EndTokens) -> Self {
-        let slot = Some(slot);
-        let stopped = Box::pin(admission.stop.clone().cancelled_owned());
+    /// `admission` in `slot` (none: it is answered without decoding, stopped while it waited)
+    /// of a model whose end-of-generation tokens are `ends`, its format's opening events
+    /// waiting for the gate.
+    pub fn new(admission: Admission, slot: Option<i32>, ends: &EndTokens) -> Self {
         let mut sequence = Sequence {
             sampler: sampler(&admission.sampling, ends),
             stops: Stops::new(admission.sampling.stop.clone()),
@@ -110,7 +110,6 @@ impl Sequence {
             next_id: 0,
             outbox: VecDeque::new(),
             failed: None,
-            stopped,
             admission,
         };
         for frame in Frame::opening(sequence.admission.meta.format) {
@@ -242,9 +241,15 @@ impl Sequence {
         self.phase = Phase::Draining;
     }
 
-    /// Offers the gate its waiting events, in order, until it is full.
+    /// Offers the gate its waiting events, in order, until it is full. Once the gate has
+    /// ended, only text is offered, once (the gate counts a token made for nobody), and the
+    /// rest is let go.
     pub fn deliver(&mut self) -> Delivery {
         while let Some((delta, observed)) = self.outbox.pop_front() {
+            if self.admission.tx.is_closed() && !matches!(delta, Delta::Text { .. }) {
+                self.outbox.clear();
+                return Delivery::Gone;
+            }
             match self.admission.tx.try_send(delta) {
                 Ok(()) => {
                     if let Some(observed) = observed {
@@ -255,7 +260,10 @@ impl Sequence {
                     self.outbox.push_front((delta, observed));
                     return Delivery::Paused;
                 }
-                Err(TrySendError::Ended(_)) => return Delivery::Gone,
+                Err(TrySendError::Ended(_)) => {
+                    self.outbox.clear();
+                    return Delivery::Gone;
+                }
             }
         }
         Delivery::Taken
@@ -282,7 +290,7 @@ impl Sequence {
     /// or its explicit stop.
     pub fn poll_woken(&mut self, cx: &mut Context<'_>) -> bool {
         let room = self.is_paused() && self.admission.tx.poll_ready(cx).is_ready();
-        let stopped = !self.is_draining() && self.stopped.as_mut().poll(cx).is_ready();
+        let stopped = !self.is_draining() && self.admission.stopped.as_mut().poll(cx).is_ready();
         room || stopped
     }
 
@@ -323,8 +331,10 @@ impl Sequence {
 }
 
 impl Admission {
-    /// Whether its client left while it waited for a slot.
-    pub fn poll_ended(&mut self, cx: &mut Context<'_>) -> Poll<()> {
-        self.ended.as_mut().poll(cx)
+    /// Whether its client left, or it was stopped, while it waited for a slot.
+    pub fn poll_woken(&mut self, cx: &mut Context<'_>) -> bool {
+        let ended = self.ended.as_mut().poll(cx).is_ready();
+        let stopped = self.stopped.as_mut().poll(cx).is_ready();
+        ended || stopped
     }
 }

@@ -5,7 +5,7 @@
 
 use minijinja::{Environment, Error, ErrorKind, context};
 use serde_json::json;
-use streamgate_cli::serve::Turn;
+use streamgate_cli::serve::{Role, Turn};
 
 /// A model's chat template, and the special tokens it may name.
 pub struct ChatTemplate {
@@ -41,6 +41,11 @@ impl ChatTemplate {
         Ok(ChatTemplate { env, bos, eos })
     }
 
+    /// The BOS token's text (empty for a model without one).
+    pub fn bos(&self) -> &str {
+        &self.bos
+    }
+
     /// The prompt for `conversation`: up to the start of the assistant's answer or, when
     /// `continues`, with the final (assistant) message's text left open for the answer to
     /// continue.
@@ -55,7 +60,7 @@ impl ChatTemplate {
         };
         let messages: Vec<_> = before
             .iter()
-            .map(|turn| json!({"role": turn.role.as_str(), "content": turn.text}))
+            .map(|turn| json!({"role": role(turn.role), "content": turn.text}))
             .collect();
         let template = self.env.get_template("chat").map_err(|e| e.to_string())?;
         let mut prompt = template
@@ -71,10 +76,17 @@ impl ChatTemplate {
     }
 }
 
+/// The role a template knows a turn by: OpenAI's `developer` is the system prompt, which
+/// templates written before it call `system`.
+fn role(role: Role) -> &'static str {
+    match role {
+        Role::Developer => Role::System.as_str(),
+        other => other.as_str(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use streamgate_cli::serve::Role;
-
     use super::*;
 
     /// SmolLM2's template, as its GGUF file carries it.
@@ -89,6 +101,8 @@ mod tests {
 
     #[test]
     fn a_conversation_becomes_the_prompt_the_model_was_trained_on() {
+        let developer = [turn(Role::Developer, "Be brief."), turn(Role::User, "Hi")];
+        let system = [turn(Role::System, "Be brief."), turn(Role::User, "Hi")];
         let template = ChatTemplate::new(SMOLLM2.into(), String::new(), String::new()).unwrap();
         let user = [turn(Role::User, "Hi")];
         assert_eq!(
@@ -106,6 +120,11 @@ mod tests {
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
              <|im_start|>assistant\nHello, I",
             "the final message left open"
+        );
+        assert_eq!(
+            template.prompt(&developer, false),
+            template.prompt(&system, false),
+            "a developer message is the system prompt"
         );
     }
 

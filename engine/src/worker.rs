@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use llama_cpp_2::model::LlamaModel;
 use serde_json::{Map, Value};
@@ -11,9 +12,14 @@ use streamgate::Consumer;
 use streamgate_cli::serve::{Delta, Host, Job, Refusal, Worker};
 use tokio::sync::mpsc;
 
+use crate::places::Places;
 use crate::sequence::Admission;
 use crate::stats::EngineStats;
 use crate::template::ChatTemplate;
+
+/// How long a release waits for the engine to let go of a sequence (a channel gate's stop
+/// grace): longer than any step, so that its hook always sees the cells freed.
+const RELEASE_WAITS: Duration = Duration::from_secs(3600);
 
 /// The engine as the serving code's worker.
 pub struct Llama {
@@ -23,8 +29,8 @@ pub struct Llama {
     template: ChatTemplate,
     /// The most tokens a sequence holds: its prompt and its answer.
     slot_tokens: u32,
-    /// The most requests that wait for a slot.
-    queue: u64,
+    /// The places a request may take: a slot, or a waiting one.
+    places: Arc<Places>,
     engine: mpsc::UnboundedSender<Admission>,
     stats: Arc<EngineStats>,
 }
@@ -36,7 +42,7 @@ impl Llama {
         name: String,
         template: ChatTemplate,
         slot_tokens: u32,
-        queue: usize,
+        places: Arc<Places>,
         engine: mpsc::UnboundedSender<Admission>,
         stats: Arc<EngineStats>,
     ) -> Self {
@@ -45,7 +51,7 @@ impl Llama {
             name,
             template,
             slot_tokens,
-            queue: queue as u64,
+            places,
             engine,
             stats,
         }
@@ -61,8 +67,8 @@ impl Llama {
             .map_err(|error| invalid("invalid_prompt", error))?;
         let vocab = self.model.vocab();
         // The template may have written the BOS token already (as `bos_token`).
-        let bos = vocab.token_to_piece(vocab.bos(), true, None);
-        let add_bos = vocab.should_add_bos() && !text.as_bytes().starts_with(&bos);
+        let bos = self.template.bos();
+        let add_bos = vocab.should_add_bos() && (bos.is_empty() || !text.starts_with(bos));
         let tokens = vocab.tokenize(text.as_bytes(), add_bos, true);
         if tokens.is_empty() {
             return Err(invalid("invalid_prompt", "the prompt is empty".into()));
@@ -79,21 +85,15 @@ impl Llama {
         Ok(tokens)
     }
 
-    /// Takes a place in the queue for a slot, or says it is full.
+    /// Takes a place (a slot, or a waiting one), or says every one is held.
     fn take_place(&self) -> Result<(), Refusal> {
-        let limit = self.queue;
-        self.stats
-            .requests_queued
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < limit).then_some(n + 1)
-            })
-            .map(|_| ())
-            .map_err(|waiting| Refusal::Busy {
-                code: "queue_full",
-                message: format!(
-                    "every slot is busy and {waiting} requests wait for one; retry shortly"
-                ),
-            })
+        self.places.take().map_err(|held| Refusal::Busy {
+            code: "queue_full",
+            message: format!(
+                "every slot is busy and every place to wait for one is taken ({held} requests \
+                 held); retry shortly"
+            ),
+        })
     }
 }
 
@@ -128,11 +128,14 @@ impl Worker for Llama {
                 stats.kv_cells_freed.fetch_add(cells, Ordering::Relaxed);
             }
         };
-        let (tx, consumer) = host.gate(0, on_release).channel();
+        // The engine drops a sequence's sender at its next settle, after at most one step,
+        // having freed its cells: the release waits for that however long a step takes.
+        let (tx, consumer) = host.gate(0, on_release).stop_grace(RELEASE_WAITS).channel();
         let admission = Admission {
             hops: host.hops(&job.meta, tx.handle()),
             host: host.clone(),
             ended: Box::pin(tx.closed_owned()),
+            stopped: Box::pin(job.stop.clone().cancelled_owned()),
             meta: job.meta,
             prompt,
             max_tokens,
@@ -144,7 +147,7 @@ impl Worker for Llama {
         if let Err(lost) = self.engine.send(admission) {
             // The loop stopped since the check above: the dropped sender ends the stream
             // as a generator error, which the client sees.
-            self.stats.requests_queued.fetch_sub(1, Ordering::SeqCst);
+            self.places.give_back();
             drop(lost);
         }
         Ok(consumer)

@@ -11,7 +11,10 @@
 //! - SIGTERM with streams open ends each with its terminal frame;
 //! - bad input: a prompt longer than a slot (400), `max_tokens` past it (the answer ends
 //!   `length` at the slot's end), a file that is no model, more clients than slots and queue
-//!   (503), `GET /v1/stream` regenerating after `Last-Event-ID` (400).
+//!   (503), `GET /v1/stream` regenerating after `Last-Event-ID` (400);
+//! - a hundred clients against eight slots wait for one with heartbeats, and are all answered;
+//!   one stopped while it waits is answered at once, and one waits no longer than a slot is
+//!   held (a client that left frees its slot for it).
 
 mod common;
 
@@ -19,6 +22,7 @@ use std::time::Duration;
 
 use common::{Engine, HANG, Stream, answer, chat, model, post, stopped_reader, text};
 use serde_json::{Value, json};
+use streamgate_cli::client;
 
 /// Prompts that make different answers.
 const TOPICS: [&str; 8] = [
@@ -164,6 +168,7 @@ async fn eight_concurrent_greedy_streams_give_the_texts_of_eight_sequential_ones
     for topic in TOPICS {
         sequential.push(answer(engine.addr, &chat(&poem(topic), 48, false)).await);
     }
+    let steps = engine.stats().await["decode_steps"].as_u64().unwrap();
     let concurrent: Vec<_> = TOPICS
         .iter()
         .map(|topic| {
@@ -177,6 +182,13 @@ async fn eight_concurrent_greedy_streams_give_the_texts_of_eight_sequential_ones
     }
     let stats = engine.idle().await;
     assert_eq!(stats["streams_completed"], 16, "{stats}");
+    // Decoded together: about one step per token of the longest answer (and a few for the
+    // prompts), where one after the other would take one per token of every answer.
+    let together = stats["decode_steps"].as_u64().unwrap() - steps;
+    assert!(
+        together <= 48 + 16,
+        "{together} steps for 8 answers of at most 48 tokens"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -185,8 +197,9 @@ async fn a_resumed_stream_continues_the_same_generation() {
         return;
     };
     let engine = Engine::start(&model, &["--resume-grace-ms", "10000"]).await;
-    let body = chat(&poem("autumn"), 60, true);
-    let whole = text(&Stream::chat(engine.addr, &body).await.rest().await);
+    // Sampled, with a random seed: a generation made again would not give the same text.
+    let mut body = chat(&poem("autumn"), 60, true);
+    body["temperature"] = json!(1.0);
     let mut first = Stream::chat(engine.addr, &body).await;
     let mut read = Vec::new();
     for _ in 0..5 {
@@ -195,28 +208,22 @@ async fn a_resumed_stream_continues_the_same_generation() {
     let (id, last) = (first.request_id.clone(), read.last().unwrap().id.clone());
     drop(first);
     let path = format!("/v1/chat/completions/{id}/stream");
-    let mut resumed = Stream::open(
-        engine.addr,
-        "GET",
-        &path,
-        &[("last-event-id", &last)],
-        String::new(),
-    )
-    .await;
+    let headers = [("last-event-id", last.as_str())];
+    let mut resumed = Stream::open(engine.addr, "GET", &path, &headers, String::new()).await;
     assert_eq!(resumed.status, 200);
     let rest = resumed.rest().await;
-    assert_eq!(
-        rest[0].id,
-        (last.parse::<u64>().unwrap() + 1).to_string(),
-        "nothing lost or repeated"
-    );
-    assert_eq!(
-        text(&read) + &text(&rest),
-        whole,
-        "the same generation, not a new one"
-    );
+    let next = last.parse::<u64>().unwrap() + 1;
+    assert_eq!(rest[0].id, next.to_string(), "nothing lost or repeated");
+    assert_eq!(rest.last().unwrap().data, "[DONE]");
+    // Its answer once more from the start, from the replay log: the same text, to the end.
+    let mut again = Stream::open(engine.addr, "GET", &path, &[], String::new()).await;
+    let whole = text(&again.rest().await);
+    assert_eq!(text(&read) + &text(&rest), whole);
     let stats = engine.idle().await;
-    assert_eq!(stats["streams_resumed"], 1, "{stats}");
+    assert_eq!(stats["streams_started"], 1, "one generation: {stats}");
+    assert_eq!(stats["streams_resumed"], 2, "{stats}");
+    let made = stats["tokens_generated"].as_u64().unwrap();
+    assert!(made <= 60, "no token made twice: {stats}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -329,19 +336,142 @@ async fn bad_input_is_answered_never_a_crash() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_request_takes_the_slot_a_client_that_left_frees() {
+    let Some(model) = model("a_waiting_request_takes_the_slot_a_client_that_left_frees") else {
+        return;
+    };
+    let engine = Engine::start(&model, &["--parallel", "1"]).await;
+    let mut busy = Stream::chat(engine.addr, &long(&poem("cats"), 1000)).await;
+    busy.next().await.expect("the slot's stream runs");
+    let mut waiting = Stream::chat(engine.addr, &long(&poem("dogs"), 20)).await;
+    engine
+        .stats_until(|stats| stats["requests_queued"] == 1)
+        .await;
+    // Nothing else happens after this: the slot it frees must wake the loop.
+    drop(busy);
+    let events = waiting.rest().await;
+    assert_eq!(events.last().unwrap().data, "[DONE]", "{events:?}");
+    assert!(text(&events).len() > 20, "its whole answer");
+    let stats = engine.idle().await;
+    assert_eq!(stats["streams_completed"], 1, "{stats}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_stopped_while_it_waits_for_a_slot_is_answered_at_once() {
+    let Some(model) = model("a_request_stopped_while_it_waits_for_a_slot_is_answered_at_once")
+    else {
+        return;
+    };
+    let engine = Engine::start(&model, &["--parallel", "1"]).await;
+    let mut busy = Stream::chat(engine.addr, &long(&poem("cats"), 1000)).await;
+    busy.next().await.expect("the slot's stream runs");
+    let headers = [("x-request-id", "waiting-1")];
+    let body = long(&poem("dogs"), 50).to_string();
+    let mut waiting =
+        Stream::open(engine.addr, "POST", "/v1/chat/completions", &headers, body).await;
+    engine
+        .stats_until(|stats| stats["requests_queued"] == 1)
+        .await;
+    let (status, stopped) = post(
+        engine.addr,
+        "/v1/chat/completions/waiting-1/cancel",
+        &json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, &stopped["cancelled"]),
+        (200, &json!(true)),
+        "{stopped}"
+    );
+    // Its final chunk and [DONE] while the other still holds the only slot.
+    let events = waiting.rest().await;
+    let finish = events[events.len() - 2].json().unwrap();
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop", "{events:?}");
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let stats = engine
+        .stats_until(|stats| stats["streams_completed"] == 1)
+        .await;
+    assert_eq!(
+        stats["sequences_running"], 1,
+        "the other still decodes: {stats}"
+    );
+    drop(busy);
+    engine.idle().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hundred_clients_against_eight_slots_wait_with_heartbeats_and_are_all_answered() {
+    let test = "a_hundred_clients_against_eight_slots_wait_with_heartbeats_and_are_all_answered";
+    let Some(model) = model(test) else {
+        return;
+    };
+    let flags = ["--parallel", "8", "-c", "4096", "--heartbeat-ms", "100"];
+    let engine = Engine::start(&model, &flags).await;
+    let clients: Vec<_> = (0..100)
+        .map(|i| {
+            let (addr, body) = (engine.addr, long(&poem(TOPICS[i % 8]), 6));
+            tokio::spawn(async move {
+                use futures_util::StreamExt;
+                let path = "/v1/chat/completions";
+                let response = client::request(addr, "POST", path, &[], body.to_string())
+                    .await
+                    .unwrap();
+                assert_eq!(response.status(), 200);
+                let mut bytes = Vec::new();
+                let mut body = client::body_stream(response);
+                while let Some(chunk) = body.next().await {
+                    bytes.extend_from_slice(&chunk.unwrap());
+                }
+                String::from_utf8(bytes).unwrap()
+            })
+        })
+        .collect();
+    let mut waited = 0;
+    for client in clients {
+        let body = tokio::time::timeout(HANG, client).await.unwrap().unwrap();
+        assert!(body.trim_end().ends_with("data: [DONE]"), "{body}");
+        let first = body.find("data: {").unwrap();
+        // A heartbeat before the first token: this one waited for a slot.
+        if body[..first].contains(":\n") {
+            waited += 1;
+        }
+    }
+    assert!(
+        waited >= 50,
+        "most waited for a slot, with heartbeats: {waited}"
+    );
+    let stats = engine.idle().await;
+    assert_eq!(stats["streams_completed"], 100, "{stats}");
+    assert_eq!(
+        (
+            stats["kv_cells_in_use"].as_u64(),
+            stats["requests_queued"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
+}
+
 #[tokio::test]
-async fn a_file_that_is_no_model_stops_it_at_start() {
+async fn a_file_that_is_no_model_or_flags_that_cannot_work_stop_it_at_start() {
     let dir = std::env::temp_dir().join(format!("streamgate-engine-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let fake = dir.join("model.gguf");
     std::fs::write(&fake, "not a model").unwrap();
-    for (file, why) in [
-        (fake.clone(), "not a GGUF"),
-        (dir.join("missing.gguf"), "No such file"),
-    ] {
+    let refused: [(_, &[&str], _); 3] = [
+        (fake.clone(), &[], "not a GGUF"),
+        (dir.join("missing.gguf"), &[], "No such file"),
+        (
+            fake.clone(),
+            &["--parallel", "32", "-b", "16"],
+            "--batch-size",
+        ),
+    ];
+    for (file, flags, why) in refused {
         let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_streamgate-llama"))
             .arg("-m")
             .arg(&file)
+            .args(flags)
             .output();
         let output = tokio::time::timeout(Duration::from_secs(20), output)
             .await

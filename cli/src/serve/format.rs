@@ -65,6 +65,15 @@ impl Format {
         }
     }
 
+    /// The newer name of the bound on new tokens, read when the older is not given: chat's
+    /// `max_completion_tokens`.
+    pub(super) fn newer_bound_field(self) -> Option<&'static str> {
+        match self {
+            Format::Chat => Some("max_completion_tokens"),
+            Format::Messages | Format::Responses => None,
+        }
+    }
+
     /// The request's field holding a system prompt given apart from the conversation:
     /// Messages' `system`, Responses' `instructions` (chat's is a message).
     pub(super) fn system_field(self) -> Option<&'static str> {

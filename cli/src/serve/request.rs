@@ -179,7 +179,12 @@ impl Request {
             }
             _ => return Err(format!("`{field}` is required and must be an array").into()),
         }
-        let max_tokens = match request.get(bound) {
+        // Chat's newer name for the bound, when the older is not given.
+        let (bound, asked) = match (request.get(bound), format.newer_bound_field()) {
+            (None | Some(Value::Null), Some(newer)) => (newer, request.get(newer)),
+            (asked, _) => (bound, asked),
+        };
+        let max_tokens = match asked {
             None | Some(Value::Null) => None,
             Some(value) => Some(max_tokens(bound, value.as_u64())?),
         };
@@ -251,14 +256,11 @@ impl Sampling {
                     .ok_or_else(|| format!("`{field}` must be a number from 0 to {max}").into()),
             }
         };
+        // A negative seed asks for a random one, as llama.cpp's servers take it.
         let seed = match request.get("seed") {
             None | Some(Value::Null) => None,
-            Some(value) => Some(
-                value
-                    .as_u64()
-                    .or_else(|| value.as_i64().map(|n| n as u64))
-                    .ok_or("`seed` must be an integer")?,
-            ),
+            Some(value) if value.as_i64().is_some_and(|seed| seed < 0) => None,
+            Some(value) => Some(value.as_u64().ok_or("`seed` must be an integer")?),
         };
         let field = format.stop_field();
         let stop = match field.and_then(|field| request.get(field)) {
@@ -378,17 +380,19 @@ mod tests {
 
     #[test]
     fn sampling_is_read_as_the_apis_write_it() {
-        let request =
-            parse(r#"{"messages":[],"temperature":0,"top_p":0.9,"seed":-1,"stop":"\n\n"}"#)
-                .unwrap();
+        let body = r#"{"messages":[],"temperature":0,"top_p":0.9,"seed":7,"stop":"\n\n",
+            "ignore_eos":true}"#;
         let sampling = Sampling {
             temperature: Some(0.0),
             top_p: Some(0.9),
-            seed: Some(u64::MAX),
+            seed: Some(7),
             stop: vec!["\n\n".into()],
             ignore_eos: true,
         };
-        assert_eq!(request.sampling, sampling);
+        assert_eq!(parse(body).unwrap().sampling, sampling);
+        // A negative seed is llama.cpp's "random".
+        let random = parse(r#"{"messages":[],"seed":-1}"#).unwrap().sampling;
+        assert_eq!(random.seed, None);
         assert_eq!(
             parse(r#"{"messages":[]}"#).unwrap().sampling,
             Sampling::default()

@@ -119,8 +119,8 @@ impl Generation {
         // A stop asked for is the stream cancelled (a gate that ended first is recorded as it
         // ended, by `Hops`).
         let ended = match finish {
-            FinishReason::Stop | FinishReason::StopSequence => EndReason::Cancelled,
-            FinishReason::Length => EndReason::Completed,
+            FinishReason::Stop => EndReason::Cancelled,
+            FinishReason::Length | FinishReason::StopSequence => EndReason::Completed,
         };
         hops.end(ended);
         let ending = Ending {

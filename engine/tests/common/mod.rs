@@ -18,9 +18,14 @@ use tokio::process::{Child, Command};
 /// The longest a test waits for anything.
 pub const HANG: Duration = Duration::from_secs(60);
 
-/// The model: `$GGUF`, or where `scripts/real-model.sh` unpacks it; `None` (the test says
-/// SKIPPED, naming itself) when it is not there.
+/// The model: `$GGUF` (which must be there), or where `scripts/real-model.sh` unpacks it;
+/// `None` (the test says SKIPPED, naming itself) when it is not there.
 pub fn model(test: &str) -> Option<PathBuf> {
+    // Named, it must be there: CI names it, and a test that skips there proves nothing.
+    if let Some(named) = std::env::var_os("GGUF").map(PathBuf::from) {
+        assert!(named.is_file(), "GGUF={} is not a file", named.display());
+        return Some(named);
+    }
     let path = std::env::var_os("GGUF").map(PathBuf::from).or_else(|| {
         let dir = std::env::var_os("REAL_MODEL_DIR")
             .map(PathBuf::from)
