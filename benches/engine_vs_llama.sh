@@ -5,8 +5,8 @@
 # (`ignore_eos`), `cache_prompt: false` (llama-server would otherwise answer every repeat of
 # loadgen's one prompt from its prompt cache, which streamgate-llama does not have).
 #   bash benches/engine_vs_llama.sh                      # RUNS=3 TOKENS=200 THREADS=2
-# Prints one JSON line per (scenario, server, run), then the medians and ratios as a Markdown
-# table, with the command. Then, streamgate-llama alone: four readers that keep up, without
+# Prints one JSON line per (scenario, server, run), then the medians and the median of each
+# run's ratio (measured in turn, a second apart) as a Markdown table, with the command. Then, streamgate-llama alone: four readers that keep up, without
 # and with a fifth that stops reading (its sequence paused), their gap p99 compared.
 # Needs scripts/real-model.sh's build of llama-server (~15-20 minutes the first time).
 set -euo pipefail
@@ -25,7 +25,7 @@ scratch=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$scratch"' EXIT
 
-# Both: 8 slots of 1,024 tokens, THREADS threads.
+# Both: 8 slots of 1,024 tokens, THREADS threads. Each writes its log under its name.
 start() { # server [extra flags] -> sets addr and pid
   local server=$1; shift
   local log=$scratch/$server.log
@@ -49,21 +49,30 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 
 extra='{"temperature":0,"ignore_eos":true,"cache_prompt":false}'
 results=$scratch/results.jsonl
+# Both servers run (idle but for the one measured: their threads sleep between requests), and
+# each measurement of one is followed by the same of the other, in turns that alternate which
+# goes first: the machine's drift (it is shared) falls on both alike.
+start llama-server; llama_addr=$addr; llama_pid=$pid
+start streamgate-llama; engine_addr=$addr; engine_pid=$pid
+pid=
+trap 'kill "$llama_pid" "$engine_pid" 2>/dev/null; rm -rf "$scratch"' EXIT
 for run in $(seq "$runs"); do
-  # Alternating which server goes first spreads the machine's drift over both.
-  servers="llama-server streamgate-llama"
-  [ $((run % 2)) = 0 ] && servers="streamgate-llama llama-server"
-  for server in $servers; do
-    start "$server"
-    for streams in 1 4 8; do
+  for streams in 1 4 8; do
+    servers="llama-server streamgate-llama"
+    [ $((run % 2)) = 0 ] && servers="streamgate-llama llama-server"
+    for server in $servers; do
+      addr=$llama_addr
+      [ "$server" = streamgate-llama ] && addr=$engine_addr
+      sleep 1 # the other's threads asleep
       result=$("$streamgate" loadgen --addr "$addr" --streams "$streams" --tokens "$tokens" \
         --extra "$extra" --json)
       echo "{\"scenario\":\"$streams streams\",\"server\":\"$server\",\"run\":$run,\"streams\":$streams,\"tokens\":$tokens,\"loadgen\":$result}" \
         | tee -a "$results"
     done
-    stop
   done
 done
+kill "$llama_pid" "$engine_pid" 2>/dev/null; wait "$llama_pid" "$engine_pid" 2>/dev/null || true
+trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$scratch"' EXIT
 
 # A reader that stops: its socket takes 4 KiB, the engine's 4 KiB with 1 KiB unsent at most,
 # its gate 8 events, and it is never ended (the deadline is past the run), so its sequence is
@@ -120,12 +129,21 @@ measures = [("tokens/s", tps, "higher"), ("TTFT p50 ms", lambda r: r["loadgen"][
             ("gap p50 ms", lambda r: r["loadgen"]["gap_p50_ms"], "lower"),
             ("gap p99 ms", lambda r: r["loadgen"]["gap_p99_ms"], "lower")]
 print(f"\n`RUNS={runs} TOKENS={tokens} THREADS={threads} bash benches/engine_vs_llama.sh` (medians of {runs})\n")
-print("| streams | measure | llama-server | streamgate-llama | ratio |")
+print("| streams | measure | llama-server | streamgate-llama | ratio, median of the runs' (range) |")
 print("|---|---|---|---|---|")
+def paired(scenario, f):
+    """The median of each run's ratio (streamgate-llama over llama-server, measured in turn)."""
+    by_run = {}
+    for r in rows:
+        if r["scenario"] == scenario:
+            by_run.setdefault(r["run"], {})[r["server"]] = f(r)
+    ratios = [v["streamgate-llama"] / v["llama-server"] for v in by_run.values() if len(v) == 2]
+    return statistics.median(ratios), min(ratios), max(ratios)
 for scenario in ["1 streams", "4 streams", "8 streams"]:
     for name, f, _ in measures:
         base, ours = med(scenario, "llama-server", f), med(scenario, "streamgate-llama", f)
-        print(f"| {scenario.split()[0]} | {name} | {base:.1f} | {ours:.1f} | {ours / base:.2f}x |")
+        ratio, low, high = paired(scenario, f)
+        print(f"| {scenario.split()[0]} | {name} | {base:.1f} | {ours:.1f} | {ratio:.2f}x ({low:.2f}-{high:.2f}) |")
 print("\n| streamgate-llama, 4 readers | gap p50 ms | gap p99 ms | tokens/s |")
 print("|---|---|---|---|")
 for with_ in ["without", "with"]:
