@@ -20,6 +20,7 @@ use std::time::Instant;
 use llama_cpp_2::context::LlamaContext;
 use llama_cpp_2::llama_batch::LlamaBatch;
 use llama_cpp_2::model::LlamaModel;
+use llama_cpp_2::token::LlamaToken;
 use streamgate_cli::serve::FinishReason;
 use tokio::sync::mpsc;
 
@@ -39,6 +40,23 @@ pub struct Limits {
     pub slot_tokens: u32,
 }
 
+/// What one slot puts in a step's batch.
+#[derive(Debug, Clone, Copy)]
+enum Part {
+    /// Sequence `i`'s next token.
+    Answer(usize),
+    /// `n` more tokens of sequence `i`'s prompt.
+    Prompt(usize, usize),
+    /// A token nobody reads, at this position of a slot that has nothing to decode (free,
+    /// or holding a paused sequence) between two that have, when no move could close the
+    /// hole (see `Engine::pack`): it keeps the step one micro-batch. Its cell is removed
+    /// right after the step.
+    Filler(i32),
+}
+
+/// The token a filler decodes (any will do: nothing reads its logits, its cell goes).
+const FILLER: LlamaToken = LlamaToken(0);
+
 /// The loop's state: the context, the requests waiting for a slot and the sequences in one.
 pub struct Engine {
     model: &'static LlamaModel,
@@ -52,7 +70,7 @@ pub struct Engine {
     /// Whether the server has let go of the loop (no request will come).
     closed: bool,
     queue: VecDeque<Admission>,
-    /// Slots no sequence holds cells in: a new sequence takes the lowest.
+    /// Slots (llama.cpp sequence ids) no sequence holds: a new sequence takes the lowest.
     free: BTreeSet<i32>,
     /// Every slot's sequence id, for llama.cpp's count.
     slots: i32,
@@ -83,7 +101,8 @@ impl Engine {
         Engine {
             model,
             ctx,
-            batch: LlamaBatch::new(batch_size as usize, 1),
+            // A step's tokens, and a filler for each slot but one.
+            batch: LlamaBatch::new(batch_size as usize + slots as usize, 1),
             batch_size: batch_size as usize,
             slot_tokens,
             incoming,
@@ -200,56 +219,81 @@ impl Engine {
     /// Decodes one step of every sequence that can go on, and samples the next token of each
     /// whose step gave logits. `false` when no sequence could.
     fn step(&mut self) -> bool {
-        // In slot order: with a KV stream per slot, llama.cpp puts only sequences with
-        // consecutive ids in one micro-batch, so a step in any other order is split into
-        // several graph computations (each as slow as the whole step).
+        self.pack();
+        // What each slot puts in the batch, in slot order (see `Part::Filler`).
         self.sequences
             .sort_unstable_by_key(|s| s.slot.unwrap_or(i32::MAX));
+        let mut parts: Vec<(i32, Part)> = Vec::new();
+        let mut budget = self.batch_size;
+        for (i, sequence) in self.sequences.iter().enumerate() {
+            if let (true, Some(_), Some(slot)) =
+                (sequence.decodes(), sequence.answer_token(), sequence.slot)
+            {
+                if budget > 0 {
+                    parts.push((slot, Part::Answer(i)));
+                    budget -= 1;
+                }
+            }
+        }
+        for (i, sequence) in self.sequences.iter().enumerate() {
+            if let (true, Some((tokens, _, _)), Some(slot)) = (
+                sequence.decodes(),
+                sequence.prompt_chunk(budget),
+                sequence.slot,
+            ) {
+                if budget > 0 {
+                    parts.push((slot, Part::Prompt(i, tokens.len())));
+                    budget -= tokens.len();
+                }
+            }
+        }
+        let Some(highest) = parts.iter().map(|&(slot, _)| slot).max() else {
+            return false;
+        };
+        let lowest = parts.iter().map(|&(slot, _)| slot).min().unwrap_or(highest);
+        for slot in lowest..highest {
+            if !parts.iter().any(|&(taken, _)| taken == slot) {
+                let holder = self.sequences.iter().find(|s| s.slot == Some(slot));
+                parts.push((slot, Part::Filler(holder.map_or(0, |s| s.cells as i32))));
+            }
+        }
+        parts.sort_unstable_by_key(|&(slot, _)| slot);
         self.batch.clear();
         // (sequence, tokens it put in the batch, the batch index of its logits)
         let mut taken: Vec<(usize, usize, Option<i32>)> = Vec::new();
-        let mut budget = self.batch_size;
-        for (i, sequence) in self.sequences.iter().enumerate() {
-            if !sequence.decodes() || budget == 0 {
-                continue;
-            }
-            let (Some((token, pos)), Some(slot)) = (sequence.answer_token(), sequence.slot) else {
-                continue;
+        for &(slot, part) in &parts {
+            let add = |batch: &mut LlamaBatch, token, pos, logits| {
+                batch
+                    .add(token, pos, &[slot], logits)
+                    .expect("the batch holds --batch-size tokens and a filler per slot");
             };
-            {
-                let index = self.batch.n_tokens();
-                self.batch
-                    .add(token, pos, &[slot], true)
-                    .expect("the batch holds --batch-size tokens");
-                taken.push((i, 1, Some(index)));
-                budget -= 1;
+            match part {
+                Part::Answer(i) => {
+                    let (token, pos) = self.sequences[i].answer_token().expect("planned");
+                    add(&mut self.batch, token, pos, true);
+                    taken.push((i, 1, Some(self.batch.n_tokens() - 1)));
+                }
+                Part::Prompt(i, n) => {
+                    let (tokens, pos, last) = self.sequences[i].prompt_chunk(n).expect("planned");
+                    for (k, &token) in tokens.iter().enumerate() {
+                        add(&mut self.batch, token, pos + k as i32, last && k + 1 == n);
+                    }
+                    taken.push((i, n, last.then(|| self.batch.n_tokens() - 1)));
+                }
+                Part::Filler(pos) => add(&mut self.batch, FILLER, pos, false),
             }
-        }
-        for (i, sequence) in self.sequences.iter().enumerate() {
-            if !sequence.decodes() || budget == 0 {
-                continue;
-            }
-            let (Some((tokens, pos, last)), Some(slot)) =
-                (sequence.prompt_chunk(budget), sequence.slot)
-            else {
-                continue;
-            };
-            for (k, &token) in tokens.iter().enumerate() {
-                let logits = last && k + 1 == tokens.len();
-                self.batch
-                    .add(token, pos + k as i32, &[slot], logits)
-                    .expect("the batch holds --batch-size tokens");
-            }
-            let index = last.then(|| self.batch.n_tokens() - 1);
-            taken.push((i, tokens.len(), index));
-            budget -= tokens.len();
-        }
-        if taken.is_empty() {
-            return false;
         }
         let decoded = self.ctx.decode(&mut self.batch);
         let at = Instant::now();
         self.stats.decode_steps.fetch_add(1, Ordering::Relaxed);
+        for &(slot, part) in &parts {
+            if let Part::Filler(pos) = part {
+                // Its cell goes at once: the slot holds what it held before the step.
+                let _ = self
+                    .ctx
+                    .clear_kv_cache_seq(Some(slot as u32), Some(pos as u32), None);
+            }
+        }
         if let Err(error) = decoded {
             // The step's sequences cannot go on: each ends with an error event.
             let message = format!("llama.cpp could not decode a step: {error}");
@@ -273,6 +317,54 @@ impl Engine {
             self.sequences[i].deliver();
         }
         true
+    }
+
+    /// Moves sequences between slots so that those that can decode hold consecutive slots:
+    /// with a KV stream per slot, llama.cpp puts only sequences with consecutive ids in one
+    /// micro-batch, so a slot between two that decode, free or holding a paused sequence,
+    /// would split every step in two graph computations (each costing about as much as the
+    /// whole step). The highest that decodes moves into the lowest hole between them, a paused
+    /// sequence in the hole first moving to a free slot; with no free slot, the hole gets a
+    /// filler instead (`Part::Filler`). A move copies the slot's KV stream (llama.cpp does it
+    /// before the next step) and frees the old slot: once per pause or end that makes a hole.
+    fn pack(&mut self) {
+        loop {
+            let mut decoding: Vec<i32> = (self.sequences.iter())
+                .filter(|s| s.decodes())
+                .filter_map(|s| s.slot)
+                .collect();
+            decoding.sort_unstable();
+            let (Some(&lowest), Some(&highest)) = (decoding.first(), decoding.last()) else {
+                return;
+            };
+            let Some(hole) = (lowest..highest).find(|slot| !decoding.contains(slot)) else {
+                return;
+            };
+            if let Some(held) = self.sequences.iter().position(|s| s.slot == Some(hole)) {
+                let Some(&free) = self.free.first() else {
+                    return; // no room to move it: the step fills the hole
+                };
+                self.move_to(held, free);
+            }
+            let top = (self.sequences.iter())
+                .position(|s| s.slot == Some(highest))
+                .expect("a slot that decodes has its sequence");
+            self.move_to(top, hole);
+        }
+    }
+
+    /// Moves sequence `i` into the free slot `to`: its KV stream is copied there and its old
+    /// slot freed.
+    fn move_to(&mut self, i: usize, to: i32) {
+        let sequence = &mut self.sequences[i];
+        let from = sequence.slot.expect("a sequence that moves holds a slot");
+        // Whole streams: the copy is llama.cpp's, before its next step.
+        let _ = self.ctx.copy_kv_cache_seq(from, to, None, None);
+        let _ = self.ctx.clear_kv_cache_seq(Some(from as u32), None, None);
+        sequence.slot = Some(to);
+        self.free.remove(&to);
+        self.free.insert(from);
+        self.stats.slot_moves.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Sequence `i`'s answer ended for `reason`: its cells are freed now, before its last

@@ -33,6 +33,8 @@ pub struct EngineStats {
     pub prompt_tokens: AtomicU64,
     /// Decode steps (`llama_decode` calls).
     pub decode_steps: AtomicU64,
+    /// Sequences moved to another slot, to keep those that decode in consecutive slots.
+    pub slot_moves: AtomicU64,
 }
 
 impl EngineStats {
@@ -47,13 +49,14 @@ impl EngineStats {
         fields.insert("kv_cells_in_use".into(), cells.own.into());
         fields.insert("kv_cells_llama".into(), cells.llama.into());
         let load = |n: &AtomicU64| n.load(Ordering::SeqCst);
-        let all: [(&str, &AtomicU64); 6] = [
+        let all: [(&str, &AtomicU64); 7] = [
             ("sequences_running", &self.sequences_running),
             ("sequences_paused", &self.sequences_paused),
             ("requests_queued", &self.requests_queued),
             ("kv_cells_freed", &self.kv_cells_freed),
             ("prompt_tokens", &self.prompt_tokens),
             ("decode_steps", &self.decode_steps),
+            ("slot_moves", &self.slot_moves),
         ];
         fields.extend(all.map(|(name, n)| (name.to_owned(), load(n).into())));
     }

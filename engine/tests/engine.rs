@@ -6,6 +6,8 @@
 //!   llama.cpp's are both back to zero, the release hook having reported the cells freed;
 //! - a reader that stops pauses only its sequence: its tokens stop while the others' go on,
 //!   then its policy ends it and its cells are freed;
+//! - a sequence paused between two that decode is moved out of their way (so that a step
+//!   stays one micro-batch), and their answers are those they give alone;
 //! - eight concurrent greedy streams give the texts of eight sequential ones;
 //! - a resumed stream continues the same generation;
 //! - SIGTERM with streams open ends each with its terminal frame;
@@ -154,6 +156,78 @@ async fn a_reader_that_stops_pauses_only_its_sequence_until_its_policy_ends_it()
         (Some(0), Some(0))
     );
     drop(stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_paused_between_two_that_decode_moves_out_of_their_way() {
+    let Some(model) = model("a_sequence_paused_between_two_that_decode_moves_out_of_their_way")
+    else {
+        return;
+    };
+    let flags = [
+        "--parallel",
+        "4",
+        "-c",
+        "4096",
+        "--buffer-events",
+        "8",
+        "--sndbuf",
+        "4096",
+        "--notsent-lowat",
+        "1024",
+        "--slow-deadline-ms",
+        "60000",
+    ];
+    let engine = Engine::start(&model, &flags).await;
+    let (first, last) = (long(&poem("cats"), 400), long(&poem("autumn"), 400));
+    let mut alone = Vec::new();
+    for body in [&first, &last] {
+        let mut body = body.clone();
+        body["stream"] = json!(false);
+        alone.push(answer(engine.addr, &body).await);
+    }
+    // Slots are taken lowest first: the stopped reader's sequence sits between the others.
+    let read = |body: Value| {
+        let addr = engine.addr;
+        tokio::spawn(async move { text(&Stream::chat(addr, &body).await.rest().await) })
+    };
+    let held = |stats: &Value| {
+        stats["sequences_running"].as_u64().unwrap() + stats["sequences_paused"].as_u64().unwrap()
+    };
+    let first = read(first);
+    engine.stats_until(|stats| held(stats) == 1).await;
+    let stopped = stopped_reader(
+        engine.addr,
+        "/v1/chat/completions",
+        &long(&poem("the sea"), 2000),
+    )
+    .await;
+    engine.stats_until(|stats| held(stats) == 2).await;
+    let last = read(last);
+    let paused = engine
+        .stats_until(|stats| stats["sequences_paused"] == 1 && stats["sequences_running"] == 2)
+        .await;
+    assert_eq!(
+        paused["kv_cells_in_use"], paused["kv_cells_llama"],
+        "{paused}"
+    );
+    let together = [first.await.unwrap(), last.await.unwrap()];
+    assert_eq!(
+        together, *alone,
+        "a move kept every cell of the sequence it moved"
+    );
+    let stats = engine.stats().await;
+    assert!(stats["slot_moves"].as_u64() >= Some(1), "{stats}");
+    assert_eq!(stats["sequences_paused"], 1, "{stats}");
+    drop(stopped);
+    let stats = engine.idle().await;
+    assert_eq!(
+        (
+            stats["kv_cells_in_use"].as_u64(),
+            stats["kv_cells_llama"].as_u64()
+        ),
+        (Some(0), Some(0))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
