@@ -7,8 +7,10 @@
 //! A step takes one token from every sequence that decodes its answer, then prompt tokens
 //! of sequences that are still reading theirs, up to `--batch-size` in all: a long prompt is
 //! read over several steps, between which the others go on decoding (each of those steps is
-//! longer, which `worker.decode`'s gaps show). When no sequence can be decoded, the loop waits
-//! for a new request, room in a paused sequence's gate, an end or an explicit stop.
+//! longer, which `worker.decode`'s gaps show). Before each step the sequences that decode are
+//! packed into consecutive slots (`Engine::pack`), which llama.cpp needs to decode them in one
+//! computation. When no sequence can be decoded, the loop waits for a new request, room in a
+//! paused sequence's gate, an end or an explicit stop.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::future::poll_fn;
@@ -47,9 +49,10 @@ enum Part {
     Answer(usize),
     /// `n` more tokens of sequence `i`'s prompt.
     Prompt(usize, usize),
-    /// A token nobody reads, at this position of a slot that has nothing to decode (free,
-    /// or holding a paused sequence) between two that have, when no move could close the
-    /// hole (see `Engine::pack`): it keeps the step one micro-batch. Its cell is removed
+    /// A token nobody reads, at this position (the next of the slot's sequence) of a slot
+    /// between two that put tokens in the step and that puts none itself: a paused sequence's
+    /// that `Engine::pack` had no free slot to move to, or one whose prompt the step's budget
+    /// left out. Without it, llama.cpp would split the step at the hole. Its cell is removed
     /// right after the step.
     Filler(i32),
 }
@@ -101,7 +104,7 @@ impl Engine {
         Engine {
             model,
             ctx,
-            // A step's tokens, and a filler for each slot but one.
+            // A step's tokens, and a filler for each slot but one (at most).
             batch: LlamaBatch::new(batch_size as usize + slots as usize, 1),
             batch_size: batch_size as usize,
             slot_tokens,
@@ -324,9 +327,16 @@ impl Engine {
     /// micro-batch, so a slot between two that decode, free or holding a paused sequence,
     /// would split every step in two graph computations (each costing about as much as the
     /// whole step). The highest that decodes moves into the lowest hole between them, a paused
-    /// sequence in the hole first moving to a free slot; with no free slot, the hole gets a
-    /// filler instead (`Part::Filler`). A move copies the slot's KV stream (llama.cpp does it
-    /// before the next step) and frees the old slot: once per pause or end that makes a hole.
+    /// sequence in the hole first moving to a free slot above them all; with no such slot, the
+    /// hole gets a filler instead (`Part::Filler`).
+    ///
+    /// A move copies the slot's whole KV stream, however few of its cells are used (llama.cpp
+    /// does it at the start of the next step, and builds its graphs again): a pause between
+    /// sequences that decode costs two moves, the end of a sequence below the highest one,
+    /// and a paused sequence that decodes again above a hole one more, after which it is the
+    /// highest. A filler instead would cost a token in every step, and widen every
+    /// sequence's attention to the paused one's length (llama.cpp's `n_kv` is the largest of
+    /// the step's streams).
     fn pack(&mut self) {
         loop {
             let mut decoding: Vec<i32> = (self.sequences.iter())
@@ -341,7 +351,8 @@ impl Engine {
                 return;
             };
             if let Some(held) = self.sequences.iter().position(|s| s.slot == Some(hole)) {
-                let Some(&free) = self.free.first() else {
+                // Above them all: a free slot among them is a hole of its own.
+                let Some(&free) = self.free.range(highest + 1..).next() else {
                     return; // no room to move it: the step fills the hole
                 };
                 self.move_to(held, free);
@@ -353,14 +364,16 @@ impl Engine {
         }
     }
 
-    /// Moves sequence `i` into the free slot `to`: its KV stream is copied there and its old
-    /// slot freed.
+    /// Moves sequence `i` into the free slot `to`: its KV stream is copied there (unless it
+    /// holds no cell yet) and its old slot freed.
     fn move_to(&mut self, i: usize, to: i32) {
         let sequence = &mut self.sequences[i];
         let from = sequence.slot.expect("a sequence that moves holds a slot");
-        // Whole streams: the copy is llama.cpp's, before its next step.
-        let _ = self.ctx.copy_kv_cache_seq(from, to, None, None);
-        let _ = self.ctx.clear_kv_cache_seq(Some(from as u32), None, None);
+        if sequence.cells > 0 {
+            // Whole streams: the copy is llama.cpp's, at the start of its next step.
+            let _ = self.ctx.copy_kv_cache_seq(from, to, None, None);
+            let _ = self.ctx.clear_kv_cache_seq(Some(from as u32), None, None);
+        }
         sequence.slot = Some(to);
         self.free.remove(&to);
         self.free.insert(from);

@@ -7,7 +7,8 @@
 //! - a reader that stops pauses only its sequence: its tokens stop while the others' go on,
 //!   then its policy ends it and its cells are freed;
 //! - a sequence paused between two that decode is moved out of their way (so that a step
-//!   stays one micro-batch), and their answers are those they give alone;
+//!   stays one micro-batch), or with no free slot to move to gets filler tokens in its slot,
+//!   and their answers are those they give alone;
 //! - eight concurrent greedy streams give the texts of eight sequential ones;
 //! - a resumed stream continues the same generation;
 //! - SIGTERM with streams open ends each with its terminal frame;
@@ -160,13 +161,31 @@ async fn a_reader_that_stops_pauses_only_its_sequence_until_its_policy_ends_it()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequence_paused_between_two_that_decode_moves_out_of_their_way() {
-    let Some(model) = model("a_sequence_paused_between_two_that_decode_moves_out_of_their_way")
-    else {
-        return;
-    };
+    let test = "a_sequence_paused_between_two_that_decode_moves_out_of_their_way";
+    // A free slot above the three: the paused one moves there, the last one into its slot.
+    if let Some(moves) = paused_between(test, 4).await {
+        assert!(moves >= 2, "{moves} slot moves");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_paused_between_two_that_decode_with_no_slot_to_move_to_gets_fillers() {
+    let test = "a_sequence_paused_between_two_that_decode_with_no_slot_to_move_to_gets_fillers";
+    // Every slot held: the steps put a filler token in its slot, removed after each.
+    if let Some(moves) = paused_between(test, 3).await {
+        assert_eq!(moves, 0);
+    }
+}
+
+/// Three sequences in slots 0, 1 and 2 of `parallel`, the middle one's reader stopped: the two
+/// others' greedy answers are those they give alone, llama.cpp's count of cells is the
+/// engine's while it is paused, and every cell is freed at the end. The slot moves made.
+async fn paused_between(test: &str, parallel: u32) -> Option<u64> {
+    let model = model(test)?;
+    let parallel = parallel.to_string();
     let flags = [
         "--parallel",
-        "4",
+        &parallel,
         "-c",
         "4096",
         "--buffer-events",
@@ -196,12 +215,8 @@ async fn a_sequence_paused_between_two_that_decode_moves_out_of_their_way() {
     };
     let first = read(first);
     engine.stats_until(|stats| held(stats) == 1).await;
-    let stopped = stopped_reader(
-        engine.addr,
-        "/v1/chat/completions",
-        &long(&poem("the sea"), 2000),
-    )
-    .await;
+    let body = long(&poem("the sea"), 2000);
+    let stopped = stopped_reader(engine.addr, "/v1/chat/completions", &body).await;
     engine.stats_until(|stats| held(stats) == 2).await;
     let last = read(last);
     let paused = engine
@@ -212,22 +227,20 @@ async fn a_sequence_paused_between_two_that_decode_moves_out_of_their_way() {
         "{paused}"
     );
     let together = [first.await.unwrap(), last.await.unwrap()];
-    assert_eq!(
-        together, *alone,
-        "a move kept every cell of the sequence it moved"
-    );
+    assert_eq!(together, *alone, "the others' answers are as alone");
     let stats = engine.stats().await;
-    assert!(stats["slot_moves"].as_u64() >= Some(1), "{stats}");
     assert_eq!(stats["sequences_paused"], 1, "{stats}");
+    assert_eq!(stats["kv_cells_in_use"], stats["kv_cells_llama"], "{stats}");
     drop(stopped);
-    let stats = engine.idle().await;
+    let idle = engine.idle().await;
     assert_eq!(
         (
-            stats["kv_cells_in_use"].as_u64(),
-            stats["kv_cells_llama"].as_u64()
+            idle["kv_cells_in_use"].as_u64(),
+            idle["kv_cells_llama"].as_u64()
         ),
         (Some(0), Some(0))
     );
+    stats["slot_moves"].as_u64()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
