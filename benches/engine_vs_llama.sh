@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # streamgate-llama (engine/) against llama.cpp's own llama-server, in one run on this machine:
-# the same model (SmolLM2-135M Q4_1), threads, context and slots, one server at a time, each
-# started fresh, `streamgate loadgen` as the client. Greedy answers of exactly TOKENS tokens
+# the same model (SmolLM2-135M Q4_1), threads, context and slots (a KV stream per slot), both
+# servers up at once and measured in turns, `streamgate loadgen` as the client. Greedy answers of exactly TOKENS tokens
 # (`ignore_eos`), `cache_prompt: false` (llama-server would otherwise answer every repeat of
 # loadgen's one prompt from its prompt cache, which streamgate-llama does not have).
 #   bash benches/engine_vs_llama.sh                      # RUNS=3 TOKENS=200 THREADS=2
 # Prints one JSON line per (scenario, server, run), then the medians and the median of each
-# run's ratio (measured in turn, a second apart) as a Markdown table, with the command. Then, streamgate-llama alone: four readers that keep up, without
-# and with a fifth that stops reading (its sequence paused), their gap p99 compared.
+# run's ratio (measured in turn, a second apart) as a Markdown table, with the command. Then,
+# streamgate-llama alone, started fresh for each: four readers that keep up, without and with
+# a fifth that stops reading (its sequence paused) in the slot before theirs or between them,
+# their gap p99 compared.
 # Needs scripts/real-model.sh's build of llama-server (~15-20 minutes the first time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +27,8 @@ scratch=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$scratch"' EXIT
 
-# Both: 8 slots of 1,024 tokens, THREADS threads. Each writes its log under its name.
+# Both: 8 slots of 1,024 tokens, a KV stream each, THREADS threads. Each writes its log under
+# its name.
 start() { # server [extra flags] -> sets addr and pid
   local server=$1; shift
   local log=$scratch/$server.log
@@ -77,7 +80,7 @@ trap '[ -n "$pid" ] && kill "$pid" 2>/dev/null; rm -rf "$scratch"' EXIT
 # A reader that stops: its socket takes 4 KiB, the engine's 4 KiB with 1 KiB unsent at most,
 # its gate 8 events, and it is never ended (the deadline is past the run), so its sequence is
 # paused, KV kept, for the whole run of the others.
-stopped_reader() { # addr tokens
+stopped_reader() { # addr tokens -> its pid in $reader
   python3 - "$1" "$2" <<'EOF' &
 import json, socket, sys, time
 host, port = sys.argv[1].split(":")
@@ -94,25 +97,35 @@ time.sleep(600)
 EOF
   reader=$!
 }
+until_paused() { # addr n: waits until n sequences are paused
+  for _ in $(seq 1200); do
+    paused=$(curl -s "http://$1/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sequences_paused"])')
+    [ "$paused" = "$2" ] && return 0
+    sleep 0.05
+  done
+  echo "$2 sequences never paused (now $paused)" >&2; exit 1
+}
 paused_flags=(--sndbuf 4096 --notsent-lowat 1024 --buffer-events 8 --slow-deadline-ms 600000)
 for run in $(seq "$runs"); do
-  for with in without with; do
+  # Alone; beside a paused sequence in slot 0 (it came first: the four decode in slots 1-4);
+  # beside one paused in slot 2 (two that held slots 0 and 1 left: the four take slots 0, 1,
+  # 3 and 4, around it, and the engine moves it out of their way).
+  for with in alone first between; do
     start streamgate-llama "${paused_flags[@]}"
-    reader=
-    if [ "$with" = with ]; then
-      stopped_reader "$addr" "$tokens"
-      for _ in $(seq 600); do
-        paused=$(curl -s "http://$addr/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sequences_paused"])')
-        [ "$paused" = 1 ] && break
-        sleep 0.05
-      done
-      [ "$paused" = 1 ] || { echo "the stopped reader's sequence never paused" >&2; exit 1; }
-    fi
+    readers=()
+    case $with in
+      first)
+        stopped_reader "$addr" "$tokens"; readers+=("$reader"); until_paused "$addr" 1 ;;
+      between)
+        for n in 1 2 3; do stopped_reader "$addr" "$tokens"; readers+=("$reader"); until_paused "$addr" "$n"; done
+        kill "${readers[0]}" "${readers[1]}"
+        until_paused "$addr" 1 ;;
+    esac
     result=$("$streamgate" loadgen --addr "$addr" --streams 4 --tokens "$tokens" --extra "$extra" --json)
-    paused=$(curl -s "http://$addr/stats" | python3 -c 'import json,sys; print(json.load(sys.stdin)["sequences_paused"])')
-    echo "{\"scenario\":\"4 readers, $with a stopped one\",\"server\":\"streamgate-llama\",\"run\":$run,\"streams\":4,\"tokens\":$tokens,\"paused_after\":$paused,\"loadgen\":$result}" \
+    after=$(curl -s "http://$addr/stats" | python3 -c 'import json,sys; s=json.load(sys.stdin); print(json.dumps({k: s[k] for k in ("sequences_paused", "slot_moves")}))')
+    echo "{\"scenario\":\"4 readers, $with\",\"server\":\"streamgate-llama\",\"run\":$run,\"streams\":4,\"tokens\":$tokens,\"engine_after\":$after,\"loadgen\":$result}" \
       | tee -a "$results"
-    [ -n "$reader" ] && kill "$reader" 2>/dev/null
+    if [ "${#readers[@]}" -gt 0 ]; then kill "${readers[@]}" 2>/dev/null || true; fi
     stop
   done
 done
@@ -144,13 +157,22 @@ for scenario in ["1 streams", "4 streams", "8 streams"]:
         base, ours = med(scenario, "llama-server", f), med(scenario, "streamgate-llama", f)
         ratio, low, high = paired(scenario, f)
         print(f"| {scenario.split()[0]} | {name} | {base:.1f} | {ours:.1f} | {ratio:.2f}x ({low:.2f}-{high:.2f}) |")
-print("\n| streamgate-llama, 4 readers | gap p50 ms | gap p99 ms | tokens/s |")
+print("\n| streamgate-llama, 4 readers that keep up | gap p50 ms | gap p99 ms | tokens/s |")
 print("|---|---|---|---|")
-for with_ in ["without", "with"]:
-    scenario = f"4 readers, {with_} a stopped one"
+names = {"alone": "alone", "first": "beside a paused sequence in slot 0",
+         "between": "beside a paused sequence in slot 2, between theirs (0, 1, 3, 4)"}
+for key, label in names.items():
+    scenario = f"4 readers, {key}"
     cells = [med(scenario, "streamgate-llama", f) for f in (measures[2][1], measures[3][1], tps)]
-    print(f"| {with_} a stopped reader (paused) | {cells[0]:.1f} | {cells[1]:.1f} | {cells[2]:.1f} |")
-without = med("4 readers, without a stopped one", "streamgate-llama", measures[3][1])
-with_ = med("4 readers, with a stopped one", "streamgate-llama", measures[3][1])
-print(f"\nthe others' gap p99 with a paused sequence: {with_ / without:.2f}x without it")
+    print(f"| {label} | {cells[0]:.1f} | {cells[1]:.1f} | {cells[2]:.1f} |")
+for key in ["first", "between"]:
+    # Paired as above: each run measures alone, first and between in turn.
+    by_run = {}
+    for r in rows:
+        if r["scenario"] in ("4 readers, alone", f"4 readers, {key}"):
+            by_run.setdefault(r["run"], {})[r["scenario"]] = measures[3][1](r)
+    ratios = [v[f"4 readers, {key}"] / v["4 readers, alone"] for v in by_run.values() if len(v) == 2]
+    moves = [r["engine_after"]["slot_moves"] for r in rows if r["scenario"] == f"4 readers, {key}"]
+    print(f"\nthe others' gap p99 beside a paused sequence ({key}): {statistics.median(ratios):.2f}x alone "
+          f"(median of the runs' ratios, {min(ratios):.2f}-{max(ratios):.2f}); slot moves per run: {moves}")
 EOF

@@ -23,7 +23,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Engine, HANG, Stream, answer, chat, model, post, stopped_reader, text};
+use common::{Engine, HANG, SMALL_GATE, Stream, answer, chat, model, post, stopped_reader, text};
 use serde_json::{Value, json};
 use streamgate_cli::client;
 
@@ -103,21 +103,15 @@ async fn a_reader_that_stops_pauses_only_its_sequence_until_its_policy_ends_it()
     // A small gate and sockets, so that a stopped reader fills them within a few hundred
     // tokens; `disconnect` ends it 5 s after it stopped taking. Slots of 2048 tokens: it
     // pauses long before its answer could end.
-    let flags = [
+    let more = [
         "--policy",
         "disconnect",
         "--slow-deadline-ms",
         "5000",
-        "--buffer-events",
-        "8",
-        "--sndbuf",
-        "4096",
-        "--notsent-lowat",
-        "1024",
         "-c",
         "8192",
     ];
-    let engine = Engine::start(&model, &flags).await;
+    let engine = Engine::start(&model, &[&SMALL_GATE[..], &more].concat()).await;
     let body = long(&poem("the sea"), 2000);
     let stopped = stopped_reader(engine.addr, "/v1/chat/completions", &body).await;
     engine
@@ -183,21 +177,15 @@ async fn a_sequence_paused_between_two_that_decode_with_no_slot_to_move_to_gets_
 async fn paused_between(test: &str, parallel: u32) -> Option<u64> {
     let model = model(test)?;
     let parallel = parallel.to_string();
-    let flags = [
+    let more = [
         "--parallel",
         &parallel,
         "-c",
         "4096",
-        "--buffer-events",
-        "8",
-        "--sndbuf",
-        "4096",
-        "--notsent-lowat",
-        "1024",
         "--slow-deadline-ms",
         "60000",
     ];
-    let engine = Engine::start(&model, &flags).await;
+    let engine = Engine::start(&model, &[&SMALL_GATE[..], &more].concat()).await;
     let (first, last) = (long(&poem("cats"), 400), long(&poem("autumn"), 400));
     let mut alone = Vec::new();
     for body in [&first, &last] {

@@ -261,6 +261,17 @@ pub async fn answer(addr: SocketAddr, body: &Value) -> String {
         .to_owned()
 }
 
+/// Server flags that make a reader that stops fill its gate and socket within a few hundred
+/// tokens: a gate of 8 events, a send buffer of 4 KiB with at most 1 KiB unsent.
+pub const SMALL_GATE: [&str; 6] = [
+    "--buffer-events",
+    "8",
+    "--sndbuf",
+    "4096",
+    "--notsent-lowat",
+    "1024",
+];
+
 /// A client that sends `body` to `path`, reads the start of the answer, then stops reading
 /// (its receive buffer of 4 KiB, so the server's socket fills after a few KiB, as a phone's
 /// behind a slow link would). Dropping it hangs up.
