@@ -26,7 +26,8 @@ impl Model {
     ///
     /// # Errors
     ///
-    /// A file that cannot be read, is no GGUF file, or that llama.cpp cannot load.
+    /// A file that cannot be read, is no GGUF file, that llama.cpp cannot load, or a model
+    /// that is not a transformer (a recurrent or hybrid one).
     pub fn load(path: &Path) -> Result<Self, String> {
         let shown = path.display();
         let mut magic = [0; 4];
@@ -44,6 +45,14 @@ impl Model {
         let backend: &'static LlamaBackend = Box::leak(Box::new(backend));
         let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
             .map_err(|error| format!("{shown}: llama.cpp could not load it: {error}"))?;
+        if model.is_recurrent() || model.is_hybrid() {
+            // Its memory is a state per sequence, not cells by position: the engine's count
+            // of cells, a step's fillers and a slot's move would not hold.
+            return Err(format!(
+                "{shown}: a recurrent or hybrid model (Mamba, RWKV, ...): streamgate-llama \
+                 serves transformer models, whose memory is a KV cache"
+            ));
+        }
         Ok(Model {
             backend,
             model: Box::leak(Box::new(model)),
