@@ -45,12 +45,14 @@ pub fn model(test: &str) -> Option<PathBuf> {
     found
 }
 
-/// `streamgate-llama` running as a child process; killed when dropped. One runs at a time:
-/// each decodes with every core, and two at once would time each other's steps.
+/// `streamgate-llama` running as a child process; killed when dropped. One test runs engines
+/// at a time: each decodes with every core, and two tests at once would time each other's
+/// steps.
 pub struct Engine {
     pub addr: SocketAddr,
     pub child: Child,
-    _alone: tokio::sync::MutexGuard<'static, ()>,
+    /// The test's turn at the machine, held by its first engine.
+    _turn: Option<tokio::sync::MutexGuard<'static, ()>>,
 }
 
 /// The tests' turn at the machine.
@@ -60,7 +62,22 @@ impl Engine {
     /// Starts `streamgate-llama` with `model` and `flags` (two threads, a free port), once it
     /// listens.
     pub async fn start(model: &PathBuf, flags: &[&str]) -> Engine {
-        let alone = TURN.lock().await;
+        let turn = TURN.lock().await;
+        Engine::spawn(model, flags, Some(turn)).await
+    }
+
+    /// Two engines started as [`Engine::start`] starts one: replicas behind one proxy.
+    pub async fn start_two(model: &PathBuf, flags: &[&str]) -> [Engine; 2] {
+        let turn = TURN.lock().await;
+        let first = Engine::spawn(model, flags, Some(turn)).await;
+        [first, Engine::spawn(model, flags, None).await]
+    }
+
+    async fn spawn(
+        model: &PathBuf,
+        flags: &[&str],
+        turn: Option<tokio::sync::MutexGuard<'static, ()>>,
+    ) -> Engine {
         let mut child = Command::new(env!("CARGO_BIN_EXE_streamgate-llama"))
             .arg("-m")
             .arg(model)
@@ -91,7 +108,7 @@ impl Engine {
         Engine {
             addr,
             child,
-            _alone: alone,
+            _turn: turn,
         }
     }
 
