@@ -376,6 +376,55 @@ async fn a_replica_killed_mid_stream_by_sigkill_is_continued_by_another_in_its_p
     }
 }
 
+/// A replica stopped with SIGTERM mid-stream (a rolling restart, a scale-down) ends its streams
+/// with its `shutdown` end frame: the proxy carries each on from another replica of its pool
+/// as one answer, in every API, instead of passing that frame on to the client.
+#[tokio::test]
+async fn a_replica_stopped_by_sigterm_mid_stream_is_continued_by_another_in_its_pool() {
+    for api in [None, Some(Api::Messages), Some(Api::Responses)] {
+        let replicas = [
+            Replica::start(&["--step-ms", "20"]).await,
+            Replica::start(&["--step-ms", "20"]).await,
+        ];
+        let toml = format!(
+            "[[pool]]\nname = \"sims\"\nupstreams = [\"{}\", \"{}\"]\n",
+            replicas[0].url(),
+            replicas[1].url()
+        );
+        let name = format!("terminated-{}", replicas[0].addr().port());
+        let proxy = configured(&name, &toml, &[]);
+        let mut response = match api {
+            None => stream(proxy, "sim", 30).await,
+            Some(api) => RawResponse::post(proxy, api.path(), "", &api.body(30, true, None)).await,
+        };
+        let mut frames = Vec::new();
+        for _ in 0..5 {
+            frames.push(response.expect_frame().await);
+        }
+        let mut serving = None;
+        for replica in &replicas {
+            if replica.stats().await["generators_running"] == 1 {
+                serving = Some(replica);
+            }
+        }
+        serving.expect("a replica generates the stream").terminate();
+        frames.extend(response.rest().await);
+        let at = format!("{api:?}");
+        match api {
+            None => {
+                let read = Read {
+                    status: response.status(),
+                    frames,
+                };
+                assert_one_stream(&read, 30, "length");
+            }
+            Some(api) => assert_one_answer(api, &read_all(api, &frames), &at),
+        }
+        let stats = common::stats(proxy).await;
+        assert_eq!(stats["failovers"]["continued"], 1, "{at}: {stats}");
+    }
+}
+
 /// An Anthropic Messages or OpenAI Responses stream whose replica is killed mid-answer (after
 /// its first token, in the middle, before its last) is continued by another replica of its
 /// pool as one answer: Messages by a final `assistant` message (one `message_start`, the open

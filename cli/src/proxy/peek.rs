@@ -126,8 +126,9 @@ impl<'a> Peek<'a> {
 
 /// Whether an error the upstream sent mid-stream (its `error` object, or the event's whole
 /// JSON) is one another replica could avoid: an overload, an internal error, a server's own
-/// resources (its KV cache) running out, a 5xx. A request error (`invalid_request_error`, a
-/// 4xx) is not.
+/// resources (its KV cache) running out, its shutdown (a restart, a scale-down: the
+/// `shutdown` end frame of a server on this crate), a 5xx. A request error
+/// (`invalid_request_error`, a 4xx) is not.
 pub(super) fn another_replica_could_avoid(error: &Value) -> bool {
     let error = error.get("error").unwrap_or(error);
     ["type", "code"]
@@ -142,6 +143,7 @@ pub(super) fn another_replica_could_avoid(error: &Value) -> bool {
                     "internal",
                     "unavailable",
                     "kv_cache",
+                    "shutdown",
                 ]
                 .iter()
                 .any(|transient| word.contains(transient))
@@ -197,6 +199,10 @@ mod tests {
             r#"{"error":{"message":"kv full","type":"server_error","code":"kv_cache_exhausted"}}"#,
             r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
             r#"{"object":"error","message":"boom","type":"InternalServerError","code":500}"#,
+            // A server on this crate shutting down, in each API's shape.
+            r#"{"error":{"type":"shutdown","message":"stream ended: shutting down"}}"#,
+            r#"{"type":"error","error":{"type":"shutdown","message":"stream ended: shutting down"}}"#,
+            r#"{"type":"error","code":"shutdown","message":"stream ended: shutting down"}"#,
         ];
         for error in avoidable {
             let error: Value = serde_json::from_str(error).unwrap();

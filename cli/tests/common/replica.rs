@@ -135,6 +135,12 @@ impl Replica {
         self.signal("-CONT");
     }
 
+    /// Asks the process to stop (SIGTERM), as a rolling restart does: it ends its streams with
+    /// their `shutdown` frame and exits.
+    pub fn terminate(&self) {
+        self.signal("-TERM");
+    }
+
     /// Its `GET /stats`.
     pub async fn stats(&self) -> serde_json::Value {
         super::stats(self.addr).await
