@@ -28,19 +28,21 @@ pub struct Config {
     /// default: the file's name without `.gguf`).
     #[arg(short = 'a', long, value_name = "NAME")]
     pub alias: Option<String>,
-    /// The KV cache's size in tokens, shared equally by the slots: each sequence holds at most
-    /// N / `--parallel` tokens, its prompt and its answer (as llama-server's `-c`).
+    /// The KV cache's size in tokens (16 or more), shared equally by the slots: each sequence
+    /// holds at most N / `--parallel` tokens, its prompt and its answer (as llama-server's
+    /// `-c`).
     #[arg(short = 'c', long = "ctx-size", value_name = "N", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..))]
     pub ctx_size: u32,
-    /// The sequences decoded together, each in its own slot of the KV cache (as
-    /// llama-server's `-np`).
+    /// The sequences decoded together (1 to 256), each in its own slot of the KV cache (as
+    /// llama-server's `-np`, which is `--np` here).
     #[arg(long = "parallel", visible_alias = "np", value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub parallel: u32,
     /// The threads llama.cpp decodes with (default: every core).
     #[arg(short = 't', long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub threads: Option<u32>,
-    /// The most tokens one decode step takes: one per decoding sequence, the rest from prompts
-    /// (a long prompt is taken in steps of this many tokens, between which the others decode).
+    /// The most tokens one decode step takes (16 or more, and at least `--parallel`): one per
+    /// decoding sequence, the rest from prompts (a long prompt is taken in steps of this many
+    /// tokens, between which the others decode).
     #[arg(short = 'b', long = "batch-size", value_name = "N", default_value_t = 512, value_parser = clap::value_parser!(u32).range(16..))]
     pub batch_size: u32,
     /// Requests that wait for a slot (their streams start at once, with heartbeats); one more

@@ -44,7 +44,12 @@ impl Model {
         backend.void_logs();
         let backend: &'static LlamaBackend = Box::leak(Box::new(backend));
         let model = LlamaModel::load_from_file(backend, path, &LlamaModelParams::default())
-            .map_err(|error| format!("{shown}: llama.cpp could not load it: {error}"))?;
+            .map_err(|error| {
+                format!(
+                    "{shown}: llama.cpp could not load it (a truncated or damaged file, or a \
+                     model whose architecture this llama.cpp does not know): {error}"
+                )
+            })?;
         if model.is_recurrent() || model.is_hybrid() {
             // Its memory is a state per sequence, not cells by position: the engine's count
             // of cells, a step's fillers and a slot's move would not hold.

@@ -173,7 +173,7 @@ pub(super) async fn response_get(
     connection: Connection,
 ) -> Response {
     if !streamed {
-        let bad = "the reference server serves a response again only as a stream: ?stream=true";
+        let bad = "this server serves a response again only as a stream: ?stream=true";
         return BadRequest::from(bad).response(Format::Responses);
     }
     match server.store.attach(&id, after).await {

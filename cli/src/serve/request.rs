@@ -163,9 +163,19 @@ impl Request {
                     if role.is_none() && format == Format::Responses {
                         continue;
                     }
-                    let role = role.and_then(Value::as_str).and_then(Role::parse).ok_or(
-                        "every message needs a `role`: system, developer, user, assistant or tool",
-                    )?;
+                    let role = match role.and_then(Value::as_str) {
+                        Some(name) => Role::parse(name).ok_or_else(|| {
+                            format!(
+                                "unknown `role` {name:?}: system, developer, user, assistant \
+                                 or tool"
+                            )
+                        })?,
+                        None => {
+                            return Err("every message needs a `role`: system, developer, \
+                                        user, assistant or tool"
+                                .into());
+                        }
+                    };
                     let text = message.get("content").map(content).unwrap_or_default();
                     conversation.push(Turn { role, text });
                 }
@@ -355,10 +365,10 @@ mod tests {
                 r#"{"messages":[{"role":"user","content":"hi"}],"continue_final_message":true}"#,
                 "assistant",
             ),
-            (r#"{"messages":[{"content":"hi"}]}"#, "`role`"),
+            (r#"{"messages":[{"content":"hi"}]}"#, "needs a `role`"),
             (
                 r#"{"messages":[{"role":"robot","content":"hi"}]}"#,
-                "`role`",
+                "unknown `role` \"robot\"",
             ),
             (r#"{"messages":[],"temperature":2.5}"#, "`temperature`"),
             (r#"{"messages":[],"temperature":"hot"}"#, "`temperature`"),
