@@ -421,8 +421,10 @@ impl Engine {
                 if max < 0 { 0 } else { (max - min + 1) as u64 }
             })
             .sum();
-        let paused = self.sequences.iter().filter(|s| s.is_paused()).count();
-        let running = self.sequences.iter().filter(|s| s.decodes()).count();
+        // A sequence whose cells were just freed (it leaves the list next) is neither.
+        let holding = || self.sequences.iter().filter(|s| s.slot.is_some());
+        let paused = holding().filter(|s| s.is_paused()).count();
+        let running = holding().filter(|s| s.decodes()).count();
         let stats = &self.stats;
         stats.kv_cells(own, llama);
         stats

@@ -145,9 +145,11 @@ async fn a_greedy_stream_outlives_a_killed_replica() {
             delivered.chars().count()
         );
         // The survivor made the rest, as a continuation (replica 0 also made the
-        // uninterrupted answer), and freed its cells.
+        // uninterrupted answer), and freed its cells. How its stream ended is not checked:
+        // the proxy lets go of the upstream at the answer's end, which the engine may see
+        // before its own end (`consumer_gone` rather than `completed`).
         let stats = replicas[1 - serving].idle().await;
-        assert_eq!(stats["streams_completed"], 1 + serving, "{path}: {stats}");
+        assert_eq!(stats["streams_started"], 1 + serving, "{path}: {stats}");
         assert_eq!(stats["kv_cells_in_use"], 0, "{path}: {stats}");
     }
 }
