@@ -387,6 +387,28 @@ async fn a_final_chunk_closed_without_done_is_complete_with_the_done_the_client_
     assert_eq!(stats["streams_upstream_error"], 0, "{stats}");
 }
 
+/// An upstream whose body ends a moment after its `[DONE]` (a server whose stream ends on
+/// another thread than the one that sent it) sees its answer read to the end, not its client
+/// gone at `[DONE]`: the connection is not closed under it, and serves the next request.
+#[tokio::test]
+async fn an_upstream_s_body_is_read_to_its_end_after_done_and_its_connection_reused() {
+    let late_end = Stream::new().end_after(Duration::from_millis(50));
+    let provider = Provider::start(Script::always(late_end.into())).await;
+    let proxy = replicas(&[&provider.url()], &[]);
+    for n in 1..=3 {
+        read(stream(proxy, "m", 4).await).await.assert_whole("m", 4);
+        let ended = |p: &Provider| p.bodies_ended() == n;
+        provider.until("the body read to its end", ended).await;
+    }
+    let connections: Vec<u64> = provider.attempts().iter().map(|a| a.connection).collect();
+    assert_eq!(
+        connections,
+        [1, 1, 1],
+        "one connection, kept open and reused"
+    );
+    assert_eq!(provider.accepted(), 1);
+}
+
 #[tokio::test]
 async fn an_event_of_invalid_json_is_dropped_and_counted_the_stream_stays_whole() {
     let provider = Provider::start(Script::always(Stream::new().invalid_after(2).into())).await;

@@ -387,6 +387,10 @@ enum End {
     Stopped,
 }
 
+/// How long a whole answer's upstream body is read past the answer's end, for its own end
+/// (see `Upstream::read_to_end`).
+const READ_TO_END: Duration = Duration::from_secs(1);
+
 /// The upstream a stream reads: its events, and its lease on the replica, held until the
 /// stream ends or breaks there.
 struct Upstream {
@@ -416,6 +420,17 @@ impl Upstream {
             }
         }
         recv.attrs(&attrs);
+    }
+
+    /// Lets go of the replica, and reads what follows the answer's end (the body's last
+    /// chunk, sent when the upstream's own stream ends, which may be after its `[DONE]`) on a
+    /// task of its own, for at most [`READ_TO_END`].
+    fn read_to_end(self) {
+        let Upstream { lease, mut events } = self;
+        drop(lease);
+        tokio::spawn(tokio::time::timeout(READ_TO_END, async move {
+            while let Some(Ok(_)) = events.next().await {}
+        }));
     }
 
     /// None yet (a stream adopted from a proxy instance that died).
@@ -694,9 +709,14 @@ impl Pump {
                 }
             }
         };
-        // Whatever the end, the upstream connection goes now (an unfinished body closes it),
-        // and with it the stream's count on its replica.
-        drop(upstream);
+        // The stream's count on its replica goes now. A whole answer's upstream is read to
+        // its body's end (its server then sees its stream complete, not its client gone, and
+        // the connection can serve another request); any other end drops the connection now
+        // (an unfinished body closes it), which stops the upstream's generation.
+        match end {
+            End::Done => upstream.read_to_end(),
+            _ => drop(upstream),
+        }
         self.finish(end, recv, tx, sent).await
     }
 

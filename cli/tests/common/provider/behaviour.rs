@@ -78,6 +78,7 @@ pub struct Stream {
     error_after: Option<u64>,
     stall_after: Option<(u64, Duration)>,
     tool_call: bool,
+    end_after: Duration,
 }
 
 impl Default for Stream {
@@ -99,7 +100,22 @@ impl Stream {
             error_after: None,
             stall_after: None,
             tool_call: false,
+            end_after: Duration::ZERO,
         }
+    }
+
+    /// The body's end (its last HTTP chunk) `delay` after its last event, as a server whose
+    /// stream ends after its `[DONE]` went out (one whose generator ends on another thread).
+    pub fn end_after(self, delay: Duration) -> Stream {
+        Stream {
+            end_after: delay,
+            ..self
+        }
+    }
+
+    /// How long the body's end follows its last event.
+    pub fn ends_after(&self) -> Duration {
+        self.end_after
     }
 
     /// The headers at once, the first event `delay` later (a first-token limit's case).

@@ -50,6 +50,8 @@ struct Shared {
     attempts: Mutex<Vec<Attempt>>,
     accepted: AtomicU64,
     open: AtomicUsize,
+    /// Streamed answers whose bodies were read to their end.
+    bodies_ended: AtomicU64,
 }
 
 /// How a connection is ended before its answer ([`Behaviour::Reset`], [`Behaviour::Close`]).
@@ -80,6 +82,7 @@ impl Provider {
             attempts: Mutex::default(),
             accepted: AtomicU64::new(0),
             open: AtomicUsize::new(0),
+            bodies_ended: AtomicU64::new(0),
         });
         let stop = CancellationToken::new();
         let scheme = if tls.is_some() { "https" } else { "http" };
@@ -122,6 +125,12 @@ impl Provider {
     /// How many connections are open now.
     pub fn connections(&self) -> usize {
         self.shared.open.load(Ordering::SeqCst)
+    }
+
+    /// How many streamed answers' bodies were read to their end (their last HTTP chunk
+    /// asked for, not their connection closed before it).
+    pub fn bodies_ended(&self) -> u64 {
+        self.shared.bodies_ended.load(Ordering::SeqCst)
     }
 
     /// How many connections were accepted so far.
@@ -300,7 +309,7 @@ async fn answer(
                 tokio::time::sleep(delay).await;
                 behaviour = *then;
             }
-            Behaviour::Stream(stream) => return success(&attempt, shared.port, &stream),
+            Behaviour::Stream(stream) => return success(&attempt, &shared, &stream),
             Behaviour::Error(failure) => return error(&failure),
             Behaviour::Reset => return end_now(&end, End::Reset).await,
             Behaviour::Close => return end_now(&end, End::Close).await,
@@ -319,7 +328,8 @@ async fn end_now(end: &Mutex<Option<oneshot::Sender<End>>>, how: End) -> Respons
 }
 
 /// A `200`: the stream, the unstreamed completion, or `{}` for another path.
-fn success(attempt: &Attempt, port: u16, stream: &Stream) -> Response<Body> {
+fn success(attempt: &Attempt, shared: &Arc<Shared>, stream: &Stream) -> Response<Body> {
+    let port = shared.port;
     let endpoint = Endpoint::of(&attempt.path);
     let prefix = match endpoint {
         Endpoint::Chat => "chatcmpl",
@@ -344,6 +354,13 @@ fn success(attempt: &Attempt, port: u16, stream: &Stream) -> Response<Body> {
         };
         Some((frame, steps))
     });
+    let end = tokio::time::sleep(stream.ends_after());
+    let shared = shared.clone();
+    let ended = futures_util::StreamExt::filter_map(stream::once(end), move |()| {
+        shared.bodies_ended.fetch_add(1, Ordering::SeqCst);
+        async { None }
+    });
+    let events = futures_util::StreamExt::chain(events, ended);
     let mut response = Response::new(StreamBody::new(events).boxed());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
