@@ -79,6 +79,15 @@ async fn answers_without_streaming_and_refuses_bad_requests() {
     let body: Value = serde_json::from_str(&response.text().await).unwrap();
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["choices"][0]["message"]["content"], "t0 t1 t2 ");
+    let mut health = RawResponse::get(addr, "/health", "").await;
+    assert_eq!(
+        (health.status(), health.text().await),
+        (200, r#"{"status":"ok"}"#.into())
+    );
+    let mut models = RawResponse::get(addr, "/v1/models", "").await;
+    assert_eq!(models.status(), 200);
+    let models: Value = serde_json::from_str(&models.text().await).unwrap();
+    assert_eq!(models["data"][0]["id"], "streamgate-sim", "{models}");
     for bad in [
         "{not json",
         r#"{"model":"sim","stream":true}"#,

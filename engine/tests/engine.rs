@@ -343,6 +343,12 @@ async fn bad_input_is_answered_never_a_crash() {
     };
     // Slots of 256 tokens; two of them, and two requests may wait.
     let engine = Engine::start(&model, &["--parallel", "2", "-c", "512", "--queue", "2"]).await;
+    // Its model, named by the file (no `--alias`), as the SDKs list models.
+    let models = common::get_json(engine.addr, "/v1/models").await;
+    assert_eq!(
+        models["data"][0]["id"], "SmolLM2-135M-Instruct.Q4_1",
+        "{models}"
+    );
     let long_prompt = "cat ".repeat(400);
     for path in ["/v1/chat/completions", "/v1/messages"] {
         let (status, body) = post(engine.addr, path, &chat(&long_prompt, 10, true)).await;

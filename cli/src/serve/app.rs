@@ -10,7 +10,8 @@ use streamgate::transport::TunedListener;
 
 use super::config::ServeFlags;
 use super::handlers::{
-    cancel, chat_completions, messages, metrics, response_get, responses, resume, stats, stream_get,
+    cancel, chat_completions, health, messages, metrics, models, response_get, responses, resume,
+    stats, stream_get,
 };
 use super::state::Server;
 use super::worker::Worker;
@@ -43,6 +44,8 @@ pub fn app(
         .route("/v1/responses/{id}", get(response_get))
         .route("/v1/responses/{id}/cancel", post(cancel))
         .route("/v1/stream", get(stream_get))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
         .route("/stats", get(stats))
         .route("/metrics", get(metrics))
         .route(page::EXAMPLE_PATH, get(page::example))

@@ -191,6 +191,19 @@ pub(super) async fn stats(State(server): State<Arc<Server>>) -> Response {
     serving::json_response(StatusCode::OK, Value::Object(fields))
 }
 
+/// `GET /health`: 200 while the server serves (a proxy's `health_path`, a load balancer's
+/// check); once it shuts down, its port refuses connections.
+pub(super) async fn health() -> Response {
+    serving::json_response(StatusCode::OK, json!({"status": "ok"}))
+}
+
+/// `GET /v1/models`: the model it serves, as OpenAI lists models (what `client.models.list()`
+/// of the SDKs reads).
+pub(super) async fn models(State(server): State<Arc<Server>>) -> Response {
+    let model = json!({"id": server.worker.model(), "object": "model", "owned_by": "streamgate"});
+    serving::json_response(StatusCode::OK, json!({"object": "list", "data": [model]}))
+}
+
 /// `GET /metrics`: Prometheus text, with the per-hop gap histograms and stall counters.
 pub(super) async fn metrics(State(server): State<Arc<Server>>) -> Response {
     serving::metrics_response(&server.prometheus)
