@@ -35,15 +35,7 @@ fn start(sim_flags: &[&str], proxy_flags: &[&str]) -> SocketAddr {
     let mut flags = vec!["--upstream", upstream.as_str(), "--addr", "127.0.0.1:0"];
     flags.extend_from_slice(proxy_flags);
     let config = proxy::Config::parse_from(flags).unwrap();
-    let (listener, app, state) = proxy::app(config, prometheus()).expect("the proxy starts");
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serving::serve_until(
-        listener,
-        app,
-        state.group.clone(),
-        std::future::pending(),
-    ));
-    addr
+    proxy::spawn(config, prometheus()).expect("the proxy starts")
 }
 
 fn expected_text(tokens: u64) -> String {

@@ -114,15 +114,7 @@ fn start_proxy(flags: &[&str]) -> SocketAddr {
     let mut args = vec!["--addr", "127.0.0.1:0"];
     args.extend_from_slice(flags);
     let config = proxy::Config::parse_from(args).expect("valid flags");
-    let (listener, app, state) = proxy::app(config, prometheus()).expect("the proxy starts");
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serving::serve_until(
-        listener,
-        app,
-        state.group.clone(),
-        std::future::pending(),
-    ));
-    addr
+    proxy::spawn(config, prometheus()).expect("the proxy starts")
 }
 
 /// `POST /v1/chat/completions` with `body` (and `x-request-id: id`, if given); a 2xx response.

@@ -29,15 +29,7 @@ fn start_proxy(upstreams: &[SocketAddr]) -> SocketAddr {
         args.extend(["--upstream", url]);
     }
     let config = proxy::Config::parse_from(args).expect("valid flags");
-    let (listener, app, state) = proxy::app(config, prometheus).expect("the proxy starts");
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serving::serve_until(
-        listener,
-        app,
-        state.group.clone(),
-        std::future::pending(),
-    ));
-    addr
+    proxy::spawn(config, prometheus).expect("the proxy starts")
 }
 
 /// The text of a Messages or Responses stream's text deltas, or of a chat stream's chunks.

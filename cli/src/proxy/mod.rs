@@ -277,6 +277,7 @@ mod stream;
 mod upstream;
 mod url;
 
+use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -377,6 +378,42 @@ pub fn app(
         .with_state(proxy.clone());
     Fleet::check_health(&proxy.fleet, &proxy.upstream);
     Ok((listener, app, proxy))
+}
+
+/// Serves the proxy `config` describes on a task of the current tokio runtime, for as long as
+/// the runtime runs (no signal handling, no shutdown: for a process that serves other things
+/// too, and for tests); its address.
+///
+/// # Errors
+///
+/// As [`app`].
+///
+/// # Examples
+///
+/// ```no_run
+/// # async fn example() -> Result<(), String> {
+/// use streamgate_cli::{proxy, serving};
+///
+/// let flags = ["--upstream", "http://127.0.0.1:8000", "--addr", "127.0.0.1:0"];
+/// let config = proxy::Config::parse_from(flags).map_err(|error| error.to_string())?;
+/// let addr = proxy::spawn(config, serving::prometheus()?)?;
+/// println!("streams through http://{addr}/v1/chat/completions");
+/// # Ok(())
+/// # }
+/// ```
+pub fn spawn(config: Config, prometheus: PrometheusHandle) -> Result<SocketAddr, String> {
+    let (listener, app, proxy) = app(config, prometheus)?;
+    let addr = listener
+        .local_addr()
+        .map_err(|error| format!("the proxy's address: {error}"))?;
+    let streams = proxy.group.clone();
+    tokio::spawn(serving::serve_until(
+        listener,
+        app,
+        streams,
+        std::future::pending(),
+    ));
+    Ok(addr)
 }
 
 /// Runs the proxy until SIGINT or SIGTERM: every open stream then gets a terminal frame, hop
