@@ -456,13 +456,13 @@ async fn metrics_and_stats_describe_the_proxy() {
             "5 tokens, the final chunk, [DONE]: {frames:?}"
         );
     }
-    let mut models = RawResponse::get(proxy, "/v1/models", "").await;
+    let mut embeddings = RawResponse::get(proxy, "/v1/embeddings", "").await;
     assert_eq!(
-        models.status(),
+        embeddings.status(),
         404,
-        "sim has no /v1/models: passed through as it is"
+        "sim has no /v1/embeddings: passed through as it is"
     );
-    let _ = models.text().await;
+    let _ = embeddings.text().await;
     let mut leaver = stream(proxy, "x-request-id: leaver\r\n", 100).await;
     for _ in 0..3 {
         leaver.expect_event().await;

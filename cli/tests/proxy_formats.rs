@@ -154,7 +154,8 @@ async fn an_overload_not_carried_on_reaches_the_client_as_the_upstream_sent_it()
             }
         }
         assert_eq!(text(&events), tokens(0..16), "{api:?}");
-        let stats = stats(proxy).await;
+        // Counted at the stream's release, which may follow the client's end by a moment.
+        let stats = wait_for(proxy, "the stream released", |s| s["streams_running"] == 0).await;
         assert_eq!(stats["failovers"]["refused"], n as u64 + 1, "{stats}");
         assert_eq!(stats["streams_upstream_error"], n as u64 + 1, "{stats}");
     }
@@ -590,7 +591,8 @@ async fn an_upstream_that_writes_no_event_lines_ends_on_its_end_type() {
     let events = read_all(Api::Responses, &frames);
     assert_numbered(&events);
     assert_eq!(events.last().unwrap().data["type"], "response.completed");
-    let stats = stats(proxy).await;
+    // Counted at the stream's release, which may follow the client's end by a moment.
+    let stats = wait_for(proxy, "the stream released", |s| s["streams_running"] == 0).await;
     assert_eq!(stats["streams_completed"], 1, "{stats}");
     assert_eq!(stats["events_dropped_invalid"], 0, "{stats}");
 }

@@ -428,9 +428,8 @@ impl Upstream {
     fn read_to_end(self) {
         let Upstream { lease, mut events } = self;
         drop(lease);
-        tokio::spawn(tokio::time::timeout(READ_TO_END, async move {
-            while let Some(Ok(_)) = events.next().await {}
-        }));
+        let rest = async move { while let Some(Ok(_)) = events.next().await {} };
+        tokio::spawn(tokio::time::timeout(READ_TO_END, rest));
     }
 
     /// None yet (a stream adopted from a proxy instance that died).
@@ -710,9 +709,11 @@ impl Pump {
             }
         };
         // The stream's count on its replica goes now. A whole answer's upstream is read to
-        // its body's end (its server then sees its stream complete, not its client gone, and
-        // the connection can serve another request); any other end drops the connection now
-        // (an unfinished body closes it), which stops the upstream's generation.
+        // its body's end, on a task of its own (its server then sees its stream complete, not
+        // its client gone, and the connection can serve another request; read here, it would
+        // be dropped with the stream by a client that hangs up at `[DONE]`); any other end
+        // drops the connection now (an unfinished body closes it), which stops the upstream's
+        // generation.
         match end {
             End::Done => upstream.read_to_end(),
             _ => drop(upstream),
