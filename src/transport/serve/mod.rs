@@ -11,6 +11,7 @@
 //!   and what is due when its timer fires.
 //! - `in_flight`: a request in flight, and the response body that keeps it so.
 //! - `watched`: the accepted socket, which notes when a request head begins.
+//! - `cork`: the socket's writes, held to the end of the runtime's tick.
 //! - `timeouts`: the timeouts every connection gets, and their defaults.
 //! - `error`: [`ServeError`].
 //!
@@ -20,6 +21,7 @@ mod accept;
 mod activity;
 mod builder;
 mod connection;
+mod cork;
 mod error;
 mod in_flight;
 mod limit;

@@ -5,12 +5,14 @@ use std::io;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
+use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 // tokio's `sync` comes with hyper-util's `server-graceful` feature, which `server` enables.
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::activity::Activity;
+use super::cork::Cork;
 use crate::transport::stream::TunedStream;
 
 /// The first bytes of every HTTP/2 connection with prior knowledge.
@@ -28,6 +30,8 @@ pub(super) struct Watched {
     /// How many bytes of [`H2_PREFACE`] the connection's first bytes matched: all of it for
     /// HTTP/2, [`HTTP1`] once one differed.
     preface: usize,
+    /// Its writes, held to the end of the runtime's tick.
+    cork: Cork,
     _slot: OwnedSemaphorePermit,
 }
 
@@ -42,6 +46,7 @@ impl Watched {
             stream,
             activity,
             preface: 0,
+            cork: Cork::default(),
             _slot: slot,
         }
     }
@@ -98,7 +103,9 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+        let this = self.get_mut();
+        ready!(this.cork.poll_write(cx, Instant::now()));
+        Pin::new(&mut this.stream).poll_write(cx, buf)
     }
 
     fn poll_write_vectored(
@@ -106,7 +113,9 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().stream).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        ready!(this.cork.poll_write(cx, Instant::now()));
+        Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -114,7 +123,10 @@ impl AsyncWrite for Watched {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+        let this = self.get_mut();
+        ready!(Pin::new(&mut this.stream).poll_flush(cx))?;
+        this.cork.flushed(Instant::now());
+        Poll::Ready(Ok(()))
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
