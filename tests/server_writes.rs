@@ -1,9 +1,10 @@
 //! How `transport::Server` hands a stream's events to the kernel, over a real socket on
 //! 127.0.0.1: a burst of events, each handed to the generator by another task through a
-//! channel of one (as hyper hands an upstream's chunks to a proxy), leaves in a few writes; events a few milliseconds apart leave one
-//! write each, none held for the next. Writes are counted as the process's write system calls
-//! (`syscw` in `/proc/self/io`), so this file holds one test: no other test's writes count.
-#![cfg(feature = "axum")]
+//! channel of one (as hyper hands an upstream's chunks to a proxy), leaves in a few writes;
+//! events a few milliseconds apart leave one write each, none held for the next. Writes are
+//! counted as the TCP segments with data the client received (`tcpi_data_segs_in`): with
+//! `TCP_NODELAY` on loopback, each write the server makes is one.
+#![cfg(all(feature = "axum", target_os = "linux"))]
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -101,7 +102,7 @@ async fn a_burst_of_events_leaves_in_a_few_writes() {
     let (events, segments) = events(serve(), "/burst").await;
     assert_eq!(events, BURST);
     eprintln!("a burst of {BURST} events: {segments} segments");
-    assert!(u64::from(segments) <= BURST / 10, "{segments} segments");
+    assert!(u64::from(segments) <= BURST / 12, "{segments} segments");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -109,7 +110,7 @@ async fn a_burst_of_events_leaves_in_a_few_writes_on_two_workers() {
     let (events, segments) = events(serve(), "/burst").await;
     assert_eq!(events, BURST);
     eprintln!("a burst of {BURST} events on two workers: {segments} segments");
-    assert!(u64::from(segments) <= BURST / 10, "{segments} segments");
+    assert!(u64::from(segments) <= BURST / 12, "{segments} segments");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

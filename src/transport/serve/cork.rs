@@ -21,9 +21,13 @@ pub(super) const BURST: Duration = Duration::from_millis(1);
 /// a generator's next token), and hyper flushes whenever the body has nothing more at once, so
 /// without the cork each event costs a `writev` of its own, and on loopback the receiver's
 /// TCP work with it. Corked, the events of a burst that became ready while the other tasks ran
-/// go out together. No write waits for a later event: a held write is released when the
-/// runtime has nothing else ready (or, busy, at its next maintenance, at most 61 task polls
-/// on); and a write after a quiet spell (a paced stream's every event) is not held at all.
+/// go out together. No write waits for a later event, and none waits longer than a socket's
+/// readiness would: a held write is released when its worker next polls the I/O driver (the
+/// points where it learns that a socket became ready): when it has nothing else to run, or
+/// every `event_interval` scheduler ticks (61 by default) while busy. A runtime whose tasks run
+/// long between awaits delays it as it delays every socket. A write after a quiet spell (a
+/// paced stream's every event) is not held at all, and one polled from another task than the
+/// held one (an upgraded connection handed over) goes at once.
 #[derive(Debug, Default)]
 pub(super) struct Cork {
     state: State,
@@ -66,7 +70,11 @@ impl Cork {
     pub(super) fn poll_write(&mut self, cx: &mut Context<'_>, now: Instant) -> Poll<()> {
         match &self.state {
             State::Open => Poll::Ready(()),
-            State::Held(held) if held.released.load(Ordering::Acquire) => {
+            // Released; or polled by another task than the one the release will wake, which
+            // would wait for ever: the write goes.
+            State::Held(held)
+                if held.released.load(Ordering::Acquire) || !held.waker.will_wake(cx.waker()) =>
+            {
                 self.state = State::Open;
                 Poll::Ready(())
             }
@@ -93,6 +101,7 @@ impl Cork {
                     .poll(&mut Context::from_waker(&waker))
                     .is_ready()
                 {
+                    self.state = State::Open;
                     return Poll::Ready(());
                 }
                 self.state = State::Held(held);
@@ -133,6 +142,27 @@ mod tests {
             cork.poll_write(&mut Context::from_waker(waker), later)
                 .is_ready()
         );
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_held_write_polled_by_another_task_goes_at_once() {
+        let mut cork = Cork::default();
+        let start = Instant::now();
+        let noop = &mut Context::from_waker(Waker::noop());
+        assert!(cork.poll_write(noop, start).is_ready());
+        cork.flushed(start);
+        // Held for the task that polled first (an upgrade handler whose write was cancelled),
+        // then written from another (the connection handed over): nothing would wake it.
+        let first = Arc::new(Released {
+            released: AtomicBool::new(false),
+            waker: Waker::noop().clone(),
+        });
+        let first = Waker::from(first);
+        assert!(
+            cork.poll_write(&mut Context::from_waker(&first), start)
+                .is_pending()
+        );
+        assert!(cork.poll_write(noop, start).is_ready());
     }
 
     #[tokio::test(flavor = "current_thread")]
