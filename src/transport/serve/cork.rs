@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 /// system call for many events pays.
 pub(super) const BURST: Duration = Duration::from_millis(1);
 
-/// Holds a connection's write that follows its last flush by less than [`BURST`] until the
+/// Holds a connection's write that follows its last flush by less than [`BURST`], with nothing
+/// read in between (a response body streaming, not keep-alive requests answered), until the
 /// tasks that are ready to run have run (tokio's [`yield_now`](tokio::task::yield_now): after
 /// the worker's other ready tasks and a poll of the I/O driver), then lets every write through
 /// until the connection flushes.
@@ -110,7 +111,14 @@ impl Cork {
         }
     }
 
-    /// The connection flushed at `now`: its next write is held if it comes within [`BURST`].
+    /// The connection read bytes: a write that follows is an answer to them (a keep-alive
+    /// request's response, say), not the next of a burst, and is not held.
+    pub(super) fn read(&mut self) {
+        self.flushed_at = None;
+    }
+
+    /// The connection flushed at `now`: its next write is held if it comes within [`BURST`],
+    /// with nothing read in between.
     pub(super) fn flushed(&mut self, now: Instant) {
         if matches!(self.state, State::Open) {
             self.state = State::Idle;
@@ -127,7 +135,7 @@ mod tests {
     use super::*;
 
     #[tokio::test(flavor = "current_thread")]
-    async fn a_write_after_a_quiet_spell_goes_at_once() {
+    async fn a_write_after_a_quiet_spell_or_a_read_goes_at_once() {
         let mut cork = Cork::default();
         let start = Instant::now();
         let waker = Waker::noop();
@@ -138,6 +146,13 @@ mod tests {
         );
         cork.flushed(start);
         let later = start + BURST;
+        assert!(
+            cork.poll_write(&mut Context::from_waker(waker), later)
+                .is_ready()
+        );
+        // A write right after a flush, but with bytes read in between (the next request).
+        cork.flushed(later);
+        cork.read();
         assert!(
             cork.poll_write(&mut Context::from_waker(waker), later)
                 .is_ready()

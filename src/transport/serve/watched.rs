@@ -90,8 +90,11 @@ impl AsyncRead for Watched {
         let this = self.get_mut();
         let before = buf.filled().len();
         ready!(Pin::new(&mut this.stream).poll_read(cx, buf))?;
-        if this.preface != H2_PREFACE.len() && buf.filled().len() > before {
-            this.received(&buf.filled()[before..]);
+        if buf.filled().len() > before {
+            this.cork.read();
+            if this.preface != H2_PREFACE.len() {
+                this.received(&buf.filled()[before..]);
+            }
         }
         Poll::Ready(Ok(()))
     }
