@@ -97,20 +97,23 @@ fn serve() -> SocketAddr {
     addr
 }
 
-#[tokio::test(flavor = "current_thread")]
-async fn a_burst_of_events_leaves_in_a_few_writes() {
+/// A burst of [`BURST`] events arrives whole, in at most a twelfth as many segments (without
+/// the cork: 451-477 on one worker, 53-136 on two); `runtime` names the runtime it ran on.
+async fn a_burst_leaves_in_a_few_writes(runtime: &str) {
     let (events, segments) = events(serve(), "/burst").await;
     assert_eq!(events, BURST);
-    eprintln!("a burst of {BURST} events: {segments} segments");
+    eprintln!("a burst of {BURST} events ({runtime}): {segments} segments");
     assert!(u64::from(segments) <= BURST / 12, "{segments} segments");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_burst_of_events_leaves_in_a_few_writes() {
+    a_burst_leaves_in_a_few_writes("current_thread").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_events_leaves_in_a_few_writes_on_two_workers() {
-    let (events, segments) = events(serve(), "/burst").await;
-    assert_eq!(events, BURST);
-    eprintln!("a burst of {BURST} events on two workers: {segments} segments");
-    assert!(u64::from(segments) <= BURST / 12, "{segments} segments");
+    a_burst_leaves_in_a_few_writes("two workers").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
