@@ -38,7 +38,8 @@ pub(super) struct Cork {
 
 #[derive(Debug, Default)]
 enum State {
-    /// The connection is flushed: the next write is held.
+    /// The connection is flushed: the next write is held if it is within [`BURST`] of the
+    /// flush, with nothing read in between.
     #[default]
     Idle,
     /// A write is held until the flag is set (when the task is woken after its yield).
