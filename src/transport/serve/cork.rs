@@ -67,9 +67,13 @@ impl Wake for Released {
 }
 
 impl Cork {
-    /// Whether a write may go `now`; `Pending` while it is held (the task is woken when it
-    /// may).
-    pub(super) fn poll_write(&mut self, cx: &mut Context<'_>, now: Instant) -> Poll<()> {
+    /// Whether a write may go now; `Pending` while it is held (the task is woken when it may).
+    /// `now` reads the clock, only for a write that may be in a burst.
+    pub(super) fn poll_write(
+        &mut self,
+        cx: &mut Context<'_>,
+        now: impl FnOnce() -> Instant,
+    ) -> Poll<()> {
         match &self.state {
             State::Open => Poll::Ready(()),
             // Released; or polled by another task than the one the release will wake, which
@@ -84,7 +88,7 @@ impl Cork {
             State::Idle
                 if self
                     .flushed_at
-                    .is_none_or(|at| now.duration_since(at) >= BURST) =>
+                    .is_none_or(|at| now().duration_since(at) >= BURST) =>
             {
                 self.state = State::Open;
                 Poll::Ready(())
@@ -118,12 +122,12 @@ impl Cork {
         self.flushed_at = None;
     }
 
-    /// The connection flushed at `now`: its next write is held if it comes within [`BURST`],
-    /// with nothing read in between.
-    pub(super) fn flushed(&mut self, now: Instant) {
+    /// The connection flushed (`now` reads the clock, only after writes): its next write is
+    /// held if it comes within [`BURST`], with nothing read in between.
+    pub(super) fn flushed(&mut self, now: impl FnOnce() -> Instant) {
         if matches!(self.state, State::Open) {
             self.state = State::Idle;
-            self.flushed_at = Some(now);
+            self.flushed_at = Some(now());
         }
     }
 }
@@ -142,20 +146,20 @@ mod tests {
         let waker = Waker::noop();
         // The first write ever, then one a burst after the last flush: neither is held.
         assert!(
-            cork.poll_write(&mut Context::from_waker(waker), start)
+            cork.poll_write(&mut Context::from_waker(waker), || start)
                 .is_ready()
         );
-        cork.flushed(start);
+        cork.flushed(|| start);
         let later = start + BURST;
         assert!(
-            cork.poll_write(&mut Context::from_waker(waker), later)
+            cork.poll_write(&mut Context::from_waker(waker), || later)
                 .is_ready()
         );
         // A write right after a flush, but with bytes read in between (the next request).
-        cork.flushed(later);
+        cork.flushed(|| later);
         cork.read();
         assert!(
-            cork.poll_write(&mut Context::from_waker(waker), later)
+            cork.poll_write(&mut Context::from_waker(waker), || later)
                 .is_ready()
         );
     }
@@ -165,8 +169,8 @@ mod tests {
         let mut cork = Cork::default();
         let start = Instant::now();
         let noop = &mut Context::from_waker(Waker::noop());
-        assert!(cork.poll_write(noop, start).is_ready());
-        cork.flushed(start);
+        assert!(cork.poll_write(noop, || start).is_ready());
+        cork.flushed(|| start);
         // Held for the task that polled first (an upgrade handler whose write was cancelled),
         // then written from another (the connection handed over): nothing would wake it.
         let first = Arc::new(Released {
@@ -175,10 +179,10 @@ mod tests {
         });
         let first = Waker::from(first);
         assert!(
-            cork.poll_write(&mut Context::from_waker(&first), start)
+            cork.poll_write(&mut Context::from_waker(&first), || start)
                 .is_pending()
         );
-        assert!(cork.poll_write(noop, start).is_ready());
+        assert!(cork.poll_write(noop, || start).is_ready());
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -186,10 +190,10 @@ mod tests {
         let mut cork = Cork::default();
         let start = Instant::now();
         assert!(
-            cork.poll_write(&mut Context::from_waker(Waker::noop()), start)
+            cork.poll_write(&mut Context::from_waker(Waker::noop()), || start)
                 .is_ready()
         );
-        cork.flushed(start);
+        cork.flushed(|| start);
         // Three tasks ready to run (say, generators with an event each): they run before the
         // held write goes.
         let ran = Arc::new(AtomicUsize::new(0));
@@ -201,7 +205,7 @@ mod tests {
         let mut polls = 0;
         poll_fn(|cx| {
             polls += 1;
-            cork.poll_write(cx, soon)
+            cork.poll_write(cx, || soon)
         })
         .await;
         assert!(polls > 1, "the write was held");
@@ -209,9 +213,9 @@ mod tests {
         // Released: every write goes until the flush, and the next burst's first is held.
         let noop = &mut Context::from_waker(Waker::noop());
         for _ in 0..3 {
-            assert!(cork.poll_write(noop, soon).is_ready());
+            assert!(cork.poll_write(noop, || soon).is_ready());
         }
-        cork.flushed(soon);
-        assert!(cork.poll_write(noop, soon).is_pending());
+        cork.flushed(|| soon);
+        assert!(cork.poll_write(noop, || soon).is_pending());
     }
 }

@@ -107,7 +107,7 @@ impl AsyncWrite for Watched {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        ready!(this.cork.poll_write(cx, Instant::now()));
+        ready!(this.cork.poll_write(cx, Instant::now));
         Pin::new(&mut this.stream).poll_write(cx, buf)
     }
 
@@ -117,7 +117,7 @@ impl AsyncWrite for Watched {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        ready!(this.cork.poll_write(cx, Instant::now()));
+        ready!(this.cork.poll_write(cx, Instant::now));
         Pin::new(&mut this.stream).poll_write_vectored(cx, bufs)
     }
 
@@ -128,7 +128,7 @@ impl AsyncWrite for Watched {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         ready!(Pin::new(&mut this.stream).poll_flush(cx))?;
-        this.cork.flushed(Instant::now());
+        this.cork.flushed(Instant::now);
         Poll::Ready(Ok(()))
     }
 
